@@ -1,0 +1,496 @@
+//! Protobuf -> IR. Names are resolved to value ids once, here; the model is validated with
+//! precise errors (undefined inputs, two producers of one name, cycles, tensors whose shape
+//! disagrees with their data, attributes whose type disagrees with their payload, nesting).
+
+use std::collections::HashMap;
+
+use crate::error::{Error, Result};
+use crate::io::external::{external_ref, is_external, ExternalData};
+use crate::ir::{
+    Attribute, Edge, Graph, Initializer, Model, Node, NodeId, Origin, SparseInitializer,
+    ValueId, ValueInfo, IMPLICIT_SLOT,
+};
+use crate::proto::{AttributeProto, GraphProto, ModelProto, NodeProto, TensorProto};
+use crate::tensor::{check_tensor, raw_size};
+
+/// Subgraphs nested deeper than this are refused (protobuf decoding already stops far
+/// earlier for absurd files; this bounds the importer's own recursion).
+pub const MAX_GRAPH_DEPTH: usize = 32;
+
+/// Import a decoded model. `external` resolves external data (checked, not read).
+pub fn import_model(proto: ModelProto, external: Option<&ExternalData>) -> Result<Model> {
+    let ModelProto {
+        ir_version,
+        producer_name,
+        producer_version,
+        domain,
+        model_version,
+        doc_string,
+        graph,
+        opset_import,
+        metadata_props,
+        training_info,
+        functions,
+        configuration,
+    } = proto;
+    let graph = graph.ok_or_else(|| Error::invalid("the model has no graph"))?;
+    let ctx = Ctx { external };
+    let (graph, outer) = ctx.import_graph(graph, &[], 0, "")?;
+    if let Some(name) = outer.first() {
+        return Err(Error::invalid(format!(
+            "main graph: input '{name}' is not defined"
+        )));
+    }
+    Ok(Model {
+        ir_version,
+        opset_import,
+        producer_name,
+        producer_version,
+        domain,
+        model_version,
+        doc_string,
+        graph,
+        metadata_props,
+        training_info,
+        functions,
+        configuration,
+    })
+}
+
+struct Ctx<'a> {
+    external: Option<&'a ExternalData>,
+}
+
+/// Names visible from enclosing graphs, innermost last.
+type Scopes<'s> = [&'s HashMap<String, ValueId>];
+
+fn graph_label(g: &GraphProto, path: &str) -> String {
+    let name = g.name.as_deref().unwrap_or("");
+    if path.is_empty() {
+        format!("graph '{name}'")
+    } else {
+        format!("{path} > graph '{name}'")
+    }
+}
+
+fn node_label(n: &NodeProto, index: usize) -> String {
+    match n.name.as_deref() {
+        Some(name) if !name.is_empty() => {
+            format!("node '{name}' ({})", n.op_type.as_deref().unwrap_or("?"))
+        }
+        _ => format!("node #{index} ({})", n.op_type.as_deref().unwrap_or("?")),
+    }
+}
+
+impl Ctx<'_> {
+    /// Import one graph. Returns the graph and the names it reads from enclosing scopes.
+    fn import_graph(
+        &self,
+        gp: GraphProto,
+        scopes: &Scopes<'_>,
+        depth: usize,
+        path: &str,
+    ) -> Result<(Graph, Vec<String>)> {
+        let here = graph_label(&gp, path);
+        if depth > MAX_GRAPH_DEPTH {
+            return Err(Error::invalid(format!(
+                "{here}: subgraphs are nested more than {MAX_GRAPH_DEPTH} levels deep"
+            )));
+        }
+        let err = |msg: String| Error::invalid(format!("{here}: {msg}"));
+        let GraphProto {
+            node: node_protos,
+            name,
+            initializer,
+            doc_string,
+            input,
+            output,
+            value_info,
+            quantization_annotation,
+            sparse_initializer,
+            metadata_props,
+        } = gp;
+        let mut g = Graph {
+            name,
+            doc_string,
+            quantization_annotation,
+            metadata_props,
+            ..Graph::default()
+        };
+        let mut defined: HashMap<String, ValueId> = HashMap::new();
+
+        // Graph inputs.
+        for (i, vi) in input.into_iter().enumerate() {
+            let name = vi.name.clone().unwrap_or_default();
+            if name.is_empty() {
+                return Err(err(format!("graph input #{i} has no name")));
+            }
+            if defined.contains_key(&name) {
+                return Err(err(format!("graph input '{name}' is declared twice")));
+            }
+            let v = g.add_value(name.clone(), Origin::Input);
+            defined.insert(name, v);
+            g.inputs.push(ValueInfo { value: v, proto: vi });
+        }
+
+        // Dense initializers (an initializer may share its name with a graph input).
+        let mut init_seen: HashMap<String, ()> = HashMap::new();
+        for (i, t) in initializer.into_iter().enumerate() {
+            let name = t.name.clone().unwrap_or_default();
+            if name.is_empty() {
+                return Err(err(format!("initializer #{i} has no name")));
+            }
+            if init_seen.insert(name.clone(), ()).is_some() {
+                return Err(err(format!("two initializers are named '{name}'")));
+            }
+            self.check_tensor(&t)
+                .map_err(|m| err(format!("initializer '{name}' {m}")))?;
+            let v = match defined.get(&name) {
+                Some(&v) => v,
+                None => {
+                    let v = g.add_value(name.clone(), Origin::Initializer);
+                    defined.insert(name, v);
+                    v
+                }
+            };
+            g.initializers.push(Initializer { value: v, tensor: t });
+        }
+        for (i, st) in sparse_initializer.into_iter().enumerate() {
+            let name = st
+                .values
+                .as_ref()
+                .and_then(|t| t.name.clone())
+                .unwrap_or_default();
+            if name.is_empty() {
+                return Err(err(format!("sparse initializer #{i} has no name")));
+            }
+            if init_seen.insert(name.clone(), ()).is_some() {
+                return Err(err(format!("two initializers are named '{name}'")));
+            }
+            for (what, t) in [("values", &st.values), ("indices", &st.indices)] {
+                if let Some(t) = t {
+                    self.check_tensor(t)
+                        .map_err(|m| err(format!("sparse initializer '{name}' {what} {m}")))?;
+                }
+            }
+            crate::tensor::element_count(&st.dims)
+                .map_err(|m| err(format!("sparse initializer '{name}' {m}")))?;
+            let v = match defined.get(&name) {
+                Some(&v) => v,
+                None => {
+                    let v = g.add_value(name.clone(), Origin::Initializer);
+                    defined.insert(name, v);
+                    v
+                }
+            };
+            g.sparse_initializers.push(SparseInitializer { value: v, tensor: st });
+        }
+
+        // Pass 1: nodes and the values they produce, so later nodes may be read before
+        // their producer appears in the file.
+        let mut pending: Vec<(NodeId, Vec<String>, Vec<AttributeProto>, String)> =
+            Vec::with_capacity(node_protos.len());
+        for (index, np) in node_protos.into_iter().enumerate() {
+            let label = node_label(&np, index);
+            let NodeProto {
+                input,
+                output,
+                name,
+                op_type,
+                attribute,
+                doc_string,
+                domain,
+                overload,
+                metadata_props,
+                device_configurations,
+            } = np;
+            let op_type = match op_type {
+                Some(o) if !o.is_empty() => o,
+                _ => return Err(err(format!("{label} has no op_type"))),
+            };
+            let node = Node {
+                name,
+                op_type,
+                domain,
+                overload,
+                inputs: Vec::with_capacity(input.len()),
+                outputs: Vec::with_capacity(output.len()),
+                implicit_inputs: Vec::new(),
+                attributes: Vec::new(),
+                doc_string,
+                metadata_props,
+                device_configurations,
+            };
+            let id = g.nodes.add_node(node);
+            g.order.push(id);
+            let mut outputs = Vec::with_capacity(output.len());
+            for (slot, o) in output.into_iter().enumerate() {
+                if o.is_empty() {
+                    outputs.push(None);
+                    continue;
+                }
+                if let Some(&prev) = defined.get(&o) {
+                    let by = match g.values[prev.index()].origin {
+                        Origin::Input => "a graph input".to_string(),
+                        Origin::Initializer => "an initializer".to_string(),
+                        Origin::Node { node, .. } => {
+                            let p = &g.nodes[node];
+                            match p.name.as_deref() {
+                                Some(n) if !n.is_empty() => format!("node '{n}' ({})", p.op_type),
+                                _ => format!("another {} node", p.op_type),
+                            }
+                        }
+                        _ => "another definition".to_string(),
+                    };
+                    return Err(err(format!(
+                        "{label} produces '{o}', which is already produced by {by}"
+                    )));
+                }
+                let v = g.add_value(
+                    o.clone(),
+                    Origin::Node {
+                        node: id,
+                        slot: slot as u32,
+                    },
+                );
+                defined.insert(o, v);
+                outputs.push(Some(v));
+            }
+            g.nodes[id].outputs = outputs;
+            pending.push((id, input, attribute, label));
+        }
+
+        // Pass 2: resolve inputs (locally, else in enclosing scopes) and import subgraphs.
+        let mut outer_refs: Vec<String> = Vec::new();
+        let mut outer_ids: HashMap<String, ValueId> = HashMap::new();
+        let resolve_outer = |name: &str, g: &mut Graph, outer_refs: &mut Vec<String>,
+                             outer_ids: &mut HashMap<String, ValueId>|
+         -> Option<ValueId> {
+            if let Some(&v) = outer_ids.get(name) {
+                return Some(v);
+            }
+            if scopes.iter().rev().any(|s| s.contains_key(name)) {
+                let v = g.add_value(name.to_string(), Origin::OuterScope);
+                outer_ids.insert(name.to_string(), v);
+                outer_refs.push(name.to_string());
+                Some(v)
+            } else {
+                None
+            }
+        };
+        let mut edges: Vec<(ValueId, NodeId, u32)> = Vec::new();
+        for (id, input, attribute, label) in pending {
+            let mut inputs = Vec::with_capacity(input.len());
+            for (slot, name) in input.into_iter().enumerate() {
+                if name.is_empty() {
+                    inputs.push(None);
+                    continue;
+                }
+                let v = match defined.get(&name) {
+                    Some(&v) => v,
+                    None => resolve_outer(&name, &mut g, &mut outer_refs, &mut outer_ids)
+                        .ok_or_else(|| err(format!("{label}: input '{name}' is not defined")))?,
+                };
+                edges.push((v, id, slot as u32));
+                inputs.push(Some(v));
+            }
+            let mut attributes = Vec::with_capacity(attribute.len());
+            let mut implicit: Vec<ValueId> = Vec::new();
+            for mut ap in attribute {
+                let aname = ap.name.clone().unwrap_or_default();
+                check_attribute(&ap)
+                    .map_err(|m| err(format!("{label}: attribute '{aname}' {m}")))?;
+                for t in ap.t.iter().chain(ap.tensors.iter()) {
+                    self.check_tensor(t)
+                        .map_err(|m| err(format!("{label}: attribute '{aname}': tensor {m}")))?;
+                }
+                let sub_path = format!("{here} > {label} > attribute '{aname}'");
+                let mut sub_graphs = Vec::new();
+                let single = ap.g.take();
+                let many = std::mem::take(&mut ap.graphs);
+                let mut inner_scopes: Vec<&HashMap<String, ValueId>> = scopes.to_vec();
+                inner_scopes.push(&defined);
+                let mut import_sub = |sg: GraphProto| -> Result<Graph> {
+                    let (sub, refs) = self.import_graph(sg, &inner_scopes, depth + 1, &sub_path)?;
+                    for r in refs {
+                        let v = match defined.get(&r) {
+                            Some(&v) => v,
+                            None => match outer_ids.get(&r) {
+                                Some(&v) => v,
+                                None => {
+                                    let v = g.add_value(r.clone(), Origin::OuterScope);
+                                    outer_ids.insert(r.clone(), v);
+                                    outer_refs.push(r);
+                                    v
+                                }
+                            },
+                        };
+                        if !implicit.contains(&v) {
+                            implicit.push(v);
+                        }
+                    }
+                    Ok(sub)
+                };
+                let g_single = match single {
+                    Some(sg) => Some(Box::new(import_sub(sg)?)),
+                    None => None,
+                };
+                for sg in many {
+                    sub_graphs.push(import_sub(sg)?);
+                }
+                attributes.push(Attribute {
+                    proto: ap,
+                    g: g_single,
+                    graphs: sub_graphs,
+                });
+            }
+            for &v in &implicit {
+                edges.push((v, id, IMPLICIT_SLOT));
+            }
+            let node = &mut g.nodes[id];
+            node.inputs = inputs;
+            node.attributes = attributes;
+            node.implicit_inputs = implicit;
+        }
+        for (v, to, slot) in edges {
+            if let Origin::Node { node, .. } = g.values[v.index()].origin {
+                g.nodes.add_edge(node, to, Edge { value: v, slot });
+            }
+        }
+
+        // Graph outputs must be defined here or (for subgraphs) outside.
+        for (i, vi) in output.into_iter().enumerate() {
+            let name = vi.name.clone().unwrap_or_default();
+            if name.is_empty() {
+                return Err(err(format!("graph output #{i} has no name")));
+            }
+            let v = match defined.get(&name) {
+                Some(&v) => v,
+                None => resolve_outer(&name, &mut g, &mut outer_refs, &mut outer_ids)
+                    .ok_or_else(|| {
+                        err(format!(
+                            "graph output '{name}' is not produced by any node, input or initializer"
+                        ))
+                    })?,
+            };
+            g.outputs.push(ValueInfo { value: v, proto: vi });
+        }
+
+        // value_info may name values that no longer exist; they are kept as unbound labels.
+        for (i, vi) in value_info.into_iter().enumerate() {
+            let name = vi.name.clone().unwrap_or_default();
+            if name.is_empty() {
+                return Err(err(format!("value_info #{i} has no name")));
+            }
+            let v = match defined.get(&name).or_else(|| outer_ids.get(&name)) {
+                Some(&v) => v,
+                None => {
+                    let v = g.add_value(name.clone(), Origin::Unbound);
+                    defined.insert(name, v);
+                    v
+                }
+            };
+            g.value_info.push(ValueInfo { value: v, proto: vi });
+        }
+
+        if let Err(cycle) = g.topo_order() {
+            let names: Vec<String> = cycle
+                .iter()
+                .take(5)
+                .map(|&n| {
+                    let node = &g.nodes[n];
+                    format!("'{}' ({})", node.name(), node.op_type)
+                })
+                .collect();
+            return Err(err(format!(
+                "the nodes form a cycle ({} nodes involved, e.g. {})",
+                cycle.len(),
+                names.join(", ")
+            )));
+        }
+        Ok((g, outer_refs))
+    }
+
+    fn check_tensor(&self, t: &TensorProto) -> std::result::Result<(), String> {
+        let n = check_tensor(t)?;
+        if is_external(t) {
+            let r = external_ref(t).map_err(|e| e.message)?;
+            let expected = raw_size(t.data_type.unwrap_or(0), n);
+            match self.external {
+                Some(ext) => ext.check(&r, expected).map_err(|e| e.message)?,
+                None => {
+                    return Err(format!(
+                        "uses external data '{}' but the model was not read from a file",
+                        r.location
+                    ))
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// An attribute's `type` must agree with the payload it carries.
+pub fn check_attribute(a: &AttributeProto) -> std::result::Result<(), String> {
+    if a.name.as_deref().unwrap_or("").is_empty() {
+        return Err("has no name".to_string());
+    }
+    let present: Vec<(i32, &str)> = [
+        (1, "f", a.f.is_some()),
+        (2, "i", a.i.is_some()),
+        (3, "s", a.s.is_some()),
+        (4, "t", a.t.is_some()),
+        (5, "g", a.g.is_some()),
+        (6, "floats", !a.floats.is_empty()),
+        (7, "ints", !a.ints.is_empty()),
+        (8, "strings", !a.strings.is_empty()),
+        (9, "tensors", !a.tensors.is_empty()),
+        (10, "graphs", !a.graphs.is_empty()),
+        (11, "sparse_tensor", a.sparse_tensor.is_some()),
+        (12, "sparse_tensors", !a.sparse_tensors.is_empty()),
+        (13, "tp", a.tp.is_some()),
+        (14, "type_protos", !a.type_protos.is_empty()),
+    ]
+    .into_iter()
+    .filter(|p| p.2)
+    .map(|p| (p.0, p.1))
+    .collect();
+    let ty = a.r#type.unwrap_or(0);
+    if !(0..=14).contains(&ty) {
+        return Err(format!("has unknown type {ty}"));
+    }
+    let type_name = |t: i32| -> &'static str {
+        [
+            "UNDEFINED", "FLOAT", "INT", "STRING", "TENSOR", "GRAPH", "FLOATS", "INTS", "STRINGS",
+            "TENSORS", "GRAPHS", "SPARSE_TENSOR", "SPARSE_TENSORS", "TYPE_PROTO", "TYPE_PROTOS",
+        ][t as usize]
+    };
+    if a.ref_attr_name.as_deref().is_some_and(|r| !r.is_empty()) {
+        // A reference to a function's attribute: the value comes from the caller.
+        if let Some((_, f)) = present.iter().find(|p| p.0 != ty) {
+            return Err(format!(
+                "refers to attribute '{}' but also carries '{f}'",
+                a.ref_attr_name.as_deref().unwrap_or("")
+            ));
+        }
+        return Ok(());
+    }
+    if ty == 0 {
+        return match present.len() {
+            0 => Err("has no type and no value".to_string()),
+            1 => Ok(()),
+            _ => Err(format!(
+                "has no type and several values ({})",
+                present.iter().map(|p| p.1).collect::<Vec<_>>().join(", ")
+            )),
+        };
+    }
+    if let Some((_, f)) = present.iter().find(|p| p.0 != ty) {
+        return Err(format!("has type {} but carries '{f}'", type_name(ty)));
+    }
+    let is_list = matches!(ty, 6..=10 | 12 | 14);
+    if !is_list && present.is_empty() {
+        return Err(format!("has type {} but no value", type_name(ty)));
+    }
+    Ok(())
+}

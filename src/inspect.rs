@@ -1,0 +1,160 @@
+//! `inspect`: what a model contains, at a glance.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+use crate::ir::dump::{tensor_bytes, type_string};
+use crate::ir::{Graph, Model};
+
+/// The facts `inspect` reports.
+#[derive(Debug, Clone, Default)]
+pub struct Summary {
+    pub ir_version: i64,
+    pub producer: String,
+    pub opsets: Vec<(String, i64)>,
+    pub inputs: Vec<(String, String)>,
+    pub outputs: Vec<(String, String)>,
+    /// `domain::op` (or `op` for the default domain) -> count, subgraphs included.
+    pub ops: BTreeMap<String, usize>,
+    pub nodes: usize,
+    pub subgraphs: usize,
+    pub max_depth: usize,
+    pub initializers: usize,
+    pub initializer_bytes: u64,
+    pub external_tensors: usize,
+    pub external_bytes: u64,
+    pub functions: Vec<String>,
+}
+
+/// Summarise a model.
+pub fn summarize(m: &Model) -> Summary {
+    let mut s = Summary {
+        ir_version: m.ir_version.unwrap_or(0),
+        producer: format!(
+            "{} {}",
+            m.producer_name.as_deref().unwrap_or(""),
+            m.producer_version.as_deref().unwrap_or("")
+        )
+        .trim()
+        .to_string(),
+        ..Summary::default()
+    };
+    for o in &m.opset_import {
+        let d = o.domain.as_deref().unwrap_or("");
+        s.opsets.push((
+            if d.is_empty() { "ai.onnx".into() } else { d.into() },
+            o.version.unwrap_or(0),
+        ));
+    }
+    let g = &m.graph;
+    s.inputs = g
+        .inputs
+        .iter()
+        .filter(|i| g.initializer(i.value).is_none())
+        .map(|i| (g.value_name(i.value).to_string(), type_string(i.proto.r#type.as_ref())))
+        .collect();
+    s.outputs = g
+        .outputs
+        .iter()
+        .map(|i| (g.value_name(i.value).to_string(), type_string(i.proto.r#type.as_ref())))
+        .collect();
+    m.graph.walk(0, &mut |g: &Graph, depth| {
+        if depth > 0 {
+            s.subgraphs += 1;
+        }
+        s.max_depth = s.max_depth.max(depth);
+        for &id in &g.order {
+            let n = &g.nodes[id];
+            let key = if n.domain().is_empty() {
+                n.op_type.clone()
+            } else {
+                format!("{}::{}", n.domain(), n.op_type)
+            };
+            *s.ops.entry(key).or_default() += 1;
+            s.nodes += 1;
+        }
+        for i in &g.initializers {
+            s.initializers += 1;
+            let b = tensor_bytes(&i.tensor);
+            s.initializer_bytes += b;
+            if crate::io::external::is_external(&i.tensor) {
+                s.external_tensors += 1;
+                s.external_bytes += b;
+            }
+        }
+        s.initializers += g.sparse_initializers.len();
+    });
+    s.functions = m
+        .functions
+        .iter()
+        .map(|f| {
+            format!(
+                "{}::{}",
+                f.domain.as_deref().unwrap_or(""),
+                f.name.as_deref().unwrap_or("")
+            )
+        })
+        .collect();
+    s
+}
+
+fn human(bytes: u64) -> String {
+    const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
+    let mut v = bytes as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+/// Render a summary as text.
+pub fn render_text(s: &Summary) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "ir_version   {}", s.ir_version);
+    if !s.producer.is_empty() {
+        let _ = writeln!(out, "producer     {}", s.producer);
+    }
+    let opsets: Vec<String> = s.opsets.iter().map(|(d, v)| format!("{d} {v}")).collect();
+    let _ = writeln!(out, "opsets       {}", opsets.join(", "));
+    for (n, t) in &s.inputs {
+        let _ = writeln!(out, "input        {n}: {t}");
+    }
+    for (n, t) in &s.outputs {
+        let _ = writeln!(out, "output       {n}: {t}");
+    }
+    let _ = writeln!(
+        out,
+        "nodes        {} ({} subgraphs, nesting depth {})",
+        s.nodes, s.subgraphs, s.max_depth
+    );
+    let _ = writeln!(
+        out,
+        "initializers {} ({})",
+        s.initializers,
+        human(s.initializer_bytes)
+    );
+    if s.external_tensors > 0 {
+        let _ = writeln!(
+            out,
+            "external     {} tensors ({})",
+            s.external_tensors,
+            human(s.external_bytes)
+        );
+    }
+    if !s.functions.is_empty() {
+        let _ = writeln!(out, "functions    {}", s.functions.join(", "));
+    }
+    let _ = writeln!(out, "ops:");
+    let mut ops: Vec<(&String, &usize)> = s.ops.iter().collect();
+    ops.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+    for (op, n) in ops {
+        let _ = writeln!(out, "  {n:>6}  {op}");
+    }
+    out
+}

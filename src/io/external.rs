@@ -1,0 +1,246 @@
+//! External tensor data (`data_location: EXTERNAL`): parsing the key/value entries, confining
+//! locations to the model's folder, and mapping the data files lazily, once each.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::path::{Component, Path, PathBuf};
+use std::sync::Mutex;
+
+use bytes::Bytes;
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::proto::{tensor_proto::DataLocation, TensorProto};
+
+/// Where one tensor's bytes live outside the model file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExternalRef {
+    pub location: String,
+    pub offset: u64,
+    pub length: Option<u64>,
+}
+
+/// Is this tensor's payload stored in an external file?
+pub fn is_external(t: &TensorProto) -> bool {
+    t.data_location == Some(DataLocation::External as i32)
+}
+
+/// Parse the `external_data` entries of a tensor (location required, offset/length optional).
+pub fn external_ref(t: &TensorProto) -> Result<ExternalRef> {
+    let mut location = None;
+    let mut offset = 0u64;
+    let mut length = None;
+    for e in &t.external_data {
+        let key = e.key.as_deref().unwrap_or("");
+        let value = e.value.as_deref().unwrap_or("");
+        let number = |what: &str| {
+            value.parse::<u64>().map_err(|_| {
+                Error::new(
+                    ErrorKind::ExternalData,
+                    format!("external data {what} '{value}' is not a non-negative integer"),
+                )
+            })
+        };
+        match key {
+            "location" => location = Some(value.to_string()),
+            "offset" => offset = number("offset")?,
+            "length" => length = Some(number("length")?),
+            _ => {} // checksum and future keys are kept but not needed to read the data
+        }
+    }
+    let location = location.ok_or_else(|| {
+        Error::new(
+            ErrorKind::ExternalData,
+            "external data has no 'location' entry",
+        )
+    })?;
+    Ok(ExternalRef {
+        location,
+        offset,
+        length,
+    })
+}
+
+/// Resolves and reads external data files of one model, confined to the model's folder.
+#[derive(Debug)]
+pub struct ExternalData {
+    /// The model's folder, canonicalised.
+    base: PathBuf,
+    maps: Mutex<HashMap<PathBuf, Bytes>>,
+}
+
+impl ExternalData {
+    pub fn new(model_path: &Path) -> Result<Self> {
+        let dir = match model_path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        let base = dir
+            .canonicalize()
+            .map_err(|e| Error::io(&dir, "cannot resolve the model's folder", e))?;
+        Ok(ExternalData {
+            base,
+            maps: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The model's folder (canonical).
+    pub fn base(&self) -> &Path {
+        &self.base
+    }
+
+    /// The canonical path of a location, which must stay inside the model's folder: no absolute
+    /// path, no `..` that leaves it, no symlink that points out of it; the file must exist.
+    pub fn resolve(&self, location: &str) -> Result<PathBuf> {
+        let err = |msg: String| Error::new(ErrorKind::ExternalData, msg);
+        if location.is_empty() {
+            return Err(err("external data location is empty".into()));
+        }
+        if location.contains('\0') {
+            return Err(err(format!("external data location {location:?} contains a NUL byte")));
+        }
+        let rel = Path::new(location);
+        let mut depth: i64 = 0;
+        for c in rel.components() {
+            match c {
+                Component::Prefix(_) | Component::RootDir => {
+                    return Err(err(format!(
+                        "external data location '{location}' is absolute; it must be relative to the model's folder"
+                    )))
+                }
+                Component::ParentDir => {
+                    depth -= 1;
+                    if depth < 0 {
+                        return Err(err(format!(
+                            "external data location '{location}' leaves the model's folder"
+                        )));
+                    }
+                }
+                Component::CurDir => {}
+                Component::Normal(_) => depth += 1,
+            }
+        }
+        let joined = self.base.join(rel);
+        let canonical = joined.canonicalize().map_err(|e| {
+            err(format!(
+                "external data file '{location}' cannot be opened ({e})"
+            ))
+        })?;
+        if !canonical.starts_with(&self.base) {
+            return Err(err(format!(
+                "external data location '{location}' resolves to {} outside the model's folder (through a symlink)",
+                canonical.display()
+            )));
+        }
+        if !canonical.is_file() {
+            return Err(err(format!(
+                "external data location '{location}' is not a regular file"
+            )));
+        }
+        Ok(canonical)
+    }
+
+    /// Check a reference without reading the data: the file is allowed and large enough.
+    pub fn check(&self, r: &ExternalRef, expected_len: Option<u64>) -> Result<()> {
+        let path = self.resolve(&r.location)?;
+        let size = std::fs::metadata(&path)
+            .map_err(|e| Error::io(&path, "cannot stat external data", e))?
+            .len();
+        if let (Some(l), Some(e)) = (r.length, expected_len) {
+            if l != e {
+                return Err(Error::new(
+                    ErrorKind::ExternalData,
+                    format!(
+                        "external data '{}' declares length {l} but the tensor's shape and type need {e} bytes",
+                        r.location
+                    ),
+                ));
+            }
+        }
+        let len = match (r.length, expected_len) {
+            (Some(l), _) => l,
+            (None, Some(e)) => e,
+            (None, None) => 0,
+        };
+        match r.offset.checked_add(len) {
+            Some(end) if end <= size => Ok(()),
+            _ => Err(Error::new(
+                ErrorKind::ExternalData,
+                format!(
+                    "external data '{}' needs bytes {}..{} but the file has {size} bytes",
+                    r.location,
+                    r.offset,
+                    r.offset.saturating_add(len)
+                ),
+            )),
+        }
+    }
+
+    /// The data files mapped so far, as payload sources for saving.
+    pub fn sources(&self) -> Vec<crate::io::save::Source> {
+        let maps = self.maps.lock().unwrap_or_else(|p| p.into_inner());
+        let mut v: Vec<_> = maps
+            .iter()
+            .map(|(p, b)| crate::io::save::Source::new(b.clone(), p.clone()))
+            .collect();
+        v.sort_by(|a, b| a.path().cmp(b.path()));
+        v
+    }
+
+    /// The bytes of one reference, sliced from a memory map of its file (mapped on first use).
+    /// Without a declared length, the data runs to the end of the file.
+    pub fn read(&self, r: &ExternalRef) -> Result<Bytes> {
+        let path = self.resolve(&r.location)?;
+        let whole = {
+            let mut maps = self.maps.lock().unwrap_or_else(|p| p.into_inner());
+            match maps.get(&path) {
+                Some(b) => b.clone(),
+                None => {
+                    let b = map_file(&path)?;
+                    maps.insert(path.clone(), b.clone());
+                    b
+                }
+            }
+        };
+        let start = usize::try_from(r.offset).ok().filter(|&s| s <= whole.len());
+        let end = match (start, r.length) {
+            (Some(s), Some(l)) => usize::try_from(l).ok().and_then(|l| s.checked_add(l)),
+            (Some(_), None) => Some(whole.len()),
+            _ => None,
+        };
+        match (start, end) {
+            (Some(s), Some(e)) if e <= whole.len() => Ok(whole.slice(s..e)),
+            _ => Err(Error::new(
+                ErrorKind::ExternalData,
+                format!(
+                    "external data '{}' (offset {}, length {:?}) runs past the end of its {}-byte file",
+                    r.location,
+                    r.offset,
+                    r.length,
+                    whole.len()
+                ),
+            )
+            .in_file(&path)),
+        }
+    }
+}
+
+/// Memory-map a whole file as `Bytes` (an empty file gives empty bytes; nothing is copied).
+pub fn map_file(path: &Path) -> Result<Bytes> {
+    let file = File::open(path).map_err(|e| Error::io(path, "cannot open", e))?;
+    let len = file
+        .metadata()
+        .map_err(|e| Error::io(path, "cannot stat", e))?
+        .len();
+    if len == 0 {
+        return Ok(Bytes::new());
+    }
+    // SAFETY: the map is read-only and private to this process. Like every tool that maps its
+    // input, we rely on the file not being truncated while we run; onnx-safeify never writes
+    // to its inputs (outputs are written to a new temporary file and renamed).
+    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| Error::io(path, "cannot map", e))?;
+    #[cfg(unix)]
+    {
+        let _ = map.advise(memmap2::Advice::Sequential);
+    }
+    Ok(Bytes::from_owner(map))
+}

@@ -1,0 +1,61 @@
+//! Reading a model: memory-map the file and decode it without copying tensor payloads
+//! (`raw_data` fields are slices of the map).
+
+use std::path::{Path, PathBuf};
+
+use bytes::Bytes;
+use prost::Message;
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::io::external::{map_file, ExternalData};
+use crate::proto::ModelProto;
+
+/// A decoded model that still owns the memory map its payloads point into.
+#[derive(Debug)]
+pub struct LoadedModel {
+    pub path: PathBuf,
+    /// The whole file, memory-mapped.
+    pub bytes: Bytes,
+    pub proto: ModelProto,
+    /// Resolver for external data, confined to the model's folder.
+    pub external: ExternalData,
+}
+
+impl LoadedModel {
+    /// Does this slice point into the input file's map (i.e. it was not copied)?
+    pub fn is_in_map(&self, b: &[u8]) -> bool {
+        let base = self.bytes.as_ptr() as usize;
+        let p = b.as_ptr() as usize;
+        p >= base && p + b.len() <= base + self.bytes.len()
+    }
+}
+
+/// Decode ONNX protobuf bytes; errors say what is wrong, never panic.
+pub fn decode_model(bytes: Bytes) -> Result<ModelProto> {
+    if bytes.is_empty() {
+        return Err(Error::new(ErrorKind::Decode, "the file is empty, not an ONNX model"));
+    }
+    ModelProto::decode(bytes).map_err(|e| {
+        Error::new(
+            ErrorKind::Decode,
+            format!("not a valid ONNX model (protobuf decode failed: {e})"),
+        )
+    })
+}
+
+/// Memory-map `path` and decode it. Payloads stay in the map.
+pub fn load_model(path: &Path) -> Result<LoadedModel> {
+    let meta = std::fs::metadata(path).map_err(|e| Error::io(path, "cannot read model", e))?;
+    if meta.is_dir() {
+        return Err(Error::new(ErrorKind::Io, "is a folder, not a model file").in_file(path));
+    }
+    let bytes = map_file(path)?;
+    let proto = decode_model(bytes.clone()).map_err(|e| e.in_file(path))?;
+    let external = ExternalData::new(path).map_err(|e| e.in_file(path))?;
+    Ok(LoadedModel {
+        path: path.to_path_buf(),
+        bytes,
+        proto,
+        external,
+    })
+}

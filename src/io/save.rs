@@ -1,0 +1,516 @@
+//! Writing a model: streamed field by field (large tensor payloads go straight from the memory
+//! map to the file, never through a buffer the size of the model), into a temporary file in the
+//! output's folder that is renamed into place only when everything was written. The bytes are
+//! exactly those of prost's `encode` of the same message.
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use bytes::Bytes;
+use prost::encoding::{encode_key, encode_varint, WireType};
+use prost::Message;
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::io::external::{external_ref, is_external, ExternalData};
+use crate::proto::{GraphProto, ModelProto, StringStringEntryProto, TensorProto};
+
+/// Payloads at least this big are written straight from their source, not via the encoder.
+const STREAM_THRESHOLD: usize = 64 * 1024;
+/// External data offsets are aligned to this (page size), so the data file can be mapped.
+const EXTERNAL_ALIGN: u64 = 4096;
+
+/// How to save.
+#[derive(Debug, Default, Clone)]
+pub struct SaveOptions {
+    /// Files that must never be overwritten (the inputs).
+    pub protect: Vec<PathBuf>,
+}
+
+/// What was written.
+#[derive(Debug, Clone)]
+pub struct SaveSummary {
+    pub path: PathBuf,
+    pub bytes: u64,
+    /// The external data file written beside the model, if any.
+    pub external_file: Option<PathBuf>,
+    pub external_bytes: u64,
+}
+
+/// Is `a` the same file as `b` (or would writing `a` replace `b`)?
+fn same_file(a: &Path, b: &Path) -> bool {
+    match (a.canonicalize(), b.canonicalize()) {
+        (Ok(x), Ok(y)) => x == y,
+        _ => false,
+    }
+}
+
+struct TempFile {
+    path: PathBuf,
+    keep: bool,
+}
+
+impl TempFile {
+    fn create(final_path: &Path) -> Result<(Self, File)> {
+        let dir = final_path
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        let name = final_path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "model.onnx".into());
+        let pid = std::process::id();
+        for attempt in 0..1000u32 {
+            let path = dir.join(format!(".{name}.tmp-{pid}-{attempt}"));
+            match std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&path)
+            {
+                Ok(f) => return Ok((TempFile { path, keep: false }, f)),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(Error::io(final_path, "cannot create output", e)),
+            }
+        }
+        Err(Error::new(ErrorKind::Io, "cannot find a free temporary file name").in_file(final_path))
+    }
+    fn persist(mut self, to: &Path) -> Result<()> {
+        std::fs::rename(&self.path, to).map_err(|e| Error::io(to, "cannot move output into place", e))?;
+        self.keep = true;
+        Ok(())
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        if !self.keep {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// Visit every tensor of a model that could hold external data (initializers, sparse
+/// initializers and attribute tensors of all graphs, training graphs included).
+fn for_each_tensor_mut(m: &mut ModelProto, f: &mut dyn FnMut(&mut TensorProto) -> Result<()>) -> Result<()> {
+    fn graph(g: &mut GraphProto, f: &mut dyn FnMut(&mut TensorProto) -> Result<()>) -> Result<()> {
+        for t in &mut g.initializer {
+            f(t)?;
+        }
+        for s in &mut g.sparse_initializer {
+            for t in s.values.iter_mut().chain(s.indices.iter_mut()) {
+                f(t)?;
+            }
+        }
+        for n in &mut g.node {
+            for a in &mut n.attribute {
+                for t in a.t.iter_mut().chain(a.tensors.iter_mut()) {
+                    f(t)?;
+                }
+                if let Some(sg) = a.g.as_mut() {
+                    graph(sg, f)?;
+                }
+                for sg in &mut a.graphs {
+                    graph(sg, f)?;
+                }
+            }
+        }
+        Ok(())
+    }
+    if let Some(g) = m.graph.as_mut() {
+        graph(g, f)?;
+    }
+    for ti in &mut m.training_info {
+        for g in ti.initialization.iter_mut().chain(ti.algorithm.iter_mut()) {
+            graph(g, f)?;
+        }
+    }
+    Ok(())
+}
+
+/// Save a model to `out`. Tensors whose data is external are written, in model order, to one
+/// data file beside the output named `<output file name>.data`, read from `external`.
+/// `sources` are the mapped files payloads may be slices of (the input model), copied
+/// file-to-file when they are.
+pub fn save_model(
+    mut proto: ModelProto,
+    out: &Path,
+    external: Option<&ExternalData>,
+    sources: Vec<Source>,
+    opts: &SaveOptions,
+) -> Result<SaveSummary> {
+    for p in &opts.protect {
+        if same_file(out, p) {
+            return Err(Error::new(
+                ErrorKind::Usage,
+                format!("refusing to overwrite the input {}", p.display()),
+            )
+            .in_file(out));
+        }
+    }
+    if out.is_dir() {
+        return Err(Error::new(ErrorKind::Usage, "output path is a folder").in_file(out));
+    }
+
+    // External data: gather payloads first so that any error happens before writing.
+    let mut ext_payloads: Vec<(u64, Bytes)> = Vec::new();
+    let mut ext_sources: Vec<PathBuf> = Vec::new();
+    let data_name = format!(
+        "{}.data",
+        out.file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "model.onnx".into())
+    );
+    let data_path = out.with_file_name(&data_name);
+    {
+        let mut offset = 0u64;
+        for_each_tensor_mut(&mut proto, &mut |t| {
+            if !is_external(t) {
+                return Ok(());
+            }
+            let ext = external.ok_or_else(|| {
+                Error::new(
+                    ErrorKind::ExternalData,
+                    format!(
+                        "tensor '{}' uses external data but no source folder is known",
+                        t.name.as_deref().unwrap_or("")
+                    ),
+                )
+            })?;
+            let r = external_ref(t)?;
+            let source = ext.resolve(&r.location)?;
+            if !ext_sources.contains(&source) {
+                ext_sources.push(source);
+            }
+            let data = ext.read(&r)?;
+            offset = offset.div_ceil(EXTERNAL_ALIGN) * EXTERNAL_ALIGN;
+            let mut entries: Vec<StringStringEntryProto> = Vec::with_capacity(t.external_data.len());
+            for e in &t.external_data {
+                let v = match e.key.as_deref() {
+                    Some("location") => Some(data_name.clone()),
+                    Some("offset") => Some(offset.to_string()),
+                    Some("length") => Some(data.len().to_string()),
+                    _ => e.value.clone(),
+                };
+                entries.push(StringStringEntryProto { key: e.key.clone(), value: v });
+            }
+            for (k, v) in [("offset", offset.to_string()), ("length", data.len().to_string())] {
+                if !entries.iter().any(|e| e.key.as_deref() == Some(k)) {
+                    entries.push(StringStringEntryProto {
+                        key: Some(k.to_string()),
+                        value: Some(v),
+                    });
+                }
+            }
+            t.external_data = entries;
+            let len = data.len() as u64;
+            ext_payloads.push((offset, data));
+            offset += len;
+            Ok(())
+        })
+        .map_err(|e| e.in_file(out))?;
+    }
+    if !ext_payloads.is_empty() {
+        for p in &opts.protect {
+            if same_file(&data_path, p) {
+                return Err(Error::new(
+                    ErrorKind::Usage,
+                    format!("refusing to overwrite {}", p.display()),
+                )
+                .in_file(&data_path));
+            }
+        }
+        for src in &ext_sources {
+            if same_file(&data_path, src) {
+                return Err(Error::new(
+                    ErrorKind::Usage,
+                    format!(
+                        "refusing to overwrite {}, which holds the input's external data",
+                        src.display()
+                    ),
+                )
+                .in_file(&data_path));
+            }
+        }
+    }
+
+    let (data_tmp, external_bytes) = if ext_payloads.is_empty() {
+        (None, 0)
+    } else {
+        let (tmp, file) = TempFile::create(&data_path)?;
+        let ext_sources = external.map(|e| e.sources()).unwrap_or_default();
+        let mut w = Sink::new(file, ext_sources);
+        let mut pos = 0u64;
+        let io = |e| Error::io(&data_path, "cannot write external data", e);
+        for (offset, data) in &ext_payloads {
+            let pad = offset - pos;
+            w.write_all(&vec![0u8; pad as usize]).map_err(io)?;
+            w.write_payload(data).map_err(io)?;
+            pos = offset + data.len() as u64;
+        }
+        w.flush().map_err(io)?;
+        (Some(tmp), pos)
+    };
+
+    let (tmp, file) = TempFile::create(out)?;
+    let mut w = Sink::new(file, sources);
+    write_model(&mut w, &proto)
+        .and_then(|_| w.flush())
+        .map_err(|e| Error::io(out, "cannot write output", e))?;
+    let written = w.written();
+    drop(w);
+    if let Some(d) = data_tmp {
+        d.persist(&data_path)?;
+    }
+    tmp.persist(out)?;
+    Ok(SaveSummary {
+        path: out.to_path_buf(),
+        bytes: written,
+        external_file: (external_bytes > 0).then_some(data_path),
+        external_bytes,
+    })
+}
+
+/// A writer that can also take large payloads by reference, so that payloads that are slices
+/// of a mapped source file are copied file-to-file by the kernel (`copy_file_range` through
+/// `std::io::copy`) instead of through user space.
+pub trait PayloadWrite: Write {
+    fn write_payload(&mut self, b: &[u8]) -> std::io::Result<()> {
+        self.write_all(b)
+    }
+}
+
+impl PayloadWrite for Vec<u8> {}
+
+/// A mapped file that payloads may be slices of.
+pub struct Source {
+    map: Bytes,
+    path: PathBuf,
+    file: Option<File>,
+}
+
+impl Source {
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+    pub fn new(map: Bytes, path: PathBuf) -> Self {
+        Source {
+            map,
+            path,
+            file: None,
+        }
+    }
+}
+
+/// Buffered file output that counts bytes and copies mapped payloads file-to-file.
+///
+/// A payload that is a slice of a source file opens a *pending range* of that file instead of
+/// being copied at once. Later bytes that equal the source's next bytes (an unchanged tensor
+/// header, the next payload) extend the range, so the unchanged stretches of a model cost one
+/// `copy_file_range` each rather than one per tensor.
+pub struct Sink {
+    w: BufWriter<File>,
+    n: u64,
+    sources: Vec<Source>,
+    /// (source index, start, end) of source bytes still to be copied.
+    pending: Option<(usize, u64, u64)>,
+}
+
+impl Sink {
+    pub fn new(file: File, sources: Vec<Source>) -> Self {
+        Sink {
+            w: BufWriter::with_capacity(1 << 20, file),
+            n: 0,
+            sources,
+            pending: None,
+        }
+    }
+    pub fn written(&self) -> u64 {
+        self.n
+    }
+
+    fn flush_pending(&mut self) -> std::io::Result<()> {
+        use std::io::{Read, Seek, SeekFrom};
+        let Some((i, start, end)) = self.pending.take() else {
+            return Ok(());
+        };
+        let src = &mut self.sources[i];
+        if src.file.is_none() {
+            src.file = Some(File::open(&src.path)?);
+        }
+        let Some(file) = src.file.as_mut() else {
+            return Ok(());
+        };
+        file.seek(SeekFrom::Start(start))?;
+        // std::io::copy flushes the buffer, then uses copy_file_range between the two files.
+        let want = end - start;
+        let copied = std::io::copy(&mut Read::by_ref(file).take(want), &mut self.w)?;
+        if copied != want {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                format!("{} changed while it was being read", src.path.display()),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Write for Sink {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.write_all(buf)?;
+        Ok(buf.len())
+    }
+    fn write_all(&mut self, buf: &[u8]) -> std::io::Result<()> {
+        if let Some((i, start, end)) = self.pending {
+            let map = &self.sources[i].map;
+            let (e, l) = (end as usize, buf.len());
+            if e + l <= map.len() && &map[e..e + l] == buf {
+                self.pending = Some((i, start, end + l as u64));
+                self.n += l as u64;
+                return Ok(());
+            }
+            self.flush_pending()?;
+        }
+        self.w.write_all(buf)?;
+        self.n += buf.len() as u64;
+        Ok(())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.flush_pending()?;
+        self.w.flush()
+    }
+}
+
+impl PayloadWrite for Sink {
+    fn write_payload(&mut self, b: &[u8]) -> std::io::Result<()> {
+        if b.len() < STREAM_THRESHOLD {
+            return self.write_all(b);
+        }
+        let p = b.as_ptr() as usize;
+        let found = self.sources.iter().position(|s| {
+            let base = s.map.as_ptr() as usize;
+            p >= base && p + b.len() <= base + s.map.len()
+        });
+        let Some(i) = found else {
+            return self.write_all(b);
+        };
+        let offset = (p - self.sources[i].map.as_ptr() as usize) as u64;
+        let len = b.len() as u64;
+        match self.pending {
+            Some((j, start, end)) if j == i && end == offset => {
+                self.pending = Some((i, start, end + len));
+            }
+            _ => {
+                self.flush_pending()?;
+                self.pending = Some((i, offset, offset + len));
+            }
+        }
+        self.n += len;
+        Ok(())
+    }
+}
+
+fn put_len_key(w: &mut impl Write, tag: u32, len: usize) -> std::io::Result<()> {
+    let mut head = Vec::with_capacity(16);
+    encode_key(tag, WireType::LengthDelimited, &mut head);
+    encode_varint(len as u64, &mut head);
+    w.write_all(&head)
+}
+
+fn put_message(w: &mut impl Write, scratch: &mut Vec<u8>, m: &impl Message) -> std::io::Result<()> {
+    scratch.clear();
+    m.encode_raw(scratch);
+    w.write_all(scratch)
+}
+
+/// Stream the encoding of a model; the bytes equal `proto.encode_to_vec()`.
+pub fn write_model<W: PayloadWrite>(c: &mut W, m: &ModelProto) -> std::io::Result<()> {
+    let mut scratch = Vec::with_capacity(1 << 16);
+    // Fields are encoded in tag order: those before `graph` (7), the graph, those after.
+    let head = ModelProto {
+        ir_version: m.ir_version,
+        producer_name: m.producer_name.clone(),
+        producer_version: m.producer_version.clone(),
+        domain: m.domain.clone(),
+        model_version: m.model_version,
+        doc_string: m.doc_string.clone(),
+        ..Default::default()
+    };
+    put_message(c, &mut scratch, &head)?;
+    if let Some(g) = &m.graph {
+        put_len_key(c, 7, g.encoded_len())?;
+        write_graph(c, &mut scratch, g)?;
+    }
+    let tail = ModelProto {
+        opset_import: m.opset_import.clone(),
+        metadata_props: m.metadata_props.clone(),
+        training_info: m.training_info.clone(),
+        functions: m.functions.clone(),
+        configuration: m.configuration.clone(),
+        ..Default::default()
+    };
+    put_message(c, &mut scratch, &tail)
+}
+
+fn write_graph<W: PayloadWrite>(w: &mut W, scratch: &mut Vec<u8>, g: &GraphProto) -> std::io::Result<()> {
+    // node = 1, name = 2
+    for n in &g.node {
+        scratch.clear();
+        prost::encoding::message::encode(1, n, scratch);
+        w.write_all(scratch)?;
+    }
+    if let Some(name) = &g.name {
+        scratch.clear();
+        prost::encoding::string::encode(2, name, scratch);
+        w.write_all(scratch)?;
+    }
+    // initializer = 5
+    for t in &g.initializer {
+        put_len_key(w, 5, t.encoded_len())?;
+        write_tensor(w, scratch, t)?;
+    }
+    // doc_string = 10 and everything after.
+    let tail = GraphProto {
+        doc_string: g.doc_string.clone(),
+        input: g.input.clone(),
+        output: g.output.clone(),
+        value_info: g.value_info.clone(),
+        quantization_annotation: g.quantization_annotation.clone(),
+        sparse_initializer: g.sparse_initializer.clone(),
+        metadata_props: g.metadata_props.clone(),
+        ..Default::default()
+    };
+    put_message(w, scratch, &tail)
+}
+
+fn write_tensor<W: PayloadWrite>(w: &mut W, scratch: &mut Vec<u8>, t: &TensorProto) -> std::io::Result<()> {
+    let raw = match &t.raw_data {
+        Some(r) if r.len() >= STREAM_THRESHOLD => r,
+        _ => return put_message(w, scratch, t),
+    };
+    // Tags 1..=8 precede raw_data (9); 10.. follow it.
+    let head = TensorProto {
+        dims: t.dims.clone(),
+        data_type: t.data_type,
+        segment: t.segment,
+        float_data: t.float_data.clone(),
+        int32_data: t.int32_data.clone(),
+        string_data: t.string_data.clone(),
+        int64_data: t.int64_data.clone(),
+        name: t.name.clone(),
+        ..Default::default()
+    };
+    put_message(w, scratch, &head)?;
+    put_len_key(w, 9, raw.len())?;
+    w.write_payload(raw)?;
+    let tail = TensorProto {
+        double_data: t.double_data.clone(),
+        uint64_data: t.uint64_data.clone(),
+        doc_string: t.doc_string.clone(),
+        external_data: t.external_data.clone(),
+        data_location: t.data_location,
+        metadata_props: t.metadata_props.clone(),
+        ..Default::default()
+    };
+    put_message(w, scratch, &tail)
+}

@@ -1,0 +1,399 @@
+//! The graph IR: a petgraph `StableGraph` whose nodes are operators and whose edges are values
+//! flowing from a producer to a consumer. Values are ids into a per-graph table; their ONNX names
+//! are labels. Everything else a model carries (doc strings, metadata, value_info, functions,
+//! training info...) is kept so that export reproduces the input exactly when nothing changed.
+
+pub mod dump;
+
+use std::collections::HashMap;
+
+use petgraph::stable_graph::{NodeIndex, StableGraph};
+use petgraph::visit::{EdgeRef, IntoEdgeReferences};
+use petgraph::Direction;
+
+use crate::proto::{
+    AttributeProto, DeviceConfigurationProto, FunctionProto, NodeDeviceConfigurationProto,
+    OperatorSetIdProto, SparseTensorProto, StringStringEntryProto, TensorAnnotation,
+    TensorProto, TrainingInfoProto, ValueInfoProto,
+};
+
+/// A node (operator) of a graph.
+pub type NodeId = NodeIndex<u32>;
+
+/// A value of a graph: an index into [`Graph::values`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ValueId(pub u32);
+
+impl ValueId {
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// Edge slot used for a value a node reads only inside one of its subgraphs.
+pub const IMPLICIT_SLOT: u32 = u32::MAX;
+
+/// An edge: `value` flows from the source node into input `slot` of the target node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Edge {
+    pub value: ValueId,
+    pub slot: u32,
+}
+
+/// Where a value comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// A graph input (it may also have an initializer: a default value, IR < 4 style).
+    Input,
+    /// An initializer (dense or sparse) that is not also a graph input.
+    Initializer,
+    /// Output `slot` of a node.
+    Node { node: NodeId, slot: u32 },
+    /// Defined in an enclosing graph (subgraphs only); resolved by name.
+    OuterScope,
+    /// Named only in value_info or quantization annotations, defined nowhere.
+    Unbound,
+}
+
+/// A value: its ONNX name (a label) and where it comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Value {
+    pub name: String,
+    pub origin: Origin,
+}
+
+/// One attribute of a node. Graph-valued payloads are imported as IR graphs; the rest stays
+/// in the protobuf form (with `g` and `graphs` emptied).
+#[derive(Debug, Clone)]
+pub struct Attribute {
+    pub proto: AttributeProto,
+    pub g: Option<Box<Graph>>,
+    pub graphs: Vec<Graph>,
+}
+
+impl Attribute {
+    pub fn name(&self) -> &str {
+        self.proto.name.as_deref().unwrap_or("")
+    }
+}
+
+/// An operator application.
+#[derive(Debug, Clone)]
+pub struct Node {
+    pub name: Option<String>,
+    pub op_type: String,
+    pub domain: Option<String>,
+    pub overload: Option<String>,
+    /// `None` is an omitted optional input (an empty name in ONNX).
+    pub inputs: Vec<Option<ValueId>>,
+    pub outputs: Vec<Option<ValueId>>,
+    /// Values of this graph read only inside the node's subgraphs (by name, outer scope).
+    pub implicit_inputs: Vec<ValueId>,
+    pub attributes: Vec<Attribute>,
+    pub doc_string: Option<String>,
+    pub metadata_props: Vec<StringStringEntryProto>,
+    pub device_configurations: Vec<NodeDeviceConfigurationProto>,
+}
+
+impl Node {
+    /// The operator domain, `""` for the default ONNX domain (`ai.onnx` is folded to `""`).
+    pub fn domain(&self) -> &str {
+        match self.domain.as_deref() {
+            None | Some("ai.onnx") => "",
+            Some(d) => d,
+        }
+    }
+    pub fn name(&self) -> &str {
+        self.name.as_deref().unwrap_or("")
+    }
+    pub fn attr(&self, name: &str) -> Option<&Attribute> {
+        self.attributes.iter().find(|a| a.name() == name)
+    }
+    pub fn metadata(&self, key: &str) -> Option<&str> {
+        self.metadata_props
+            .iter()
+            .find(|e| e.key.as_deref() == Some(key))
+            .and_then(|e| e.value.as_deref())
+    }
+    /// Set (or replace) one metadata_props entry.
+    pub fn set_metadata(&mut self, key: &str, value: &str) {
+        match self
+            .metadata_props
+            .iter_mut()
+            .find(|e| e.key.as_deref() == Some(key))
+        {
+            Some(e) => e.value = Some(value.to_string()),
+            None => self.metadata_props.push(StringStringEntryProto {
+                key: Some(key.to_string()),
+                value: Some(value.to_string()),
+            }),
+        }
+    }
+}
+
+/// A graph input, output or value_info entry: the value and its declared type.
+#[derive(Debug, Clone)]
+pub struct ValueInfo {
+    pub value: ValueId,
+    /// The declaration; its `name` is rewritten from the value's label on export.
+    pub proto: ValueInfoProto,
+}
+
+/// A dense initializer.
+#[derive(Debug, Clone)]
+pub struct Initializer {
+    pub value: ValueId,
+    /// The tensor; payloads are slices of the input's memory map (or of external data maps).
+    pub tensor: TensorProto,
+}
+
+/// A sparse initializer (its name is that of `values`).
+#[derive(Debug, Clone)]
+pub struct SparseInitializer {
+    pub value: ValueId,
+    pub tensor: SparseTensorProto,
+}
+
+/// A graph or subgraph.
+#[derive(Debug, Clone, Default)]
+pub struct Graph {
+    pub name: Option<String>,
+    pub doc_string: Option<String>,
+    pub nodes: StableGraph<Node, Edge, petgraph::Directed, u32>,
+    /// The order nodes are written in (the file's order, new nodes where they were inserted).
+    pub order: Vec<NodeId>,
+    pub values: Vec<Value>,
+    pub inputs: Vec<ValueInfo>,
+    pub outputs: Vec<ValueInfo>,
+    pub value_info: Vec<ValueInfo>,
+    pub initializers: Vec<Initializer>,
+    pub sparse_initializers: Vec<SparseInitializer>,
+    pub quantization_annotation: Vec<TensorAnnotation>,
+    pub metadata_props: Vec<StringStringEntryProto>,
+}
+
+/// A whole model.
+#[derive(Debug, Clone, Default)]
+pub struct Model {
+    pub ir_version: Option<i64>,
+    pub opset_import: Vec<OperatorSetIdProto>,
+    pub producer_name: Option<String>,
+    pub producer_version: Option<String>,
+    pub domain: Option<String>,
+    pub model_version: Option<i64>,
+    pub doc_string: Option<String>,
+    pub graph: Graph,
+    pub metadata_props: Vec<StringStringEntryProto>,
+    /// Training graphs are carried through untouched (no rule rewrites them).
+    pub training_info: Vec<TrainingInfoProto>,
+    /// Model-local functions, carried through untouched.
+    pub functions: Vec<FunctionProto>,
+    pub configuration: Vec<DeviceConfigurationProto>,
+}
+
+impl Model {
+    /// The imported version of an operator set (`""`/`ai.onnx` are the same domain).
+    pub fn opset(&self, domain: &str) -> Option<i64> {
+        let want = if domain == "ai.onnx" { "" } else { domain };
+        self.opset_import.iter().find_map(|o| {
+            let d = match o.domain.as_deref() {
+                None | Some("ai.onnx") => "",
+                Some(d) => d,
+            };
+            (d == want).then_some(o.version.unwrap_or(0))
+        })
+    }
+}
+
+impl Graph {
+    pub fn value(&self, v: ValueId) -> &Value {
+        &self.values[v.index()]
+    }
+    pub fn value_name(&self, v: ValueId) -> &str {
+        &self.values[v.index()].name
+    }
+    pub fn node(&self, n: NodeId) -> &Node {
+        &self.nodes[n]
+    }
+    pub fn node_mut(&mut self, n: NodeId) -> &mut Node {
+        &mut self.nodes[n]
+    }
+    pub fn node_count(&self) -> usize {
+        self.nodes.node_count()
+    }
+
+    /// Add a value with a given name and origin; the caller keeps names unique.
+    pub fn add_value(&mut self, name: String, origin: Origin) -> ValueId {
+        let id = ValueId(self.values.len() as u32);
+        self.values.push(Value { name, origin });
+        id
+    }
+
+    /// A name not used by any value of this graph, derived from `base`.
+    pub fn fresh_name(&self, base: &str) -> String {
+        let taken: std::collections::HashSet<&str> =
+            self.values.iter().map(|v| v.name.as_str()).collect();
+        if !taken.contains(base) {
+            return base.to_string();
+        }
+        (1u64..)
+            .map(|i| format!("{base}__{i}"))
+            .find(|n| !taken.contains(n.as_str()))
+            .unwrap_or_default()
+    }
+
+    /// Insert a node into the graph (after `after` in the write order, or at the end), with
+    /// edges from the producers of its inputs. Its outputs' origins are set to it.
+    pub fn insert_node(&mut self, node: Node, after: Option<NodeId>) -> NodeId {
+        let inputs = node.inputs.clone();
+        let outputs = node.outputs.clone();
+        let implicit = node.implicit_inputs.clone();
+        let id = self.nodes.add_node(node);
+        for (slot, o) in outputs.iter().enumerate() {
+            if let Some(v) = o {
+                self.values[v.index()].origin = Origin::Node {
+                    node: id,
+                    slot: slot as u32,
+                };
+            }
+        }
+        for (slot, i) in inputs.iter().enumerate() {
+            if let Some(v) = i {
+                self.connect(*v, id, slot as u32);
+            }
+        }
+        for v in implicit {
+            self.connect(v, id, IMPLICIT_SLOT);
+        }
+        let pos = after
+            .and_then(|a| self.order.iter().position(|&n| n == a))
+            .map(|p| p + 1)
+            .unwrap_or(self.order.len());
+        self.order.insert(pos, id);
+        id
+    }
+
+    fn connect(&mut self, v: ValueId, to: NodeId, slot: u32) {
+        if let Origin::Node { node, .. } = self.values[v.index()].origin {
+            if self.nodes.contains_node(node) {
+                self.nodes.add_edge(node, to, Edge { value: v, slot });
+            }
+        }
+    }
+
+    /// Remove a node and its edges. Its output values stay (origin left dangling as `Unbound`)
+    /// so a patch can re-point them.
+    pub fn remove_node(&mut self, n: NodeId) -> Option<Node> {
+        let node = self.nodes.remove_node(n)?;
+        for v in node.outputs.iter().flatten() {
+            if matches!(self.values[v.index()].origin, Origin::Node { node, .. } if node == n) {
+                self.values[v.index()].origin = Origin::Unbound;
+            }
+        }
+        self.order.retain(|&x| x != n);
+        Some(node)
+    }
+
+    /// Replace input `slot` of node `n` with `v`, keeping edges in step.
+    pub fn set_input(&mut self, n: NodeId, slot: usize, v: Option<ValueId>) {
+        let old: Vec<_> = self
+            .nodes
+            .edges_directed(n, Direction::Incoming)
+            .filter(|e| e.weight().slot == slot as u32)
+            .map(|e| e.id())
+            .collect();
+        for e in old {
+            self.nodes.remove_edge(e);
+        }
+        let node = &mut self.nodes[n];
+        if node.inputs.len() <= slot {
+            node.inputs.resize(slot + 1, None);
+        }
+        node.inputs[slot] = v;
+        if let Some(v) = v {
+            self.connect(v, n, slot as u32);
+        }
+    }
+
+    /// Every consumer of every value: `(node, input slot)` lists indexed by value id.
+    /// Implicit (subgraph) uses appear with [`IMPLICIT_SLOT`].
+    pub fn consumers(&self) -> Vec<Vec<(NodeId, u32)>> {
+        let mut c = vec![Vec::new(); self.values.len()];
+        for &n in &self.order {
+            let node = &self.nodes[n];
+            for (slot, v) in node.inputs.iter().enumerate() {
+                if let Some(v) = v {
+                    c[v.index()].push((n, slot as u32));
+                }
+            }
+            for v in &node.implicit_inputs {
+                c[v.index()].push((n, IMPLICIT_SLOT));
+            }
+        }
+        c
+    }
+
+    /// Nodes in a topological order (ties broken by write order), or the nodes of a cycle.
+    pub fn topo_order(&self) -> Result<Vec<NodeId>, Vec<NodeId>> {
+        let pos: HashMap<NodeId, usize> =
+            self.order.iter().enumerate().map(|(i, &n)| (n, i)).collect();
+        let mut indeg: HashMap<NodeId, usize> = self.order.iter().map(|&n| (n, 0)).collect();
+        for e in self.nodes.edge_references() {
+            *indeg.entry(e.target()).or_default() += 1;
+        }
+        let mut ready: std::collections::BinaryHeap<std::cmp::Reverse<(usize, u32)>> = self
+            .order
+            .iter()
+            .filter(|n| indeg[n] == 0)
+            .map(|&n| std::cmp::Reverse((pos[&n], n.index() as u32)))
+            .collect();
+        let mut out = Vec::with_capacity(self.order.len());
+        while let Some(std::cmp::Reverse((_, idx))) = ready.pop() {
+            let n = NodeIndex::new(idx as usize);
+            out.push(n);
+            for e in self.nodes.edges_directed(n, Direction::Outgoing) {
+                let t = e.target();
+                if let (Some(d), Some(&p)) = (indeg.get_mut(&t), pos.get(&t)) {
+                    *d -= 1;
+                    if *d == 0 {
+                        ready.push(std::cmp::Reverse((p, t.index() as u32)));
+                    }
+                }
+            }
+        }
+        if out.len() == self.order.len() {
+            Ok(out)
+        } else {
+            let done: std::collections::HashSet<NodeId> = out.into_iter().collect();
+            Err(self
+                .order
+                .iter()
+                .copied()
+                .filter(|n| !done.contains(n))
+                .collect())
+        }
+    }
+
+    /// The initializer of a value, if it has one.
+    pub fn initializer(&self, v: ValueId) -> Option<&TensorProto> {
+        self.initializers
+            .iter()
+            .find(|i| i.value == v)
+            .map(|i| &i.tensor)
+    }
+
+    /// Visit this graph and every subgraph below it, depth first, with the nesting depth.
+    pub fn walk<'a>(&'a self, depth: usize, f: &mut dyn FnMut(&'a Graph, usize)) {
+        f(self, depth);
+        for &n in &self.order {
+            for a in &self.nodes[n].attributes {
+                if let Some(g) = &a.g {
+                    g.walk(depth + 1, f);
+                }
+                for g in &a.graphs {
+                    g.walk(depth + 1, f);
+                }
+            }
+        }
+    }
+}
