@@ -7,8 +7,8 @@ use std::collections::HashMap;
 use crate::error::{Error, Result};
 use crate::io::external::{external_ref, is_external, ExternalData};
 use crate::ir::{
-    Attribute, Edge, Graph, Initializer, Model, Node, NodeId, Origin, SparseInitializer,
-    ValueId, ValueInfo, IMPLICIT_SLOT,
+    Attribute, Edge, Graph, Initializer, Model, Node, NodeId, Origin, SparseInitializer, ValueId,
+    ValueInfo, IMPLICIT_SLOT,
 };
 use crate::proto::{AttributeProto, GraphProto, ModelProto, NodeProto, TensorProto};
 use crate::tensor::{check_tensor, raw_size};
@@ -130,7 +130,10 @@ impl Ctx<'_> {
             }
             let v = g.add_value(name.clone(), Origin::Input);
             defined.insert(name, v);
-            g.inputs.push(ValueInfo { value: v, proto: vi });
+            g.inputs.push(ValueInfo {
+                value: v,
+                proto: vi,
+            });
         }
 
         // Dense initializers (an initializer may share its name with a graph input).
@@ -153,7 +156,10 @@ impl Ctx<'_> {
                     v
                 }
             };
-            g.initializers.push(Initializer { value: v, tensor: t });
+            g.initializers.push(Initializer {
+                value: v,
+                tensor: t,
+            });
         }
         for (i, st) in sparse_initializer.into_iter().enumerate() {
             let name = st
@@ -183,7 +189,10 @@ impl Ctx<'_> {
                     v
                 }
             };
-            g.sparse_initializers.push(SparseInitializer { value: v, tensor: st });
+            g.sparse_initializers.push(SparseInitializer {
+                value: v,
+                tensor: st,
+            });
         }
 
         // Pass 1: nodes and the values they produce, so later nodes may be read before
@@ -263,7 +272,9 @@ impl Ctx<'_> {
         // Pass 2: resolve inputs (locally, else in enclosing scopes) and import subgraphs.
         let mut outer_refs: Vec<String> = Vec::new();
         let mut outer_ids: HashMap<String, ValueId> = HashMap::new();
-        let resolve_outer = |name: &str, g: &mut Graph, outer_refs: &mut Vec<String>,
+        let resolve_outer = |name: &str,
+                             g: &mut Graph,
+                             outer_refs: &mut Vec<String>,
                              outer_ids: &mut HashMap<String, ValueId>|
          -> Option<ValueId> {
             if let Some(&v) = outer_ids.get(name) {
@@ -373,7 +384,10 @@ impl Ctx<'_> {
                         ))
                     })?,
             };
-            g.outputs.push(ValueInfo { value: v, proto: vi });
+            g.outputs.push(ValueInfo {
+                value: v,
+                proto: vi,
+            });
         }
 
         // value_info may name values that no longer exist; they are kept as unbound labels.
@@ -390,7 +404,10 @@ impl Ctx<'_> {
                     v
                 }
             };
-            g.value_info.push(ValueInfo { value: v, proto: vi });
+            g.value_info.push(ValueInfo {
+                value: v,
+                proto: vi,
+            });
         }
 
         if let Err(cycle) = g.topo_order() {
@@ -461,8 +478,21 @@ pub fn check_attribute(a: &AttributeProto) -> std::result::Result<(), String> {
     }
     let type_name = |t: i32| -> &'static str {
         [
-            "UNDEFINED", "FLOAT", "INT", "STRING", "TENSOR", "GRAPH", "FLOATS", "INTS", "STRINGS",
-            "TENSORS", "GRAPHS", "SPARSE_TENSOR", "SPARSE_TENSORS", "TYPE_PROTO", "TYPE_PROTOS",
+            "UNDEFINED",
+            "FLOAT",
+            "INT",
+            "STRING",
+            "TENSOR",
+            "GRAPH",
+            "FLOATS",
+            "INTS",
+            "STRINGS",
+            "TENSORS",
+            "GRAPHS",
+            "SPARSE_TENSOR",
+            "SPARSE_TENSORS",
+            "TYPE_PROTO",
+            "TYPE_PROTOS",
         ][t as usize]
     };
     if a.ref_attr_name.as_deref().is_some_and(|r| !r.is_empty()) {

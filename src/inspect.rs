@@ -42,7 +42,11 @@ pub fn summarize(m: &Model) -> Summary {
     for o in &m.opset_import {
         let d = o.domain.as_deref().unwrap_or("");
         s.opsets.push((
-            if d.is_empty() { "ai.onnx".into() } else { d.into() },
+            if d.is_empty() {
+                "ai.onnx".into()
+            } else {
+                d.into()
+            },
             o.version.unwrap_or(0),
         ));
     }
@@ -51,12 +55,22 @@ pub fn summarize(m: &Model) -> Summary {
         .inputs
         .iter()
         .filter(|i| g.initializer(i.value).is_none())
-        .map(|i| (g.value_name(i.value).to_string(), type_string(i.proto.r#type.as_ref())))
+        .map(|i| {
+            (
+                g.value_name(i.value).to_string(),
+                type_string(i.proto.r#type.as_ref()),
+            )
+        })
         .collect();
     s.outputs = g
         .outputs
         .iter()
-        .map(|i| (g.value_name(i.value).to_string(), type_string(i.proto.r#type.as_ref())))
+        .map(|i| {
+            (
+                g.value_name(i.value).to_string(),
+                type_string(i.proto.r#type.as_ref()),
+            )
+        })
         .collect();
     m.graph.walk(0, &mut |g: &Graph, depth| {
         if depth > 0 {

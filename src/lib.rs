@@ -36,8 +36,7 @@ pub struct Document {
 pub fn load(path: &Path) -> Result<Document> {
     let mut source = io::load_model(path)?;
     let proto = std::mem::take(&mut source.proto);
-    let model =
-        import::import_model(proto, Some(&source.external)).map_err(|e| e.in_file(path))?;
+    let model = import::import_model(proto, Some(&source.external)).map_err(|e| e.in_file(path))?;
     Ok(Document { model, source })
 }
 

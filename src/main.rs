@@ -59,7 +59,10 @@ fn main() -> ExitCode {
         Some(Command::Inspect { model, ir }) => inspect(&model, ir),
         None => match (cli.compile.model, cli.compile.target) {
             (Some(model), Some(target)) => compile(&model, &target, cli.compile.output.as_deref()),
-            _ => Err(Error::new(ErrorKind::Usage, "a MODEL and --target are required")),
+            _ => Err(Error::new(
+                ErrorKind::Usage,
+                "a MODEL and --target are required",
+            )),
         },
     };
     match result {
@@ -123,7 +126,11 @@ fn compile(model: &Path, target: &str, output: Option<&Path>) -> Result<u8, Erro
         summary
             .external_file
             .as_ref()
-            .map(|p| format!(", external data {} bytes in {}", summary.external_bytes, p.display()))
+            .map(|p| format!(
+                ", external data {} bytes in {}",
+                summary.external_bytes,
+                p.display()
+            ))
             .unwrap_or_default(),
         start.elapsed().as_secs_f64() * 1000.0
     );
@@ -137,7 +144,10 @@ fn emit(text: &str) -> Result<(), Error> {
     match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        Err(e) => Err(Error::new(ErrorKind::Io, format!("cannot write to stdout: {e}"))),
+        Err(e) => Err(Error::new(
+            ErrorKind::Io,
+            format!("cannot write to stdout: {e}"),
+        )),
     }
 }
 

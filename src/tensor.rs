@@ -167,8 +167,8 @@ pub fn check_tensor(t: &TensorProto) -> Result<u64, String> {
         if let Some((field, _)) = used.first() {
             return Err(format!("carries both raw_data and {field}"));
         }
-        let want = raw_size(ty, n)
-            .ok_or_else(|| format!("shape {:?} overflows its byte size", t.dims))?;
+        let want =
+            raw_size(ty, n).ok_or_else(|| format!("shape {:?} overflows its byte size", t.dims))?;
         if raw.len() as u64 != want {
             return Err(format!(
                 "declares shape {:?} of {} ({want} bytes) but raw_data holds {} bytes",

@@ -96,7 +96,9 @@ impl ExternalData {
             return Err(err("external data location is empty".into()));
         }
         if location.contains('\0') {
-            return Err(err(format!("external data location {location:?} contains a NUL byte")));
+            return Err(err(format!(
+                "external data location {location:?} contains a NUL byte"
+            )));
         }
         let rel = Path::new(location);
         let mut depth: i64 = 0;

@@ -33,7 +33,10 @@ impl LoadedModel {
 /// Decode ONNX protobuf bytes; errors say what is wrong, never panic.
 pub fn decode_model(bytes: Bytes) -> Result<ModelProto> {
     if bytes.is_empty() {
-        return Err(Error::new(ErrorKind::Decode, "the file is empty, not an ONNX model"));
+        return Err(Error::new(
+            ErrorKind::Decode,
+            "the file is empty, not an ONNX model",
+        ));
     }
     ModelProto::decode(bytes).map_err(|e| {
         Error::new(

@@ -76,7 +76,8 @@ impl TempFile {
         Err(Error::new(ErrorKind::Io, "cannot find a free temporary file name").in_file(final_path))
     }
     fn persist(mut self, to: &Path) -> Result<()> {
-        std::fs::rename(&self.path, to).map_err(|e| Error::io(to, "cannot move output into place", e))?;
+        std::fs::rename(&self.path, to)
+            .map_err(|e| Error::io(to, "cannot move output into place", e))?;
         self.keep = true;
         Ok(())
     }
@@ -92,7 +93,10 @@ impl Drop for TempFile {
 
 /// Visit every tensor of a model that could hold external data (initializers, sparse
 /// initializers and attribute tensors of all graphs, training graphs included).
-fn for_each_tensor_mut(m: &mut ModelProto, f: &mut dyn FnMut(&mut TensorProto) -> Result<()>) -> Result<()> {
+fn for_each_tensor_mut(
+    m: &mut ModelProto,
+    f: &mut dyn FnMut(&mut TensorProto) -> Result<()>,
+) -> Result<()> {
     fn graph(g: &mut GraphProto, f: &mut dyn FnMut(&mut TensorProto) -> Result<()>) -> Result<()> {
         for t in &mut g.initializer {
             f(t)?;
@@ -184,7 +188,8 @@ pub fn save_model(
             }
             let data = ext.read(&r)?;
             offset = offset.div_ceil(EXTERNAL_ALIGN) * EXTERNAL_ALIGN;
-            let mut entries: Vec<StringStringEntryProto> = Vec::with_capacity(t.external_data.len());
+            let mut entries: Vec<StringStringEntryProto> =
+                Vec::with_capacity(t.external_data.len());
             for e in &t.external_data {
                 let v = match e.key.as_deref() {
                     Some("location") => Some(data_name.clone()),
@@ -192,9 +197,15 @@ pub fn save_model(
                     Some("length") => Some(data.len().to_string()),
                     _ => e.value.clone(),
                 };
-                entries.push(StringStringEntryProto { key: e.key.clone(), value: v });
+                entries.push(StringStringEntryProto {
+                    key: e.key.clone(),
+                    value: v,
+                });
             }
-            for (k, v) in [("offset", offset.to_string()), ("length", data.len().to_string())] {
+            for (k, v) in [
+                ("offset", offset.to_string()),
+                ("length", data.len().to_string()),
+            ] {
                 if !entries.iter().any(|e| e.key.as_deref() == Some(k)) {
                     entries.push(StringStringEntryProto {
                         key: Some(k.to_string()),
@@ -452,7 +463,11 @@ pub fn write_model<W: PayloadWrite>(c: &mut W, m: &ModelProto) -> std::io::Resul
     put_message(c, &mut scratch, &tail)
 }
 
-fn write_graph<W: PayloadWrite>(w: &mut W, scratch: &mut Vec<u8>, g: &GraphProto) -> std::io::Result<()> {
+fn write_graph<W: PayloadWrite>(
+    w: &mut W,
+    scratch: &mut Vec<u8>,
+    g: &GraphProto,
+) -> std::io::Result<()> {
     // node = 1, name = 2
     for n in &g.node {
         scratch.clear();
@@ -483,7 +498,11 @@ fn write_graph<W: PayloadWrite>(w: &mut W, scratch: &mut Vec<u8>, g: &GraphProto
     put_message(w, scratch, &tail)
 }
 
-fn write_tensor<W: PayloadWrite>(w: &mut W, scratch: &mut Vec<u8>, t: &TensorProto) -> std::io::Result<()> {
+fn write_tensor<W: PayloadWrite>(
+    w: &mut W,
+    scratch: &mut Vec<u8>,
+    t: &TensorProto,
+) -> std::io::Result<()> {
     let raw = match &t.raw_data {
         Some(r) if r.len() >= STREAM_THRESHOLD => r,
         _ => return put_message(w, scratch, t),

@@ -19,7 +19,9 @@ pub fn type_string(t: Option<&TypeProto>) -> String {
                         .dim
                         .iter()
                         .map(|d| match &d.value {
-                            Some(tensor_shape_proto::dimension::Value::DimValue(v)) => v.to_string(),
+                            Some(tensor_shape_proto::dimension::Value::DimValue(v)) => {
+                                v.to_string()
+                            }
                             Some(tensor_shape_proto::dimension::Value::DimParam(p)) => p.clone(),
                             None => "?".to_string(),
                         })
@@ -75,6 +77,29 @@ pub fn tensor_bytes(t: &TensorProto) -> u64 {
         + t.string_data.iter().map(|s| s.len()).sum::<usize>()) as u64
 }
 
+/// FNV-1a (64-bit) of a tensor's payload fields, so dumps change when weights change.
+/// Constants from the FNV specification: offset basis 0xcbf29ce484222325, prime 0x100000001b3.
+pub fn payload_hash(t: &TensorProto) -> u64 {
+    use prost::Message;
+    let payload = TensorProto {
+        float_data: t.float_data.clone(),
+        int32_data: t.int32_data.clone(),
+        string_data: t.string_data.clone(),
+        int64_data: t.int64_data.clone(),
+        raw_data: t.raw_data.clone(),
+        double_data: t.double_data.clone(),
+        uint64_data: t.uint64_data.clone(),
+        external_data: t.external_data.clone(),
+        ..Default::default()
+    };
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in payload.encode_to_vec() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
 fn tensor_summary(t: &TensorProto) -> String {
     let dims: Vec<String> = t.dims.iter().map(|d| d.to_string()).collect();
     let ext = if crate::io::external::is_external(t) {
@@ -83,10 +108,11 @@ fn tensor_summary(t: &TensorProto) -> String {
         ""
     };
     format!(
-        "{}[{}] ({} bytes{ext})",
+        "{}[{}] ({} bytes{ext}, #{:016x})",
         dtype_name(t.data_type.unwrap_or(0)),
         dims.join(","),
-        tensor_bytes(t)
+        tensor_bytes(t),
+        payload_hash(t)
     )
 }
 
@@ -98,7 +124,10 @@ fn attr_value(a: &Attribute) -> String {
     match p.r#type.unwrap_or(0) {
         1 => format!("{:?}", p.f.unwrap_or(0.0)),
         2 => p.i.unwrap_or(0).to_string(),
-        3 => format!("{:?}", String::from_utf8_lossy(p.s.as_deref().unwrap_or(&[]))),
+        3 => format!(
+            "{:?}",
+            String::from_utf8_lossy(p.s.as_deref().unwrap_or(&[]))
+        ),
         4 => p.t.as_ref().map(tensor_summary).unwrap_or_default(),
         5 => "<graph>".to_string(),
         6 => format!("{:?}", p.floats),
@@ -112,7 +141,11 @@ fn attr_value(a: &Attribute) -> String {
         ),
         9 => format!(
             "[{}]",
-            p.tensors.iter().map(tensor_summary).collect::<Vec<_>>().join(", ")
+            p.tensors
+                .iter()
+                .map(tensor_summary)
+                .collect::<Vec<_>>()
+                .join(", ")
         ),
         10 => format!("<{} graphs>", a.graphs.len()),
         11 => "<sparse tensor>".to_string(),
@@ -201,12 +234,18 @@ pub fn dump_graph(g: &Graph, indent: usize, s: &mut String) {
         let outs: Vec<String> = n
             .outputs
             .iter()
-            .map(|o| o.map(|v| format!("%{}", g.value_name(v))).unwrap_or_else(|| "_".into()))
+            .map(|o| {
+                o.map(|v| format!("%{}", g.value_name(v)))
+                    .unwrap_or_else(|| "_".into())
+            })
             .collect();
         let ins: Vec<String> = n
             .inputs
             .iter()
-            .map(|o| o.map(|v| format!("%{}", g.value_name(v))).unwrap_or_else(|| "_".into()))
+            .map(|o| {
+                o.map(|v| format!("%{}", g.value_name(v)))
+                    .unwrap_or_else(|| "_".into())
+            })
             .collect();
         let op = if n.domain().is_empty() {
             n.op_type.clone()

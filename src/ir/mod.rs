@@ -13,8 +13,8 @@ use petgraph::Direction;
 
 use crate::proto::{
     AttributeProto, DeviceConfigurationProto, FunctionProto, NodeDeviceConfigurationProto,
-    OperatorSetIdProto, SparseTensorProto, StringStringEntryProto, TensorAnnotation,
-    TensorProto, TrainingInfoProto, ValueInfoProto,
+    OperatorSetIdProto, SparseTensorProto, StringStringEntryProto, TensorAnnotation, TensorProto,
+    TrainingInfoProto, ValueInfoProto,
 };
 
 /// A node (operator) of a graph.
@@ -335,8 +335,12 @@ impl Graph {
 
     /// Nodes in a topological order (ties broken by write order), or the nodes of a cycle.
     pub fn topo_order(&self) -> Result<Vec<NodeId>, Vec<NodeId>> {
-        let pos: HashMap<NodeId, usize> =
-            self.order.iter().enumerate().map(|(i, &n)| (n, i)).collect();
+        let pos: HashMap<NodeId, usize> = self
+            .order
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| (n, i))
+            .collect();
         let mut indeg: HashMap<NodeId, usize> = self.order.iter().map(|&n| (n, 0)).collect();
         for e in self.nodes.edge_references() {
             *indeg.entry(e.target()).or_default() += 1;
