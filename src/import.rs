@@ -230,6 +230,9 @@ impl Ctx<'_> {
                 metadata_props,
                 device_configurations,
             };
+            if let Some(n) = node.name.as_deref() {
+                g.reserve_name(n);
+            }
             let id = g.nodes.add_node(node);
             g.order.push(id);
             let mut outputs = Vec::with_capacity(output.len());

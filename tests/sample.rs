@@ -5,7 +5,9 @@ mod common;
 
 #[test]
 fn sample_regenerates_identically() {
-    let Some(py) = common::venv_python() else { return };
+    let Some(py) = common::venv_python() else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("ocr_tiny.onnx");
     let o = std::process::Command::new(py)

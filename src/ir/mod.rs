@@ -170,6 +170,16 @@ pub struct Graph {
     pub sparse_initializers: Vec<SparseInitializer>,
     pub quantization_annotation: Vec<TensorAnnotation>,
     pub metadata_props: Vec<StringStringEntryProto>,
+    /// Hashes of every value and node name in use, so fresh names are found in O(1).
+    /// A hash collision only makes a name look taken (never a duplicate name).
+    pub(crate) taken_names: std::collections::HashSet<u64>,
+}
+
+fn name_hash(s: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    s.hash(&mut h);
+    h.finish()
 }
 
 /// A whole model.
@@ -222,24 +232,36 @@ impl Graph {
         self.nodes.node_count()
     }
 
-    /// Add a value with a given name and origin; the caller keeps names unique.
+    /// Add a value with a given name and origin; the caller keeps names unique
+    /// (see [`Graph::fresh_name`]).
     pub fn add_value(&mut self, name: String, origin: Origin) -> ValueId {
         let id = ValueId(self.values.len() as u32);
+        self.taken_names.insert(name_hash(&name));
         self.values.push(Value { name, origin });
         id
     }
 
-    /// A name not used by any value of this graph, derived from `base`.
-    pub fn fresh_name(&self, base: &str) -> String {
-        let taken: std::collections::HashSet<&str> =
-            self.values.iter().map(|v| v.name.as_str()).collect();
-        if !taken.contains(base) {
-            return base.to_string();
+    /// Record a node name as used.
+    pub fn reserve_name(&mut self, name: &str) {
+        self.taken_names.insert(name_hash(name));
+    }
+
+    /// Rename a value (the new name should come from [`Graph::fresh_name`]).
+    pub fn rename_value(&mut self, v: ValueId, name: String) {
+        self.taken_names.insert(name_hash(&name));
+        self.values[v.index()].name = name;
+    }
+
+    /// A value or node name not used in this graph, derived from `base`; reserved on return.
+    pub fn fresh_name(&mut self, base: &str) -> String {
+        let mut candidate = base.to_string();
+        let mut i = 0u64;
+        while self.taken_names.contains(&name_hash(&candidate)) {
+            i += 1;
+            candidate = format!("{base}_{i}");
         }
-        (1u64..)
-            .map(|i| format!("{base}__{i}"))
-            .find(|n| !taken.contains(n.as_str()))
-            .unwrap_or_default()
+        self.taken_names.insert(name_hash(&candidate));
+        candidate
     }
 
     /// Insert a node into the graph (after `after` in the write order, or at the end), with

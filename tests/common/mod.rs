@@ -186,3 +186,76 @@ pub fn sha(path: &Path) -> Vec<u8> {
     // Not cryptographic: only "did the file change", so the whole content is enough.
     std::fs::read(path).unwrap_or_default()
 }
+
+/// Run two models on ONNX Runtime (CPU, Python venv) with the same random inputs and assert
+/// every output agrees within `rtol` (relative to max |reference|) — an independent check.
+/// Symbolic dims are set to `dim`. Returns the report line.
+pub fn ort_equal(original: &Path, rewritten: &Path, dim: i64, rtol: f64) -> String {
+    let Some(py) = venv_python() else {
+        return "skipped".into();
+    };
+    let script = r#"
+import sys, numpy as np, onnxruntime as ort
+a, b, dim, rtol = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+so = ort.SessionOptions(); so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+sa = ort.InferenceSession(a, so, providers=["CPUExecutionProvider"])
+sb = ort.InferenceSession(b, so, providers=["CPUExecutionProvider"])
+rng = np.random.default_rng(0)
+feeds = {}
+types = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64,
+         "tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(bool)": np.bool_}
+for i in sa.get_inputs():
+    shape = [d if isinstance(d, int) and d > 0 else dim for d in i.shape]
+    t = types[i.type]
+    if np.issubdtype(t, np.floating):
+        feeds[i.name] = rng.standard_normal(shape).astype(t)
+    else:
+        feeds[i.name] = rng.integers(0, 2, shape).astype(t)
+names = [o.name for o in sa.get_outputs()]
+assert names == [o.name for o in sb.get_outputs()], ("output names differ", names, [o.name for o in sb.get_outputs()])
+ra = sa.run(None, feeds); rb = sb.run(None, feeds)
+worst = 0.0
+for n, x, y in zip(names, ra, rb):
+    assert x.shape == y.shape, (n, x.shape, y.shape)
+    scale = max(float(np.abs(x).max()) if x.size else 0.0, 1e-6)
+    err = float(np.abs(x.astype(np.float64) - y.astype(np.float64)).max()) / scale if x.size else 0.0
+    worst = max(worst, err)
+    assert err <= rtol, f"output {n}: relative error {err} > {rtol}"
+print(f"{len(names)} outputs equal, worst relative error {worst:.3g}")
+"#;
+    let o = std::process::Command::new(py)
+        .args(["-c", script])
+        .arg(original)
+        .arg(rewritten)
+        .arg(dim.to_string())
+        .arg(rtol.to_string())
+        .output()
+        .expect("python runs");
+    assert!(
+        o.status.success(),
+        "ONNX Runtime comparison of {} and {} failed:\n{}",
+        original.display(),
+        rewritten.display(),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).trim().to_string()
+}
+
+/// onnx.checker.check_model(full_check=True) in the venv.
+pub fn onnx_check(path: &Path) {
+    let Some(py) = venv_python() else { return };
+    let o = std::process::Command::new(py)
+        .args([
+            "-c",
+            "import sys, onnx; onnx.checker.check_model(onnx.load(sys.argv[1]), full_check=True)",
+        ])
+        .arg(path)
+        .output()
+        .expect("python runs");
+    assert!(
+        o.status.success(),
+        "onnx.checker rejects {}:\n{}",
+        path.display(),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}

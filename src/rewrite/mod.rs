@@ -1,0 +1,5 @@
+//! Rewrites: the patch type and the actions rules ask for.
+
+pub mod patch;
+
+pub use patch::{AttrValue, PValue, Patch, PatchError, ORIGIN_KEY, RULE_KEY};

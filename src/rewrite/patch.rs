@@ -1,0 +1,450 @@
+//! Rewrites are patch objects: a description of nodes, values and initializers to add, nodes
+//! to remove and uses to re-point, labelled with the rule that made it. A patch is checked
+//! before anything changes and applied whole, so a failing rewrite leaves the graph as it was.
+
+use std::collections::HashMap;
+
+use crate::ir::{Attribute, Graph, Initializer, Node, NodeId, Origin, ValueId, IMPLICIT_SLOT};
+use crate::proto::{attribute_proto::AttributeType, AttributeProto, TensorProto};
+
+/// Metadata key stamped on every node a rule creates: the rule's id.
+pub const RULE_KEY: &str = "onnx_safeify.rule";
+/// Metadata key stamped on every node a rule creates: the name of the node it came from.
+pub const ORIGIN_KEY: &str = "onnx_safeify.origin";
+
+/// A value a patch refers to: one already in the graph, or one the patch creates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PValue {
+    Existing(ValueId),
+    New(usize),
+}
+
+/// An attribute value for a new node.
+#[derive(Debug, Clone)]
+pub enum AttrValue {
+    Float(f32),
+    Int(i64),
+    String(String),
+    Floats(Vec<f32>),
+    Ints(Vec<i64>),
+    Tensor(TensorProto),
+}
+
+impl AttrValue {
+    pub fn to_proto(&self, name: &str) -> AttributeProto {
+        let mut a = AttributeProto {
+            name: Some(name.to_string()),
+            ..Default::default()
+        };
+        match self {
+            AttrValue::Float(f) => {
+                a.r#type = Some(AttributeType::Float as i32);
+                a.f = Some(*f);
+            }
+            AttrValue::Int(i) => {
+                a.r#type = Some(AttributeType::Int as i32);
+                a.i = Some(*i);
+            }
+            AttrValue::String(s) => {
+                a.r#type = Some(AttributeType::String as i32);
+                a.s = Some(bytes::Bytes::from(s.clone().into_bytes()));
+            }
+            AttrValue::Floats(v) => {
+                a.r#type = Some(AttributeType::Floats as i32);
+                a.floats = v.clone();
+            }
+            AttrValue::Ints(v) => {
+                a.r#type = Some(AttributeType::Ints as i32);
+                a.ints = v.clone();
+            }
+            AttrValue::Tensor(t) => {
+                a.r#type = Some(AttributeType::Tensor as i32);
+                a.t = Some(t.clone());
+            }
+        }
+        a
+    }
+}
+
+/// A node to add.
+#[derive(Debug, Clone)]
+pub struct NewNode {
+    pub op_type: String,
+    pub domain: String,
+    /// Suffix of the node's name (`<origin>/<suffix>`).
+    pub name_hint: String,
+    pub inputs: Vec<Option<PValue>>,
+    pub outputs: Vec<PValue>,
+    /// Attributes, either built here or carried over from the original node.
+    pub attributes: Vec<AttributeProto>,
+    /// Extra metadata (e.g. `layer_ann`), besides the rule and origin stamps.
+    pub metadata: Vec<(String, String)>,
+}
+
+/// A value to add (produced by a new node, or an initializer).
+#[derive(Debug, Clone)]
+pub struct NewValue {
+    pub name_hint: String,
+}
+
+/// A set of changes labelled with the rule that made them.
+#[derive(Debug, Clone, Default)]
+pub struct Patch {
+    pub rule: String,
+    /// Name of the node the patch rewrites (for the origin stamp and new names).
+    pub origin: String,
+    /// Position: new nodes are written where this node was (or at the end).
+    pub anchor: Option<NodeId>,
+    pub values: Vec<NewValue>,
+    pub initializers: Vec<(usize, TensorProto)>,
+    pub nodes: Vec<NewNode>,
+    pub remove: Vec<NodeId>,
+    /// Every use of the first value (node inputs, graph outputs) becomes the second.
+    pub replace: Vec<(ValueId, PValue)>,
+    /// Metadata to set on existing nodes (e.g. a CPU annotation).
+    pub annotate: Vec<(NodeId, String, String)>,
+}
+
+/// Why a patch was refused.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PatchError(pub String);
+
+impl std::fmt::Display for PatchError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl Patch {
+    pub fn new(rule: &str, origin: &str, anchor: Option<NodeId>) -> Self {
+        Patch {
+            rule: rule.to_string(),
+            origin: origin.to_string(),
+            anchor,
+            ..Default::default()
+        }
+    }
+
+    /// A new value; `hint` becomes part of its name.
+    pub fn value(&mut self, hint: &str) -> PValue {
+        self.values.push(NewValue {
+            name_hint: hint.to_string(),
+        });
+        PValue::New(self.values.len() - 1)
+    }
+
+    /// A new initializer value holding `t` (its name is set on apply).
+    pub fn initializer(&mut self, hint: &str, t: TensorProto) -> PValue {
+        let v = self.value(hint);
+        if let PValue::New(i) = v {
+            self.initializers.push((i, t));
+        }
+        v
+    }
+
+    /// Add a node with `n_out` new output values; returns them.
+    pub fn node(
+        &mut self,
+        op: &str,
+        domain: &str,
+        inputs: &[Option<PValue>],
+        attributes: Vec<AttributeProto>,
+        n_out: usize,
+    ) -> Vec<PValue> {
+        let base = op.to_ascii_lowercase();
+        let outputs: Vec<PValue> = (0..n_out).map(|_| self.value(&base)).collect();
+        self.nodes.push(NewNode {
+            op_type: op.to_string(),
+            domain: domain.to_string(),
+            name_hint: op.to_string(),
+            inputs: inputs.to_vec(),
+            outputs: outputs.clone(),
+            attributes,
+            metadata: Vec::new(),
+        });
+        outputs
+    }
+
+    /// A default-domain node with all inputs present and one output.
+    pub fn op(&mut self, op: &str, inputs: &[PValue], attrs: &[(&str, AttrValue)]) -> PValue {
+        let ins: Vec<Option<PValue>> = inputs.iter().map(|v| Some(*v)).collect();
+        let attributes = attrs.iter().map(|(n, v)| v.to_proto(n)).collect();
+        self.node(op, "", &ins, attributes, 1)[0]
+    }
+
+    /// Remove a node (its outputs must be replaced or unused).
+    pub fn remove(&mut self, n: NodeId) {
+        if !self.remove.contains(&n) {
+            self.remove.push(n);
+        }
+    }
+
+    /// Re-point every use of `old` to `new`.
+    pub fn replace(&mut self, old: ValueId, new: PValue) {
+        self.replace.push((old, new));
+    }
+
+    /// Apply to `g`, all or nothing. Returns the ids of the nodes created.
+    pub fn apply(self, g: &mut Graph) -> Result<Vec<NodeId>, PatchError> {
+        self.check(g)?;
+        let Patch {
+            rule,
+            origin,
+            anchor,
+            values,
+            initializers,
+            nodes,
+            remove,
+            replace,
+            annotate,
+        } = self;
+        let prefix = if origin.is_empty() {
+            rule.clone()
+        } else {
+            origin.clone()
+        };
+
+        // Values: names derived from the origin, unique in the graph.
+        let mut ids: Vec<ValueId> = Vec::with_capacity(values.len());
+        for v in &values {
+            let name = g.fresh_name(&format!("{prefix}/{}", v.name_hint));
+            ids.push(g.add_value(name, Origin::Unbound));
+        }
+        let resolve = |p: PValue| -> ValueId {
+            match p {
+                PValue::Existing(v) => v,
+                PValue::New(i) => ids[i],
+            }
+        };
+        for (i, mut t) in initializers {
+            let v = ids[i];
+            g.values[v.index()].origin = Origin::Initializer;
+            t.name = Some(g.value_name(v).to_string());
+            g.initializers.push(Initializer {
+                value: v,
+                tensor: t,
+            });
+        }
+
+        // Where new nodes go in the write order: where the anchor (or first removed node) was.
+        let anchor_pos = anchor
+            .or_else(|| remove.first().copied())
+            .and_then(|a| g.order.iter().position(|&n| n == a));
+
+        // Re-point uses before removing nodes, so graph outputs keep their names: when an old
+        // value is a graph output, the new value takes over its name.
+        let mut renames: Vec<(ValueId, ValueId)> = Vec::new();
+        for (old, new) in &replace {
+            let new = resolve(*new);
+            let consumers: Vec<(NodeId, u32)> = g
+                .order
+                .iter()
+                .flat_map(|&n| {
+                    let node = &g.nodes[n];
+                    node.inputs
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, v)| **v == Some(*old))
+                        .map(move |(s, _)| (n, s as u32))
+                        .collect::<Vec<_>>()
+                })
+                .collect();
+            for (n, slot) in consumers {
+                if slot != IMPLICIT_SLOT {
+                    g.set_input(n, slot as usize, Some(new));
+                }
+            }
+            if g.outputs.iter().any(|o| o.value == *old) {
+                renames.push((*old, new));
+                for o in g.outputs.iter_mut() {
+                    if o.value == *old {
+                        o.value = new;
+                    }
+                }
+            }
+            for vi in g.value_info.iter_mut() {
+                if vi.value == *old {
+                    vi.value = new;
+                }
+            }
+        }
+
+        let mut created = Vec::with_capacity(nodes.len());
+        let mut insert_at = anchor_pos.unwrap_or(g.order.len());
+        for nn in nodes {
+            let name = g.fresh_name(&format!("{prefix}/{}", nn.name_hint));
+            let mut node = Node {
+                name: Some(name),
+                op_type: nn.op_type,
+                domain: if nn.domain.is_empty() {
+                    None
+                } else {
+                    Some(nn.domain)
+                },
+                overload: None,
+                inputs: nn.inputs.iter().map(|i| i.map(resolve)).collect(),
+                outputs: nn.outputs.iter().map(|o| Some(resolve(*o))).collect(),
+                implicit_inputs: Vec::new(),
+                attributes: nn
+                    .attributes
+                    .into_iter()
+                    .map(|proto| Attribute {
+                        proto,
+                        g: None,
+                        graphs: Vec::new(),
+                    })
+                    .collect(),
+                doc_string: None,
+                metadata_props: Vec::new(),
+                device_configurations: Vec::new(),
+            };
+            node.set_metadata(RULE_KEY, &rule);
+            if !origin.is_empty() {
+                node.set_metadata(ORIGIN_KEY, &origin);
+            }
+            for (k, v) in &nn.metadata {
+                node.set_metadata(k, v);
+            }
+            let id = g.insert_node(node, None);
+            // insert_node appended it; move it to its place.
+            g.order.pop();
+            g.order.insert(insert_at.min(g.order.len()), id);
+            insert_at += 1;
+            created.push(id);
+        }
+        for (n, k, v) in annotate {
+            if g.nodes.contains_node(n) {
+                g.nodes[n].set_metadata(&k, &v);
+            }
+        }
+        for n in remove {
+            g.remove_node(n);
+        }
+        // A graph output keeps its name: swap names between the old and the new value.
+        for (old, new) in renames {
+            let old_name = g.value_name(old).to_string();
+            let new_name = g.value_name(new).to_string();
+            g.values[old.index()].name = new_name;
+            g.values[new.index()].name = old_name;
+        }
+        // Edges into new nodes whose producers are new nodes created later in this patch.
+        rebuild_edges(g, &created);
+        Ok(created)
+    }
+
+    /// Refuse a patch that refers to values or nodes that do not exist, or that would leave a
+    /// removed node's output in use.
+    fn check(&self, g: &Graph) -> Result<(), PatchError> {
+        let err = |m: String| {
+            Err(PatchError(format!(
+                "rule '{}' at '{}': {m}",
+                self.rule, self.origin
+            )))
+        };
+        let n_new = self.values.len();
+        let ok = |p: &PValue| match p {
+            PValue::Existing(v) => v.index() < g.values.len(),
+            PValue::New(i) => *i < n_new,
+        };
+        let mut produced = vec![false; n_new];
+        for (i, _) in &self.initializers {
+            produced[*i] = true;
+        }
+        for nn in &self.nodes {
+            for i in nn.inputs.iter().flatten() {
+                if !ok(i) {
+                    return err(format!(
+                        "node {} reads a value that does not exist",
+                        nn.op_type
+                    ));
+                }
+            }
+            for o in &nn.outputs {
+                match o {
+                    PValue::New(i) if *i < n_new => {
+                        if produced[*i] {
+                            return err(format!("value #{i} is produced twice"));
+                        }
+                        produced[*i] = true;
+                    }
+                    _ => return err(format!("node {} must produce new values", nn.op_type)),
+                }
+            }
+        }
+        for (i, p) in produced.iter().enumerate() {
+            if !p {
+                return err(format!(
+                    "value #{i} ('{}') has no producer",
+                    self.values[i].name_hint
+                ));
+            }
+        }
+        for n in &self.remove {
+            if !g.nodes.contains_node(*n) {
+                return err("removes a node that does not exist".to_string());
+            }
+        }
+        let replaced: HashMap<ValueId, ()> = self.replace.iter().map(|(o, _)| (*o, ())).collect();
+        for (old, new) in &self.replace {
+            if old.index() >= g.values.len() || !ok(new) {
+                return err("replaces a value that does not exist".to_string());
+            }
+        }
+        // Outputs of removed nodes must be replaced, or used by no surviving node/graph output.
+        let removed: std::collections::HashSet<NodeId> = self.remove.iter().copied().collect();
+        for &n in &self.remove {
+            for v in g.nodes[n].outputs.iter().flatten() {
+                if replaced.contains_key(v) {
+                    continue;
+                }
+                let used_by_survivor = g.order.iter().any(|&m| {
+                    !removed.contains(&m)
+                        && (g.nodes[m].inputs.contains(&Some(*v))
+                            || g.nodes[m].implicit_inputs.contains(v))
+                });
+                let new_reads = self
+                    .nodes
+                    .iter()
+                    .any(|nn| nn.inputs.contains(&Some(PValue::Existing(*v))));
+                if used_by_survivor || new_reads || g.outputs.iter().any(|o| o.value == *v) {
+                    return err(format!(
+                        "removes the producer of '{}' which is still in use",
+                        g.value_name(*v)
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `insert_node` connects inputs whose producers already exist; a patch may add a consumer
+/// before its producer, so connect those edges once every node is in.
+fn rebuild_edges(g: &mut Graph, created: &[NodeId]) {
+    for &n in created {
+        let have: Vec<(ValueId, u32)> = g
+            .nodes
+            .edges_directed(n, petgraph::Direction::Incoming)
+            .map(|e| (e.weight().value, e.weight().slot))
+            .collect();
+        let inputs = g.nodes[n].inputs.clone();
+        for (slot, v) in inputs.iter().enumerate() {
+            let Some(v) = v else { continue };
+            if have.contains(&(*v, slot as u32)) {
+                continue;
+            }
+            if let Origin::Node { node, .. } = g.values[v.index()].origin {
+                if g.nodes.contains_node(node) {
+                    g.nodes.add_edge(
+                        node,
+                        n,
+                        crate::ir::Edge {
+                            value: *v,
+                            slot: slot as u32,
+                        },
+                    );
+                }
+            }
+        }
+    }
+}
