@@ -1,5 +1,7 @@
 //! Rewrites: the patch type and the actions rules ask for.
 
+pub mod consts;
 pub mod patch;
+pub mod split;
 
 pub use patch::{AttrValue, PValue, Patch, PatchError, ORIGIN_KEY, RULE_KEY};
