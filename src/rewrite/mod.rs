@@ -1,6 +1,7 @@
 //! Rewrites: the patch type and the actions rules ask for.
 
 pub mod consts;
+pub mod cpu;
 pub mod patch;
 pub mod split;
 

@@ -191,6 +191,18 @@ pub fn sha(path: &Path) -> Vec<u8> {
 /// every output agrees within `rtol` (relative to max |reference|) — an independent check.
 /// Symbolic dims are set to `dim`. Returns the report line.
 pub fn ort_equal(original: &Path, rewritten: &Path, dim: i64, rtol: f64) -> String {
+    ort_equal_with(original, rewritten, dim, rtol, &[])
+}
+
+/// [`ort_equal`] with session config entries for the rewritten model's session (e.g.
+/// `session.layer_assignment_settings`); also prints where ORT placed nodes when asked.
+pub fn ort_equal_with(
+    original: &Path,
+    rewritten: &Path,
+    dim: i64,
+    rtol: f64,
+    config: &[(&str, &str)],
+) -> String {
     let Some(py) = venv_python() else {
         return "skipped".into();
     };
@@ -199,7 +211,11 @@ import sys, numpy as np, onnxruntime as ort
 a, b, dim, rtol = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
 so = ort.SessionOptions(); so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
 sa = ort.InferenceSession(a, so, providers=["CPUExecutionProvider"])
-sb = ort.InferenceSession(b, so, providers=["CPUExecutionProvider"])
+sob = ort.SessionOptions(); sob.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+for kv in sys.argv[5:]:
+    k, v = kv.split("=", 1)
+    sob.add_session_config_entry(k, v)
+sb = ort.InferenceSession(b, sob, providers=["CPUExecutionProvider"])
 rng = np.random.default_rng(0)
 feeds = {}
 types = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64,
@@ -229,6 +245,7 @@ print(f"{len(names)} outputs equal, worst relative error {worst:.3g}")
         .arg(rewritten)
         .arg(dim.to_string())
         .arg(rtol.to_string())
+        .args(config.iter().map(|(k, v)| format!("{k}={v}")))
         .output()
         .expect("python runs");
     assert!(

@@ -1,0 +1,126 @@
+//! `cpu`: pin nodes to the CPU with the per-node annotation ONNX Runtime 1.32 honours: node
+//! metadata `layer_ann`, selected by the session option
+//! `session.layer_assignment_settings=cpu(<annotation>)` (see ../shared/HAZARDS.md).
+//!
+//! Pinning single nodes can make a model ping-pong between devices, so pinned regions are
+//! grown: a node whose every consumer is pinned and that only computes shapes joins them, and
+//! so does a node sandwiched between pinned producers and pinned consumers.
+
+use std::collections::HashSet;
+
+use crate::ir::{Graph, NodeId, Origin};
+
+/// The metadata key ONNX Runtime reads.
+pub const LAYER_ANN_KEY: &str = "layer_ann";
+/// The annotation onnx-safeify writes unless a rule names another.
+pub const DEFAULT_ANNOTATION: &str = "safeify_cpu";
+
+/// The session option line that makes ONNX Runtime honour the annotation.
+pub fn session_option(annotation: &str) -> (String, String) {
+    (
+        "session.layer_assignment_settings".to_string(),
+        format!("cpu({annotation})"),
+    )
+}
+
+/// Ops that only compute shapes or move small integer tensors: cheap on the CPU, and a GPU
+/// round trip for them costs more than they do.
+const SHAPE_OPS: &[&str] = &[
+    "Shape",
+    "Size",
+    "Gather",
+    "Unsqueeze",
+    "Squeeze",
+    "Concat",
+    "Cast",
+    "Constant",
+    "ConstantOfShape",
+    "Slice",
+    "Range",
+    "Reshape",
+    "Identity",
+    "Equal",
+    "Where",
+];
+
+/// Is this node already pinned with `annotation`?
+pub fn is_pinned(g: &Graph, n: NodeId, annotation: &str) -> bool {
+    g.node(n).metadata(LAYER_ANN_KEY) == Some(annotation)
+}
+
+/// Pin `nodes` and grow the pinned region; returns every node newly pinned (requested ones
+/// first, then grown ones, each in graph order).
+pub fn pin(g: &mut Graph, nodes: &[NodeId], rule: &str, annotation: &str) -> Vec<NodeId> {
+    let mut pinned: HashSet<NodeId> = g
+        .order
+        .iter()
+        .copied()
+        .filter(|&n| is_pinned(g, n, annotation))
+        .collect();
+    let mut added = Vec::new();
+    for &n in nodes {
+        if g.nodes.contains_node(n) && pinned.insert(n) {
+            added.push(n);
+        }
+    }
+    if added.is_empty() {
+        return added;
+    }
+    let grown = grow(g, &mut pinned);
+    added.extend(grown);
+    for &n in &added {
+        let node = g.node_mut(n);
+        node.set_metadata(LAYER_ANN_KEY, annotation);
+        node.set_metadata(crate::rewrite::RULE_KEY, rule);
+    }
+    added
+}
+
+fn grow(g: &Graph, pinned: &mut HashSet<NodeId>) -> Vec<NodeId> {
+    let consumers = g.consumers();
+    let graph_outputs: HashSet<_> = g.outputs.iter().map(|o| o.value).collect();
+    let mut added = Vec::new();
+    loop {
+        let mut changed = false;
+        for &n in &g.order {
+            if pinned.contains(&n) {
+                continue;
+            }
+            let node = g.node(n);
+            let outs: Vec<_> = node.outputs.iter().flatten().copied().collect();
+            if outs.is_empty() || outs.iter().any(|v| graph_outputs.contains(v)) {
+                continue;
+            }
+            let uses: Vec<NodeId> = outs
+                .iter()
+                .flat_map(|v| consumers[v.index()].iter().map(|(c, _)| *c))
+                .collect();
+            if uses.is_empty() || !uses.iter().all(|c| pinned.contains(c)) {
+                continue;
+            }
+            let shape_op = node.domain().is_empty() && SHAPE_OPS.contains(&node.op_type.as_str());
+            let sandwiched = node
+                .inputs
+                .iter()
+                .flatten()
+                .chain(node.implicit_inputs.iter())
+                .all(|v| match g.value(*v).origin {
+                    Origin::Node { node: p, .. } => pinned.contains(&p),
+                    Origin::Initializer => true,
+                    _ => false,
+                });
+            if shape_op || sandwiched {
+                pinned.insert(n);
+                added.push(n);
+                changed = true;
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    let pos: std::collections::HashMap<NodeId, usize> =
+        g.order.iter().enumerate().map(|(i, &n)| (n, i)).collect();
+    added.sort_by_key(|n| pos.get(n).copied());
+    added
+}
