@@ -1,8 +1,10 @@
 //! Rewrites: the patch type and the actions rules ask for.
 
+pub mod barrier;
 pub mod consts;
 pub mod cpu;
 pub mod patch;
 pub mod split;
+pub mod work;
 
 pub use patch::{AttrValue, PValue, Patch, PatchError, ORIGIN_KEY, RULE_KEY};

@@ -103,6 +103,8 @@ pub struct Patch {
     pub replace: Vec<(ValueId, PValue)>,
     /// Metadata to set on existing nodes (e.g. a CPU annotation).
     pub annotate: Vec<(NodeId, String, String)>,
+    /// Single uses to re-point: input `slot` of an existing node reads the value instead.
+    pub repoint: Vec<(NodeId, usize, PValue)>,
 }
 
 /// Why a patch was refused.
@@ -197,6 +199,7 @@ impl Patch {
             remove,
             replace,
             annotate,
+            repoint,
         } = self;
         let prefix = if origin.is_empty() {
             rule.clone()
@@ -267,6 +270,10 @@ impl Patch {
                     vi.value = new;
                 }
             }
+        }
+
+        for (n, slot, v) in &repoint {
+            g.set_input(*n, *slot, Some(resolve(*v)));
         }
 
         let mut created = Vec::with_capacity(nodes.len());
@@ -388,6 +395,11 @@ impl Patch {
         for (old, new) in &self.replace {
             if old.index() >= g.values.len() || !ok(new) {
                 return err("replaces a value that does not exist".to_string());
+            }
+        }
+        for (n, slot, v) in &self.repoint {
+            if !g.nodes.contains_node(*n) || *slot >= g.nodes[*n].inputs.len() || !ok(v) {
+                return err("re-points an input that does not exist".to_string());
             }
         }
         // Outputs of removed nodes must be replaced, or used by no surviving node/graph output.
