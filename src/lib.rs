@@ -1,3 +1,5 @@
 pub mod proto {
     include!(concat!(env!("OUT_DIR"), "/onnx.rs"));
 }
+
+pub mod verify;
