@@ -17,6 +17,8 @@ use super::tensor::{element_count, fmt_shape, HostTensor, TensorData};
 pub const SMALL_INDEX_RANGE: i64 = 2;
 /// Other integer inputs take values in `0..GENERIC_INT_RANGE`.
 pub const GENERIC_INT_RANGE: i64 = 10;
+/// Float inputs used as Resize/Upsample scales take values in this range.
+pub const SCALE_RANGE: (f64, f64) = (1.0, 3.0);
 /// Refuse to generate inputs larger than this many elements (a likely mistake in `--dim`).
 pub const MAX_INPUT_ELEMENTS: usize = 1 << 28;
 
@@ -219,10 +221,15 @@ pub fn plan_inputs(
                 Dim::Fixed(v) => *v,
                 Dim::Param(p) => {
                     let _ = used_names.insert(p.clone());
-                    match params.get(p) {
-                        Some(v) => *v,
-                        None => {
-                            let v = by_axis.or(fixed_hint).unwrap_or(default);
+                    // An axis override is the most specific; otherwise one name, one value.
+                    match (by_axis, params.get(p)) {
+                        (Some(v), _) => {
+                            let _ = params.entry(p.clone()).or_insert(v);
+                            v
+                        }
+                        (None, Some(v)) => *v,
+                        (None, None) => {
+                            let v = fixed_hint.unwrap_or(default);
                             let _ = params.insert(p.clone(), v);
                             v
                         }
@@ -274,6 +281,15 @@ pub fn plan_inputs(
         plans.iter().map(|p| (p.name.clone(), p.shape.clone())).collect();
     for plan in &mut plans {
         plan.range = match plan.dtype.kind() {
+            super::dtype::Kind::Float
+                if original.scale_inputs.contains(&plan.name)
+                    || rewritten.scale_inputs.contains(&plan.name) =>
+            {
+                ValueRange::Float {
+                    lo: SCALE_RANGE.0,
+                    hi: SCALE_RANGE.1,
+                }
+            }
             super::dtype::Kind::Float => ValueRange::Float {
                 lo: float_range.0,
                 hi: float_range.1,

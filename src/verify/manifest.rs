@@ -125,6 +125,7 @@ pub fn load_pipeline(path: &Path) -> Result<Pipeline, VerifyError> {
     let mut produced: HashMap<String, (usize, ValueSpec)> = HashMap::new();
     let mut external: Vec<ValueSpec> = Vec::new();
     let mut external_bounds: HashMap<String, Vec<IndexBound>> = HashMap::new();
+    let mut scale_inputs: Vec<String> = Vec::new();
     for (i, entry) in file.segments.iter().enumerate() {
         let label = entry
             .name
@@ -178,6 +179,9 @@ pub fn load_pipeline(path: &Path) -> Result<Pipeline, VerifyError> {
             }
             if let Some(spec) = info.input(n) {
                 external.push(spec.clone());
+            }
+            if info.scale_inputs.contains(n) {
+                scale_inputs.push(n.clone());
             }
             if let Some(b) = info.index_bounds.get(n) {
                 external_bounds.entry(n.clone()).or_default().extend(b.iter().cloned());
@@ -241,6 +245,7 @@ pub fn load_pipeline(path: &Path) -> Result<Pipeline, VerifyError> {
         outputs,
         layer_annotations: Vec::new(),
         index_bounds: external_bounds,
+        scale_inputs,
     };
     Ok(Pipeline {
         manifest: path.to_path_buf(),

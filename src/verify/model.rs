@@ -111,6 +111,8 @@ pub struct ModelInfo {
     pub layer_annotations: Vec<String>,
     /// For integer inputs that reach an index position: the bounds found.
     pub index_bounds: HashMap<String, Vec<IndexBound>>,
+    /// Float inputs used as Resize/Upsample scales.
+    pub scale_inputs: Vec<String>,
 }
 
 impl ModelInfo {
@@ -183,12 +185,14 @@ pub fn model_info_from_proto(path: &Path, model: &ModelProto) -> Result<ModelInf
     let mut annotations = BTreeSet::new();
     collect_annotations(graph, &mut annotations);
     let index_bounds = analyse_indices(graph, &inputs);
+    let scale_inputs = analyse_scales(graph, &inputs);
     Ok(ModelInfo {
         path: path.to_path_buf(),
         inputs,
         outputs,
         layer_annotations: annotations.into_iter().collect(),
         index_bounds,
+        scale_inputs,
     })
 }
 
@@ -261,9 +265,37 @@ fn passes_values(op: &str, slot: usize) -> bool {
     }
 }
 
-/// Finds, for each integer graph input, the index positions it reaches and how they are
-/// bounded. Follows value-preserving ops (Cast, Reshape, Unsqueeze, ...) in the main graph.
-fn analyse_indices(graph: &GraphProto, inputs: &[ValueSpec]) -> HashMap<String, Vec<IndexBound>> {
+/// The uses of a graph input's values: every (node, input slot) it reaches, following
+/// value-preserving ops (Cast, Reshape, Unsqueeze, ...) in the main graph.
+fn value_uses<'g>(
+    graph: &'g GraphProto,
+    consumers: &HashMap<&'g str, Vec<(usize, usize)>>,
+    start: &'g str,
+) -> Vec<(&'g NodeProto, usize)> {
+    let mut uses = Vec::new();
+    let mut visited: HashSet<&str> = HashSet::new();
+    let mut work: Vec<&str> = vec![start];
+    while let Some(t) = work.pop() {
+        if !visited.insert(t) {
+            continue;
+        }
+        for &(ni, slot) in consumers.get(t).map(Vec::as_slice).unwrap_or(&[]) {
+            let node = &graph.node[ni];
+            let op = node.op_type.as_deref().unwrap_or("");
+            let domain = node.domain.as_deref().unwrap_or("");
+            if matches!(domain, "" | "ai.onnx") && passes_values(op, slot) {
+                if let Some(o) = node.output.first().filter(|o| !o.is_empty()) {
+                    work.push(o.as_str());
+                }
+            } else {
+                uses.push((node, slot));
+            }
+        }
+    }
+    uses
+}
+
+fn consumer_map(graph: &GraphProto) -> HashMap<&str, Vec<(usize, usize)>> {
     let mut consumers: HashMap<&str, Vec<(usize, usize)>> = HashMap::new();
     for (ni, node) in graph.node.iter().enumerate() {
         for (slot, name) in node.input.iter().enumerate() {
@@ -272,6 +304,13 @@ fn analyse_indices(graph: &GraphProto, inputs: &[ValueSpec]) -> HashMap<String, 
             }
         }
     }
+    consumers
+}
+
+/// Finds, for each integer graph input, the index positions it reaches and how they are
+/// bounded.
+fn analyse_indices(graph: &GraphProto, inputs: &[ValueSpec]) -> HashMap<String, Vec<IndexBound>> {
+    let consumers = consumer_map(graph);
     let shapes = ShapeLookup::new(graph, inputs);
     let mut result = HashMap::new();
     for input in inputs {
@@ -292,46 +331,29 @@ fn analyse_indices(graph: &GraphProto, inputs: &[ValueSpec]) -> HashMap<String, 
             continue;
         }
         let mut bounds = Vec::new();
-        let mut visited: HashSet<&str> = HashSet::new();
-        let mut work: Vec<&str> = vec![input.name.as_str()];
-        while let Some(t) = work.pop() {
-            if !visited.insert(t) {
-                continue;
-            }
-            for &(ni, slot) in consumers.get(t).map(Vec::as_slice).unwrap_or(&[]) {
-                let node = &graph.node[ni];
-                let op = node.op_type.as_deref().unwrap_or("");
-                let domain = node.domain.as_deref().unwrap_or("");
-                let data = node.input.first().map(String::as_str).unwrap_or("");
-                match (domain, op, slot) {
-                    ("" | "ai.onnx", "Gather" | "GatherElements" | "Scatter" | "ScatterElements", 1) => {
-                        let axis = attr_int(node, "axis").unwrap_or(0);
-                        bounds.push(shapes.axis_bound(data, axis));
-                    }
-                    ("" | "ai.onnx", "GatherND" | "ScatterND", 1) => {
-                        let batch = attr_int(node, "batch_dims").unwrap_or(0).max(0) as usize;
-                        bounds.push(shapes.min_bound(data, batch));
-                    }
-                    ("" | "ai.onnx", "OneHot", 0) => {
-                        bounds.push(IndexBound::Unknown);
-                    }
-                    ("com.microsoft", "EmbedLayerNormalization", 0 | 1) => {
-                        let table = node.input.get(slot + 2).map(String::as_str).unwrap_or("");
-                        bounds.push(shapes.axis_bound(table, 0));
-                    }
-                    ("com.microsoft", "GatherBlockQuantized", 1) => {
-                        let axis = attr_int(node, "gather_axis").unwrap_or(0);
-                        bounds.push(shapes.axis_bound(data, axis));
-                    }
-                    ("" | "ai.onnx", op, slot) if passes_values(op, slot) => {
-                        if let Some(o) = node.output.first() {
-                            if !o.is_empty() {
-                                work.push(o.as_str());
-                            }
-                        }
-                    }
-                    _ => {}
+        for (node, slot) in value_uses(graph, &consumers, &input.name) {
+            let op = node.op_type.as_deref().unwrap_or("");
+            let domain = node.domain.as_deref().unwrap_or("");
+            let data = node.input.first().map(String::as_str).unwrap_or("");
+            match (domain, op, slot) {
+                ("" | "ai.onnx", "Gather" | "GatherElements" | "Scatter" | "ScatterElements", 1) => {
+                    let axis = attr_int(node, "axis").unwrap_or(0);
+                    bounds.push(shapes.axis_bound(data, axis));
                 }
+                ("" | "ai.onnx", "GatherND" | "ScatterND", 1) => {
+                    let batch = attr_int(node, "batch_dims").unwrap_or(0).max(0) as usize;
+                    bounds.push(shapes.min_bound(data, batch));
+                }
+                ("" | "ai.onnx", "OneHot", 0) => bounds.push(IndexBound::Unknown),
+                ("com.microsoft", "EmbedLayerNormalization", 0 | 1) => {
+                    let table = node.input.get(slot + 2).map(String::as_str).unwrap_or("");
+                    bounds.push(shapes.axis_bound(table, 0));
+                }
+                ("com.microsoft", "GatherBlockQuantized", 1) => {
+                    let axis = attr_int(node, "gather_axis").unwrap_or(0);
+                    bounds.push(shapes.axis_bound(data, axis));
+                }
+                _ => {}
             }
         }
         if !bounds.is_empty() {
@@ -339,6 +361,24 @@ fn analyse_indices(graph: &GraphProto, inputs: &[ValueSpec]) -> HashMap<String, 
         }
     }
     result
+}
+
+/// Float graph inputs used as Resize/Upsample scales: random values must be positive.
+fn analyse_scales(graph: &GraphProto, inputs: &[ValueSpec]) -> Vec<String> {
+    let consumers = consumer_map(graph);
+    inputs
+        .iter()
+        .filter(|i| matches!(i.dtype(), Some(DType::F32 | DType::F16 | DType::F64 | DType::BF16)))
+        .filter(|i| {
+            value_uses(graph, &consumers, &i.name).iter().any(|(n, slot)| {
+                matches!(
+                    (n.op_type.as_deref().unwrap_or(""), *slot),
+                    ("Resize", 2) | ("Upsample", 1)
+                )
+            })
+        })
+        .map(|i| i.name.clone())
+        .collect()
 }
 
 /// Declared shapes of tensors in a graph, as far as the file shows them.

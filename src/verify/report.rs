@@ -12,6 +12,7 @@ use super::tensor::fmt_shape;
 pub struct RuntimeInfo {
     pub library: String,
     pub version: String,
+    pub build_info: String,
 }
 
 /// One ORT session opened for the verification.

@@ -54,6 +54,11 @@ pub fn runtime(discovery: &Discovery) -> Result<&'static Runtime, VerifyError> {
         .with_telemetry(false)
         .build()
         .map_err(|e| load_err(e.to_string()))?;
+    // ORT logs failures itself before returning them; they reach the user through our
+    // one-line errors, so keep its own log quiet unless ORT_LOG asks otherwise.
+    if std::env::var_os("ORT_LOG").is_none() {
+        env.set_log_level(ort::logging::LogLevel::Fatal);
+    }
     let build_info = one_line(ort::info());
     Ok(RUNTIME.get_or_init(|| Runtime {
         env,
@@ -63,13 +68,27 @@ pub fn runtime(discovery: &Discovery) -> Result<&'static Runtime, VerifyError> {
 }
 
 impl Runtime {
-    /// `1.32.0` when the build info names a release branch, else the whole build info.
+    /// The release version, read from the library's file name (`libonnxruntime.so.1.32.0`,
+    /// following a symlink) or the build info; `unknown` if neither shows it.
     pub fn version(&self) -> String {
-        self.build_info
-            .split([',', ' '])
-            .find_map(|p| p.strip_prefix("git-branch=rel-"))
-            .map(str::to_string)
-            .unwrap_or_else(|| self.build_info.clone())
+        let from_name = |p: &std::path::Path| {
+            let name = p.file_name()?.to_str()?;
+            let v = name
+                .split_once(".so.")
+                .map(|(_, v)| v)
+                .or_else(|| name.strip_prefix("libonnxruntime.")?.strip_suffix(".dylib"))?;
+            let ok = v.split('.').count() >= 2 && v.split('.').all(|p| p.parse::<u32>().is_ok());
+            ok.then(|| v.to_string())
+        };
+        from_name(&self.library)
+            .or_else(|| std::fs::canonicalize(&self.library).ok().and_then(|p| from_name(&p)))
+            .or_else(|| {
+                self.build_info
+                    .split([',', ' '])
+                    .find_map(|p| p.strip_prefix("git-branch=rel-"))
+                    .map(str::to_string)
+            })
+            .unwrap_or_else(|| "unknown".to_string())
     }
 }
 
