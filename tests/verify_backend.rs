@@ -57,7 +57,11 @@ fn node_tests_match_themselves_and_their_expected_outputs() {
         assert!(report.passed(), "{name}:\n{}", report.to_text());
         assert!(!report.runs[0].expected.is_empty(), "{name}");
         let d = data.to_str().unwrap();
-        assert_eq!(verify_cli(&model, &["--inputs", d, "--expected", d]), 0, "{name}");
+        assert_eq!(
+            verify_cli(&model, &["--inputs", d, "--expected", d]),
+            0,
+            "{name}"
+        );
         // Random inputs work too (ints stay in index range for the Gather tests).
         assert_eq!(verify_cli(&model, &["--runs", "3"]), 0, "{name} (random)");
     }
@@ -90,7 +94,9 @@ fn wrong_expected_outputs_fail() {
 
 #[test]
 fn npz_inputs_and_expected_outputs_work_like_pb_folders() {
-    let Some((model, data)) = node_test("test_gather_0") else { return };
+    let Some((model, data)) = node_test("test_gather_0") else {
+        return;
+    };
     if !runtime_available() {
         return;
     }
@@ -105,7 +111,12 @@ fn npz_inputs_and_expected_outputs_work_like_pb_folders() {
     write_npz(&out_npz, &[("arr_0", &outs[0].1)]).unwrap();
     let code = verify_cli(
         &model,
-        &["--inputs", in_npz.to_str().unwrap(), "--expected", out_npz.to_str().unwrap()],
+        &[
+            "--inputs",
+            in_npz.to_str().unwrap(),
+            "--expected",
+            out_npz.to_str().unwrap(),
+        ],
     );
     assert_eq!(code, 0);
     // Inputs of the wrong dtype are a clear error naming the input.
@@ -115,9 +126,14 @@ fn npz_inputs_and_expected_outputs_work_like_pb_folders() {
         inputs: Some(wrong.clone()),
         ..VerifyOptions::default()
     };
-    let err = verify_models(&model, &model, &opts).unwrap_err().to_string();
+    let err = verify_models(&model, &model, &opts)
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("'data'") && err.contains("wrong.npz"), "{err}");
-    assert_eq!(verify_cli(&model, &["--inputs", wrong.to_str().unwrap()]), 2);
+    assert_eq!(
+        verify_cli(&model, &["--inputs", wrong.to_str().unwrap()]),
+        2
+    );
 }
 
 #[test]
@@ -128,7 +144,12 @@ fn gather_indices_stay_in_range_of_the_gathered_axis() {
     // data [3, 1000] gathered on axis 0 by int64 indices [50]: out-of-range indices would
     // make ONNX Runtime fail.
     let m = model(
-        vec![node("Gather", &["data", "idx"], &["y"], vec![attr_i("axis", 0)])],
+        vec![node(
+            "Gather",
+            &["data", "idx"],
+            &["y"],
+            vec![attr_i("axis", 0)],
+        )],
         vec![
             value_info("data", FLOAT, Some(&[3, 1000])),
             value_info("idx", INT64, Some(&[50])),

@@ -10,7 +10,8 @@ use verify_support::*;
 const DET: &str = "real/rapidocr_onnxruntime__ch_PP-OCRv4_det_infer.onnx";
 const DET_BASIC: &str = "ort_optimized/rapidocr_onnxruntime__ch_PP-OCRv4_det_infer.ort_basic.onnx";
 const CLS: &str = "real/rapidocr_onnxruntime__ch_ppocr_mobile_v2.0_cls_infer.onnx";
-const CLS_BASIC: &str = "ort_optimized/rapidocr_onnxruntime__ch_ppocr_mobile_v2.0_cls_infer.ort_basic.onnx";
+const CLS_BASIC: &str =
+    "ort_optimized/rapidocr_onnxruntime__ch_ppocr_mobile_v2.0_cls_infer.ort_basic.onnx";
 
 fn cli(a: &std::path::Path, b: &std::path::Path) -> u8 {
     run_cli(&parse_args([a.to_str().unwrap(), b.to_str().unwrap()]).unwrap())
@@ -47,8 +48,12 @@ fn tamper(m: &mut onnx_safeify::proto::ModelProto, name: &str) {
 
 #[test]
 fn tampered_initializer_is_caught() {
-    let (Some(cls), Some(cls_basic)) = (corpus_file(CLS), corpus_file(CLS_BASIC)) else { return };
-    let (Some(det), Some(det_basic)) = (corpus_file(DET), corpus_file(DET_BASIC)) else { return };
+    let (Some(cls), Some(cls_basic)) = (corpus_file(CLS), corpus_file(CLS_BASIC)) else {
+        return;
+    };
+    let (Some(det), Some(det_basic)) = (corpus_file(DET), corpus_file(DET_BASIC)) else {
+        return;
+    };
     if !runtime_available() {
         return;
     }
@@ -121,7 +126,9 @@ fn tampered_constant_weight_is_caught() {
 
 #[test]
 fn changed_op_and_changed_attribute_are_caught() {
-    let (Some(det), Some(cls)) = (corpus_file(DET), corpus_file(CLS)) else { return };
+    let (Some(det), Some(cls)) = (corpus_file(DET), corpus_file(CLS)) else {
+        return;
+    };
     if !runtime_available() {
         return;
     }
@@ -214,7 +221,12 @@ fn missing_output_dtype_and_shape_changes_are_caught() {
     {
         let g = dtype.graph.as_mut().unwrap();
         g.node[2].output[0] = "z32".into();
-        g.node.push(node("Cast", &["z32"], &["z"], vec![attr_i("to", DOUBLE as i64)]));
+        g.node.push(node(
+            "Cast",
+            &["z32"],
+            &["z"],
+            vec![attr_i("to", DOUBLE as i64)],
+        ));
         g.output[1] = value_info("z", DOUBLE, Some(&[2, 3]));
     }
     let c = write_model(dir.path(), "dtype.onnx", &dtype);
@@ -225,7 +237,8 @@ fn missing_output_dtype_and_shape_changes_are_caught() {
     {
         let g = shape.graph.as_mut().unwrap();
         g.node[2].output[0] = "z2".into();
-        g.node.push(node("Flatten", &["z2"], &["z"], vec![attr_i("axis", 0)]));
+        g.node
+            .push(node("Flatten", &["z2"], &["z"], vec![attr_i("axis", 0)]));
         g.output[1] = value_info("z", FLOAT, None);
     }
     let d = write_model(dir.path(), "shape.onnx", &shape);
@@ -257,7 +270,15 @@ fn small_differences_respect_the_tolerances() {
     assert_eq!(cli(&a, &b), 1);
     let loose = parse_args([a.to_str().unwrap(), b.to_str().unwrap(), "--rtol", "2e-3"]).unwrap();
     assert_eq!(run_cli(&loose), 0);
-    let abs = parse_args([a.to_str().unwrap(), b.to_str().unwrap(), "--rtol", "0", "--atol", "1.1e-3"]).unwrap();
+    let abs = parse_args([
+        a.to_str().unwrap(),
+        b.to_str().unwrap(),
+        "--rtol",
+        "0",
+        "--atol",
+        "1.1e-3",
+    ])
+    .unwrap();
     assert_eq!(run_cli(&abs), 0);
 }
 
@@ -271,20 +292,44 @@ fn unusable_files_are_one_line_errors_with_exit_2() {
     std::fs::write(&empty, b"").unwrap();
     let missing = dir.path().join("nope.onnx");
     for bad in [&garbage, &empty, &missing, &dir.path().to_path_buf()] {
-        let err = verify_models(&good, bad, &VerifyOptions::default()).unwrap_err().to_string();
+        let err = verify_models(&good, bad, &VerifyOptions::default())
+            .unwrap_err()
+            .to_string();
         assert!(err.contains(bad.to_str().unwrap()), "{err}");
         assert!(!err.contains('\n'), "{err}");
         assert_eq!(cli(&good, bad), 2);
     }
     // An input the original lacks.
     let mut extra = two_output_model();
-    extra.graph.as_mut().unwrap().input.push(value_info("extra", FLOAT, Some(&[1])));
+    extra
+        .graph
+        .as_mut()
+        .unwrap()
+        .input
+        .push(value_info("extra", FLOAT, Some(&[1])));
     let e = write_model(dir.path(), "extra.onnx", &extra);
-    let err = verify_models(&good, &e, &VerifyOptions::default()).unwrap_err().to_string();
-    assert!(err.contains("extra.onnx") && err.contains("'extra'"), "{err}");
+    let err = verify_models(&good, &e, &VerifyOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("extra.onnx") && err.contains("'extra'"),
+        "{err}"
+    );
     // Bad option values.
-    let args = parse_args([good.to_str().unwrap(), good.to_str().unwrap(), "--dim", "nonsense"]).unwrap();
+    let args = parse_args([
+        good.to_str().unwrap(),
+        good.to_str().unwrap(),
+        "--dim",
+        "nonsense",
+    ])
+    .unwrap();
     assert_eq!(run_cli(&args), 2);
-    let args = parse_args([good.to_str().unwrap(), good.to_str().unwrap(), "--runs", "0"]).unwrap();
+    let args = parse_args([
+        good.to_str().unwrap(),
+        good.to_str().unwrap(),
+        "--runs",
+        "0",
+    ])
+    .unwrap();
     assert_eq!(run_cli(&args), 2);
 }

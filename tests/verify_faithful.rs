@@ -43,7 +43,9 @@ fn det_model_against_a_byte_copy_passes() {
 
 #[test]
 fn det_model_against_its_ort_basic_variant_passes() {
-    let (Some(det), Some(basic)) = (corpus_file(DET), corpus_file(DET_BASIC)) else { return };
+    let (Some(det), Some(basic)) = (corpus_file(DET), corpus_file(DET_BASIC)) else {
+        return;
+    };
     if !runtime_available() {
         return;
     }
@@ -58,7 +60,10 @@ fn det_model_against_its_ort_basic_variant_passes() {
     let json: serde_json::Value = serde_json::from_str(&report.to_json()).unwrap();
     assert_eq!(json["passed"], true);
     assert_eq!(json["runs"][1]["outputs"][0]["status"], "ok");
-    assert!(json["onnxruntime"]["version"].as_str().unwrap().starts_with("1."));
+    assert!(json["onnxruntime"]["version"]
+        .as_str()
+        .unwrap()
+        .starts_with("1."));
 }
 
 #[test]
@@ -89,7 +94,9 @@ fn cls_model_with_unnamed_and_negative_dims_passes_several_runs() {
 
 #[test]
 fn contrib_op_model_against_itself_passes() {
-    let Some(m) = corpus_file("contrib/FusedConv_Relu.onnx") else { return };
+    let Some(m) = corpus_file("contrib/FusedConv_Relu.onnx") else {
+        return;
+    };
     if !runtime_available() {
         return;
     }

@@ -114,7 +114,8 @@ where
         #[command(flatten)]
         args: VerifyArgs,
     }
-    let argv = std::iter::once(std::ffi::OsString::from("verify")).chain(args.into_iter().map(Into::into));
+    let argv =
+        std::iter::once(std::ffi::OsString::from("verify")).chain(args.into_iter().map(Into::into));
     <Wrapper as clap::Parser>::try_parse_from(argv).map(|w| w.args)
 }
 

@@ -109,7 +109,12 @@ impl OutputComparison {
 }
 
 /// Compares `actual` against `reference`.
-pub fn compare(name: &str, reference: &HostTensor, actual: &HostTensor, tol: Tolerance) -> OutputComparison {
+pub fn compare(
+    name: &str,
+    reference: &HostTensor,
+    actual: &HostTensor,
+    tol: Tolerance,
+) -> OutputComparison {
     let mut out = OutputComparison {
         name: name.to_string(),
         status: Status::Ok,
@@ -269,7 +274,11 @@ fn compare_floats(dtype: DType, b: &[u8], a: &[u8], tol: Tolerance) -> Stats {
                 bump(&mut s.max_abs, f64::INFINITY);
             }
             let allowed = tol.atol + tol.rtol * y.abs();
-            let ratio = if allowed > 0.0 { diff / allowed } else { f64::INFINITY };
+            let ratio = if allowed > 0.0 {
+                diff / allowed
+            } else {
+                f64::INFINITY
+            };
             if ratio > worst_ratio || s.worst.is_none() {
                 worst_ratio = ratio;
                 s.worst = Some((element, format!("{y:e}"), format!("{x:e}")));
@@ -373,7 +382,10 @@ mod tests {
 
     #[test]
     fn tolerance_rule() {
-        let tol = Tolerance { rtol: 1e-3, atol: 1e-5 };
+        let tol = Tolerance {
+            rtol: 1e-3,
+            atol: 1e-5,
+        };
         let b = f32s(vec![3], &[1.0, 0.0, 100.0]);
         let ok = f32s(vec![3], &[1.0009, 0.000009, 100.09]);
         let c = compare("y", &b, &ok, tol);
@@ -401,7 +413,10 @@ mod tests {
 
     #[test]
     fn integers_must_be_equal() {
-        let tol = Tolerance { rtol: 1.0, atol: 10.0 };
+        let tol = Tolerance {
+            rtol: 1.0,
+            atol: 10.0,
+        };
         assert!(compare("i", &i64s(&[1, 2]), &i64s(&[1, 2]), tol).passed());
         let c = compare("i", &i64s(&[1, 2]), &i64s(&[1, 3]), tol);
         assert_eq!(c.status, Status::Mismatch);

@@ -104,7 +104,10 @@ pub fn find_onnxruntime(d: &Discovery) -> Result<PathBuf, VerifyError> {
         }
     }
     let searched = if d.python {
-        format!("no onnxruntime Python package found (looked in {})", looked.join(", "))
+        format!(
+            "no onnxruntime Python package found (looked in {})",
+            looked.join(", ")
+        )
     } else {
         format!("Python discovery is disabled ({NO_PYTHON_DISCOVERY_ENV}=1)")
     };
@@ -215,7 +218,9 @@ mod tests {
     #[test]
     fn finds_library_in_a_fake_venv() {
         let dir = tempfile::tempdir().unwrap();
-        let capi = dir.path().join("lib/python3.11/site-packages/onnxruntime/capi");
+        let capi = dir
+            .path()
+            .join("lib/python3.11/site-packages/onnxruntime/capi");
         std::fs::create_dir_all(&capi).unwrap();
         std::fs::write(capi.join("libonnxruntime.so.1.99.0"), b"x").unwrap();
         std::fs::write(capi.join("libonnxruntime_providers_shared.so"), b"x").unwrap();
@@ -224,6 +229,9 @@ mod tests {
             venvs: vec![dir.path().to_path_buf()],
             ..Discovery::default()
         };
-        assert_eq!(find_onnxruntime(&d).unwrap(), capi.join("libonnxruntime.so.1.99.0"));
+        assert_eq!(
+            find_onnxruntime(&d).unwrap(),
+            capi.join("libonnxruntime.so.1.99.0")
+        );
     }
 }

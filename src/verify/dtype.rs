@@ -79,7 +79,9 @@ pub enum Kind {
 impl DType {
     /// The `TensorProto.DataType` code.
     pub fn code(self) -> i32 {
-        ALL.iter().position(|d| *d == self).map_or(0, |i| i as i32 + 1)
+        ALL.iter()
+            .position(|d| *d == self)
+            .map_or(0, |i| i as i32 + 1)
     }
 
     pub fn from_code(code: i32) -> Option<DType> {
@@ -363,7 +365,15 @@ mod tests {
 
     #[test]
     fn half_conversions() {
-        for v in [0.0f32, 1.0, -2.5, 65504.0, 6.1035156e-5, 5.9604645e-8, 0.333_251_95] {
+        for v in [
+            0.0f32,
+            1.0,
+            -2.5,
+            65504.0,
+            6.1035156e-5,
+            5.9604645e-8,
+            0.333_251_95,
+        ] {
             assert_eq!(f16_to_f32(f32_to_f16(v)), v, "{v}");
         }
         assert!(f16_to_f32(f32_to_f16(f32::NAN)).is_nan());

@@ -83,7 +83,11 @@ impl VerifyError {
 /// Collapses a possibly multi-line message (ONNX Runtime's often are) into one line.
 pub(crate) fn one_line(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
-    for part in s.split(['\n', '\r']).map(str::trim).filter(|p| !p.is_empty()) {
+    for part in s
+        .split(['\n', '\r'])
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+    {
         if !out.is_empty() {
             out.push_str(" | ");
         }

@@ -73,9 +73,9 @@ impl DimOverrides {
     pub fn parse(items: &[String]) -> Result<DimOverrides, String> {
         let mut d = DimOverrides::default();
         for item in items {
-            let (key, value) = item
-                .rsplit_once('=')
-                .ok_or_else(|| format!("--dim '{item}': expected NAME=VALUE or INPUT[AXIS]=VALUE"))?;
+            let (key, value) = item.rsplit_once('=').ok_or_else(|| {
+                format!("--dim '{item}': expected NAME=VALUE or INPUT[AXIS]=VALUE")
+            })?;
             let value: usize = value
                 .trim()
                 .parse()
@@ -105,7 +105,10 @@ pub struct DimDefaults {
 
 impl Default for DimDefaults {
     fn default() -> Self {
-        DimDefaults { batch: 1, other: 64 }
+        DimDefaults {
+            batch: 1,
+            other: 64,
+        }
     }
 }
 
@@ -114,9 +117,15 @@ impl Default for DimDefaults {
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum ValueRange {
     /// Uniform in `[lo, hi)`.
-    Float { lo: f64, hi: f64 },
+    Float {
+        lo: f64,
+        hi: f64,
+    },
     /// Uniform integers in `[lo, hi)`.
-    Int { lo: i64, hi: i64 },
+    Int {
+        lo: i64,
+        hi: i64,
+    },
     Bool,
     Text,
 }
@@ -132,13 +141,20 @@ pub struct InputPlan {
 
 /// Checks that `rewritten` can take the inputs of `original`: every input it needs exists
 /// in the original with the same dtype and no conflicting fixed dimension.
-pub fn check_compatible(original: &ModelInfo, rewritten: &ModelInfo, warnings: &mut Vec<String>) -> Result<(), VerifyError> {
+pub fn check_compatible(
+    original: &ModelInfo,
+    rewritten: &ModelInfo,
+    warnings: &mut Vec<String>,
+) -> Result<(), VerifyError> {
     for r in &rewritten.inputs {
         let Some(o) = original.input(&r.name) else {
             return Err(VerifyError::input(
                 &rewritten.path,
                 &r.name,
-                format!("needs an input that {} does not have", original.path.display()),
+                format!(
+                    "needs an input that {} does not have",
+                    original.path.display()
+                ),
             ));
         };
         if let (Some(od), Some(rd)) = (o.dtype(), r.dtype()) {
@@ -157,7 +173,10 @@ pub fn check_compatible(original: &ModelInfo, rewritten: &ModelInfo, warnings: &
         }
         if let (Some(od), Some(rd)) = (o.dims(), r.dims()) {
             let conflict = od.len() != rd.len()
-                || od.iter().zip(rd).any(|p| matches!(p, (Dim::Fixed(a), Dim::Fixed(b)) if a != b));
+                || od
+                    .iter()
+                    .zip(rd)
+                    .any(|p| matches!(p, (Dim::Fixed(a), Dim::Fixed(b)) if a != b));
             if conflict {
                 return Err(VerifyError::input(
                     &rewritten.path,
@@ -216,7 +235,11 @@ pub fn plan_inputs(
                 _ => None,
             });
             let by_axis = dims.by_axis.get(&(spec.name.clone(), axis)).copied();
-            let default = if axis == 0 { defaults.batch } else { defaults.other };
+            let default = if axis == 0 {
+                defaults.batch
+            } else {
+                defaults.other
+            };
             let v = match d {
                 Dim::Fixed(v) => *v,
                 Dim::Param(p) => {
@@ -268,7 +291,9 @@ pub fn plan_inputs(
         }
     }
     for (input, axis) in dims.by_axis.keys() {
-        let ok = plans.iter().any(|p| &p.name == input && *axis < p.shape.len());
+        let ok = plans
+            .iter()
+            .any(|p| &p.name == input && *axis < p.shape.len());
         if !ok {
             warnings.push(format!(
                 "--dim {input}[{axis}]: {} has no such input axis",
@@ -277,8 +302,10 @@ pub fn plan_inputs(
         }
     }
     // Value ranges, now that every shape is known.
-    let shapes: HashMap<String, Vec<usize>> =
-        plans.iter().map(|p| (p.name.clone(), p.shape.clone())).collect();
+    let shapes: HashMap<String, Vec<usize>> = plans
+        .iter()
+        .map(|p| (p.name.clone(), p.shape.clone()))
+        .collect();
     for plan in &mut plans {
         plan.range = match plan.dtype.kind() {
             super::dtype::Kind::Float
@@ -343,18 +370,21 @@ pub fn plan_inputs(
 
 fn spec_dtype(path: &Path, spec: &ValueSpec) -> Result<DType, VerifyError> {
     match &spec.kind {
-        super::model::ValueKind::Tensor {
-            dtype: Some(d), ..
-        } => Ok(*d),
+        super::model::ValueKind::Tensor { dtype: Some(d), .. } => Ok(*d),
         super::model::ValueKind::Tensor { elem_code, .. } => Err(VerifyError::input(
             path,
             &spec.name,
-            format!("has unsupported element type {}", DType::describe_code(*elem_code)),
+            format!(
+                "has unsupported element type {}",
+                DType::describe_code(*elem_code)
+            ),
         )),
         super::model::ValueKind::Other(what) => Err(VerifyError::input(
             path,
             &spec.name,
-            format!("is {what}; only tensor inputs can be generated, give real inputs with --inputs"),
+            format!(
+                "is {what}; only tensor inputs can be generated, give real inputs with --inputs"
+            ),
         )),
     }
 }
@@ -424,14 +454,18 @@ pub enum SetKind {
 /// Reads tensors from an `.npz`, `.npy` or `.pb` file, or a folder of `input_N.pb` /
 /// `output_N.pb` (or `.npy`) files. Names are `None` where the file gives none usable
 /// (`arr_0` of `numpy.savez`, an empty TensorProto name).
-pub fn load_tensor_set(path: &Path, kind: SetKind) -> Result<Vec<(Option<String>, HostTensor)>, VerifyError> {
+pub fn load_tensor_set(
+    path: &Path,
+    kind: SetKind,
+) -> Result<Vec<(Option<String>, HostTensor)>, VerifyError> {
     let err = |m: String| VerifyError::data(path, m);
     if path.is_dir() {
         let prefix = match kind {
             SetKind::Inputs => "input_",
             SetKind::Outputs => "output_",
         };
-        let entries = std::fs::read_dir(path).map_err(|e| err(format!("cannot list folder: {e}")))?;
+        let entries =
+            std::fs::read_dir(path).map_err(|e| err(format!("cannot list folder: {e}")))?;
         let mut pbs: Vec<(u64, std::path::PathBuf)> = Vec::new();
         let mut npys: Vec<std::path::PathBuf> = Vec::new();
         for e in entries.flatten() {
@@ -513,7 +547,10 @@ pub fn assign_tensors(
     let mut slots: Vec<Option<HostTensor>> = vec![None; names.len()];
     let mut leftovers = Vec::new();
     for (pos, (name, t)) in tensors.into_iter().enumerate() {
-        match name.as_ref().and_then(|n| names.iter().position(|x| x == n)) {
+        match name
+            .as_ref()
+            .and_then(|n| names.iter().position(|x| x == n))
+        {
             Some(i) => {
                 if slots[i].is_some() {
                     return Err(VerifyError::data(
@@ -551,7 +588,12 @@ pub fn assign_tensors(
 }
 
 /// Checks a loaded input against the model's declaration (dtype, rank, fixed dims).
-pub fn check_input(model: &Path, spec: &ValueSpec, t: &HostTensor, source: &Path) -> Result<(), VerifyError> {
+pub fn check_input(
+    model: &Path,
+    spec: &ValueSpec,
+    t: &HostTensor,
+    source: &Path,
+) -> Result<(), VerifyError> {
     if let Some(d) = spec.dtype() {
         if d != t.dtype {
             return Err(VerifyError::input(
@@ -615,7 +657,8 @@ mod tests {
 
     #[test]
     fn dim_overrides_parse() {
-        let d = DimOverrides::parse(&["batch=2".into(), "x[3]=320".into(), "a=b=4".into()]).unwrap();
+        let d =
+            DimOverrides::parse(&["batch=2".into(), "x[3]=320".into(), "a=b=4".into()]).unwrap();
         assert_eq!(d.by_name.get("batch"), Some(&2));
         assert_eq!(d.by_name.get("a=b"), Some(&4));
         assert_eq!(d.by_axis.get(&("x".to_string(), 3)), Some(&320));

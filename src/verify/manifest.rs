@@ -184,7 +184,10 @@ pub fn load_pipeline(path: &Path) -> Result<Pipeline, VerifyError> {
                 scale_inputs.push(n.clone());
             }
             if let Some(b) = info.index_bounds.get(n) {
-                external_bounds.entry(n.clone()).or_default().extend(b.iter().cloned());
+                external_bounds
+                    .entry(n.clone())
+                    .or_default()
+                    .extend(b.iter().cloned());
             }
         }
         for n in &outputs {
@@ -209,7 +212,10 @@ pub fn load_pipeline(path: &Path) -> Result<Pipeline, VerifyError> {
     }
     let final_outputs = match &file.outputs {
         Some(list) => list.clone(),
-        None => segments.last().map(|s| s.outputs.clone()).unwrap_or_default(),
+        None => segments
+            .last()
+            .map(|s| s.outputs.clone())
+            .unwrap_or_default(),
     };
     let mut outputs = Vec::with_capacity(final_outputs.len());
     let mut seen = HashSet::new();

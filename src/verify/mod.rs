@@ -157,7 +157,10 @@ impl Runner {
 
     /// Runs on `inputs`; returns every named value produced (for a chain: all segment
     /// outputs, so final outputs are found whichever segment made them).
-    fn run(&mut self, inputs: &[(String, HostTensor)]) -> Result<HashMap<String, HostTensor>, VerifyError> {
+    fn run(
+        &mut self,
+        inputs: &[(String, HostTensor)],
+    ) -> Result<HashMap<String, HostTensor>, VerifyError> {
         let mut pool: HashMap<String, HostTensor> = HashMap::new();
         match self {
             Runner::Single(s) => {
@@ -191,7 +194,11 @@ impl Runner {
 /// folder holding one) on the same inputs and compares all outputs of the original by
 /// name. `Ok` carries the comparison whether or not it passed; `Err` means it could not
 /// be carried out.
-pub fn verify_models(original: &Path, rewritten: &Path, opts: &VerifyOptions) -> Result<VerifyReport, VerifyError> {
+pub fn verify_models(
+    original: &Path,
+    rewritten: &Path,
+    opts: &VerifyOptions,
+) -> Result<VerifyReport, VerifyError> {
     if opts.runs == 0 {
         return Err(VerifyError::Usage("--runs must be at least 1".into()));
     }
@@ -203,7 +210,9 @@ pub fn verify_models(original: &Path, rewritten: &Path, opts: &VerifyOptions) ->
     }
     let t = opts.tolerance;
     if !(t.rtol >= 0.0 && t.atol >= 0.0) {
-        return Err(VerifyError::Usage("--rtol and --atol must be non-negative numbers".into()));
+        return Err(VerifyError::Usage(
+            "--rtol and --atol must be non-negative numbers".into(),
+        ));
     }
     let orig = Target::load(original)?;
     let rewr = Target::load(rewritten)?;
@@ -223,7 +232,11 @@ pub fn verify_models(original: &Path, rewritten: &Path, opts: &VerifyOptions) ->
                 }
             }
             if opts.runs > 1 {
-                warnings.push(format!("--runs {} ignored: inputs come from {}", opts.runs, p.display()));
+                warnings.push(format!(
+                    "--runs {} ignored: inputs come from {}",
+                    opts.runs,
+                    p.display()
+                ));
             }
             Some(assigned)
         }
@@ -252,8 +265,22 @@ pub fn verify_models(original: &Path, rewritten: &Path, opts: &VerifyOptions) ->
     let discovery = opts.discovery.clone().unwrap_or_else(Discovery::from_env);
     let rt = runtime::runtime(&discovery)?;
     let mut sessions = Vec::new();
-    let mut orig_runner = Runner::open(rt, &orig, "original", &opts.session, &mut sessions, &mut warnings)?;
-    let mut rewr_runner = Runner::open(rt, &rewr, "rewritten", &opts.session, &mut sessions, &mut warnings)?;
+    let mut orig_runner = Runner::open(
+        rt,
+        &orig,
+        "original",
+        &opts.session,
+        &mut sessions,
+        &mut warnings,
+    )?;
+    let mut rewr_runner = Runner::open(
+        rt,
+        &rewr,
+        "rewritten",
+        &opts.session,
+        &mut sessions,
+        &mut warnings,
+    )?;
 
     for o in &rewr.info().outputs {
         if orig.info().output(&o.name).is_none() {
@@ -277,7 +304,8 @@ pub fn verify_models(original: &Path, rewritten: &Path, opts: &VerifyOptions) ->
                 (inputs::generate(&plan, seed), Some(seed))
             }
         };
-        let hint = |e: VerifyError| match (e, seed) {
+        let hint = |e: VerifyError| {
+            match (e, seed) {
             (VerifyError::Run { path, message }, Some(seed)) => VerifyError::Run {
                 path,
                 message: format!(
@@ -285,6 +313,7 @@ pub fn verify_models(original: &Path, rewritten: &Path, opts: &VerifyOptions) ->
                 ),
             },
             (e, _) => e,
+        }
         };
         let reference = orig_runner.run(&feed).map_err(hint)?;
         let actual = rewr_runner.run(&feed).map_err(hint)?;

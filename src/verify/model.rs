@@ -127,7 +127,8 @@ impl ModelInfo {
 
 /// Reads and decodes `path` (memory-mapped, tensor payloads not copied).
 pub fn read_model_proto(path: &Path) -> Result<ModelProto, VerifyError> {
-    let file = File::open(path).map_err(|e| VerifyError::model(path, format!("cannot open: {e}")))?;
+    let file =
+        File::open(path).map_err(|e| VerifyError::model(path, format!("cannot open: {e}")))?;
     let meta = file
         .metadata()
         .map_err(|e| VerifyError::model(path, format!("cannot stat: {e}")))?;
@@ -143,7 +144,10 @@ pub fn read_model_proto(path: &Path) -> Result<ModelProto, VerifyError> {
         .map_err(|e| VerifyError::model(path, format!("cannot map: {e}")))?;
     let bytes = bytes::Bytes::from_owner(map);
     ModelProto::decode(bytes).map_err(|e| {
-        VerifyError::model(path, format!("not a valid ONNX model (protobuf decode failed: {e})"))
+        VerifyError::model(
+            path,
+            format!("not a valid ONNX model (protobuf decode failed: {e})"),
+        )
     })
 }
 
@@ -179,8 +183,15 @@ pub fn model_info_from_proto(path: &Path, model: &ModelProto) -> Result<ModelInf
     if outputs.is_empty() {
         return Err(VerifyError::model(path, "the graph declares no outputs"));
     }
-    if inputs.iter().chain(outputs.iter()).any(|v| v.name.is_empty()) {
-        return Err(VerifyError::model(path, "a graph input or output has no name"));
+    if inputs
+        .iter()
+        .chain(outputs.iter())
+        .any(|v| v.name.is_empty())
+    {
+        return Err(VerifyError::model(
+            path,
+            "a graph input or output has no name",
+        ));
     }
     let mut annotations = BTreeSet::new();
     collect_annotations(graph, &mut annotations);
@@ -336,7 +347,11 @@ fn analyse_indices(graph: &GraphProto, inputs: &[ValueSpec]) -> HashMap<String, 
             let domain = node.domain.as_deref().unwrap_or("");
             let data = node.input.first().map(String::as_str).unwrap_or("");
             match (domain, op, slot) {
-                ("" | "ai.onnx", "Gather" | "GatherElements" | "Scatter" | "ScatterElements", 1) => {
+                (
+                    "" | "ai.onnx",
+                    "Gather" | "GatherElements" | "Scatter" | "ScatterElements",
+                    1,
+                ) => {
                     let axis = attr_int(node, "axis").unwrap_or(0);
                     bounds.push(shapes.axis_bound(data, axis));
                 }
@@ -368,14 +383,21 @@ fn analyse_scales(graph: &GraphProto, inputs: &[ValueSpec]) -> Vec<String> {
     let consumers = consumer_map(graph);
     inputs
         .iter()
-        .filter(|i| matches!(i.dtype(), Some(DType::F32 | DType::F16 | DType::F64 | DType::BF16)))
         .filter(|i| {
-            value_uses(graph, &consumers, &i.name).iter().any(|(n, slot)| {
-                matches!(
-                    (n.op_type.as_deref().unwrap_or(""), *slot),
-                    ("Resize", 2) | ("Upsample", 1)
-                )
-            })
+            matches!(
+                i.dtype(),
+                Some(DType::F32 | DType::F16 | DType::F64 | DType::BF16)
+            )
+        })
+        .filter(|i| {
+            value_uses(graph, &consumers, &i.name)
+                .iter()
+                .any(|(n, slot)| {
+                    matches!(
+                        (n.op_type.as_deref().unwrap_or(""), *slot),
+                        ("Resize", 2) | ("Upsample", 1)
+                    )
+                })
         })
         .map(|i| i.name.clone())
         .collect()

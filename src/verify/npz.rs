@@ -80,7 +80,12 @@ pub fn npy_bytes(t: &HostTensor) -> Result<Vec<u8>, String> {
             (d.to_string(), b.clone())
         }
         TensorData::Strings(s) => {
-            let width = s.iter().map(|x| x.chars().count()).max().unwrap_or(0).max(1);
+            let width = s
+                .iter()
+                .map(|x| x.chars().count())
+                .max()
+                .unwrap_or(0)
+                .max(1);
             let mut body = Vec::with_capacity(width * 4 * s.len());
             for x in s {
                 let mut n = 0;
@@ -165,7 +170,11 @@ pub fn parse_npy(bytes: &[u8]) -> Result<HostTensor, String> {
             for k in 0..width {
                 let o = (i * width + k) * 4;
                 let b = [body[o], body[o + 1], body[o + 2], body[o + 3]];
-                let cp = if big { u32::from_be_bytes(b) } else { u32::from_le_bytes(b) };
+                let cp = if big {
+                    u32::from_be_bytes(b)
+                } else {
+                    u32::from_le_bytes(b)
+                };
                 if cp == 0 {
                     break;
                 }
@@ -173,7 +182,11 @@ pub fn parse_npy(bytes: &[u8]) -> Result<HostTensor, String> {
             }
             strings.push(s);
         }
-        let strings = if fortran { fortran_to_c(&strings, &shape) } else { strings };
+        let strings = if fortran {
+            fortran_to_c(&strings, &shape)
+        } else {
+            strings
+        };
         return HostTensor::new(DType::Str, shape, TensorData::Strings(strings));
     }
     if let Some(w) = code.strip_prefix('S') {
@@ -188,7 +201,11 @@ pub fn parse_npy(bytes: &[u8]) -> Result<HostTensor, String> {
             let len = raw.iter().position(|&b| b == 0).unwrap_or(width);
             strings.push(String::from_utf8_lossy(&raw[..len]).into_owned());
         }
-        let strings = if fortran { fortran_to_c(&strings, &shape) } else { strings };
+        let strings = if fortran {
+            fortran_to_c(&strings, &shape)
+        } else {
+            strings
+        };
         return HostTensor::new(DType::Str, shape, TensorData::Strings(strings));
     }
     let dtype = match code {
@@ -324,7 +341,12 @@ mod tests {
         )
         .unwrap();
         assert_eq!(parse_npy(&npy_bytes(&s).unwrap()).unwrap(), s);
-        let scalar = HostTensor::new(DType::I64, vec![], TensorData::Bytes(7i64.to_le_bytes().to_vec())).unwrap();
+        let scalar = HostTensor::new(
+            DType::I64,
+            vec![],
+            TensorData::Bytes(7i64.to_le_bytes().to_vec()),
+        )
+        .unwrap();
         assert_eq!(parse_npy(&npy_bytes(&scalar).unwrap()).unwrap(), scalar);
     }
 
@@ -339,7 +361,10 @@ mod tests {
             bytes.extend_from_slice(&v.to_be_bytes());
         }
         let t = parse_npy(&bytes).unwrap();
-        let want: Vec<u8> = [1i16, 2, 3, 4, 5, 6].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let want: Vec<u8> = [1i16, 2, 3, 4, 5, 6]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
         assert_eq!(t.shape, vec![2, 3]);
         assert_eq!(t.data, TensorData::Bytes(want));
     }

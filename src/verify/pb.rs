@@ -21,8 +21,12 @@ pub fn read_tensor_pb(path: &Path) -> Result<(String, HostTensor), String> {
 /// Converts a `TensorProto` with inline data to a host tensor.
 pub fn tensor_from_proto(p: &TensorProto) -> Result<HostTensor, String> {
     let code = p.data_type.unwrap_or(0);
-    let dtype = DType::from_code(code)
-        .ok_or_else(|| format!("unsupported tensor data type {}", DType::describe_code(code)))?;
+    let dtype = DType::from_code(code).ok_or_else(|| {
+        format!(
+            "unsupported tensor data type {}",
+            DType::describe_code(code)
+        )
+    })?;
     if !p.external_data.is_empty() || p.data_location == Some(1) {
         return Err("tensors with external data are not supported here".into());
     }
@@ -139,7 +143,10 @@ pub fn tensor_to_proto(name: &str, t: &HostTensor) -> TensorProto {
     match &t.data {
         TensorData::Bytes(b) => p.raw_data = Some(bytes::Bytes::from(b.clone())),
         TensorData::Strings(s) => {
-            p.string_data = s.iter().map(|x| bytes::Bytes::from(x.clone().into_bytes())).collect()
+            p.string_data = s
+                .iter()
+                .map(|x| bytes::Bytes::from(x.clone().into_bytes()))
+                .collect()
         }
     }
     p

@@ -71,10 +71,12 @@ impl VerifyReport {
     /// True when every comparison of every run is within tolerance.
     pub fn passed(&self) -> bool {
         !self.runs.is_empty()
-            && self
-                .runs
-                .iter()
-                .all(|r| r.outputs.iter().chain(&r.expected).all(OutputComparison::passed))
+            && self.runs.iter().all(|r| {
+                r.outputs
+                    .iter()
+                    .chain(&r.expected)
+                    .all(OutputComparison::passed)
+            })
     }
 
     /// Comparisons that failed, with their run number.
@@ -115,7 +117,13 @@ impl VerifyReport {
                 extra.push(format!("session.layer_assignment_settings={l}"));
             }
             if !extra.is_empty() {
-                let _ = writeln!(s, "session:   {} {} [{}]", si.role, si.model, extra.join(", "));
+                let _ = writeln!(
+                    s,
+                    "session:   {} {} [{}]",
+                    si.role,
+                    si.model,
+                    extra.join(", ")
+                );
             }
         }
         match &self.inputs {
@@ -131,7 +139,12 @@ impl VerifyReport {
                             ValueRange::Int { lo, hi } => format!(" in [{lo}, {hi})"),
                             ValueRange::Bool | ValueRange::Text => String::new(),
                         };
-                        format!("{} {}{}{range}", p.name, p.dtype.name(), fmt_shape(&p.shape))
+                        format!(
+                            "{} {}{}{range}",
+                            p.name,
+                            p.dtype.name(),
+                            fmt_shape(&p.shape)
+                        )
                     })
                     .collect();
                 let _ = writeln!(s, "inputs:    random (seed {seed}): {}", parts.join("; "));
@@ -159,7 +172,11 @@ impl VerifyReport {
         for w in &self.warnings {
             let _ = writeln!(s, "warning: {w}");
         }
-        let total: usize = self.runs.iter().map(|r| r.outputs.len() + r.expected.len()).sum();
+        let total: usize = self
+            .runs
+            .iter()
+            .map(|r| r.outputs.len() + r.expected.len())
+            .sum();
         let failures = self.failures();
         if failures.is_empty() && self.passed() {
             let _ = writeln!(

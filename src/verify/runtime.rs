@@ -81,7 +81,11 @@ impl Runtime {
             ok.then(|| v.to_string())
         };
         from_name(&self.library)
-            .or_else(|| std::fs::canonicalize(&self.library).ok().and_then(|p| from_name(&p)))
+            .or_else(|| {
+                std::fs::canonicalize(&self.library)
+                    .ok()
+                    .and_then(|p| from_name(&p))
+            })
             .or_else(|| {
                 self.build_info
                     .split([',', ' '])
@@ -175,8 +179,16 @@ impl ModelSession {
                 .map_err(|e| err(&e))?;
         }
         let session = builder.commit_from_file(path).map_err(|e| err(&e))?;
-        let input_names = session.inputs().iter().map(|o| o.name().to_string()).collect();
-        let output_names = session.outputs().iter().map(|o| o.name().to_string()).collect();
+        let input_names = session
+            .inputs()
+            .iter()
+            .map(|o| o.name().to_string())
+            .collect();
+        let output_names = session
+            .outputs()
+            .iter()
+            .map(|o| o.name().to_string())
+            .collect();
         Ok((
             ModelSession {
                 path: path.to_path_buf(),

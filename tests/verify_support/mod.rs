@@ -34,7 +34,10 @@ pub fn corpus() -> Option<PathBuf> {
         return Some(p);
     }
     if allow_missing() {
-        eprintln!("SKIPPED: corpus not found at {} (ONNX_SAFEIFY_ALLOW_MISSING_CORPUS=1)", p.display());
+        eprintln!(
+            "SKIPPED: corpus not found at {} (ONNX_SAFEIFY_ALLOW_MISSING_CORPUS=1)",
+            p.display()
+        );
         return None;
     }
     panic!(
@@ -134,7 +137,13 @@ pub fn f32_initializer(name: &str, dims: &[i64], values: &[f32]) -> TensorProto 
         name: Some(name.into()),
         dims: dims.to_vec(),
         data_type: Some(FLOAT),
-        raw_data: Some(values.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>().into()),
+        raw_data: Some(
+            values
+                .iter()
+                .flat_map(|v| v.to_le_bytes())
+                .collect::<Vec<u8>>()
+                .into(),
+        ),
         ..Default::default()
     }
 }
@@ -198,7 +207,11 @@ pub fn split_model(m: &ModelProto, k: usize) -> (ModelProto, ModelProto, Vec<Str
         .iter()
         .flat_map(|n| n.output.iter().map(String::as_str))
         .collect();
-    let graph_outputs: Vec<&str> = g.output.iter().map(|v| v.name.as_deref().unwrap()).collect();
+    let graph_outputs: Vec<&str> = g
+        .output
+        .iter()
+        .map(|v| v.name.as_deref().unwrap())
+        .collect();
     let mut crossing: Vec<String> = Vec::new();
     for n in second {
         for i in &n.input {
@@ -212,7 +225,8 @@ pub fn split_model(m: &ModelProto, k: usize) -> (ModelProto, ModelProto, Vec<Str
             crossing.push(o.to_string());
         }
     }
-    let uses = |nodes: &[NodeProto], name: &str| nodes.iter().any(|n| n.input.iter().any(|i| i == name));
+    let uses =
+        |nodes: &[NodeProto], name: &str| nodes.iter().any(|n| n.input.iter().any(|i| i == name));
     let inits = |nodes: &[NodeProto]| -> Vec<TensorProto> {
         g.initializer
             .iter()
@@ -233,7 +247,10 @@ pub fn split_model(m: &ModelProto, k: usize) -> (ModelProto, ModelProto, Vec<Str
         sg.node = first.to_vec();
         sg.initializer = inits(first);
         sg.input = ext_inputs(first);
-        sg.output = crossing.iter().map(|c| value_info(c, FLOAT, None)).collect();
+        sg.output = crossing
+            .iter()
+            .map(|c| value_info(c, FLOAT, None))
+            .collect();
         sg.value_info.clear();
     }
     let mut seg1 = m.clone();
