@@ -333,3 +333,49 @@ fn unusable_files_are_one_line_errors_with_exit_2() {
     .unwrap();
     assert_eq!(run_cli(&args), 2);
 }
+
+#[test]
+fn truncated_models_and_corrupt_input_files_never_panic() {
+    let have_runtime = runtime_available();
+    let dir = tempfile::tempdir().unwrap();
+    let good = write_model(dir.path(), "good.onnx", &two_output_model());
+    let bytes = std::fs::read(&good).unwrap();
+    let cut = dir.path().join("cut.onnx");
+    for len in (1..bytes.len()).step_by(3) {
+        std::fs::write(&cut, &bytes[..len]).unwrap();
+        let r = std::panic::catch_unwind(|| verify_models(&good, &cut, &VerifyOptions::default()));
+        let r = r.unwrap_or_else(|_| panic!("panic on a model truncated to {len} bytes"));
+        if let Err(e) = r {
+            let msg = e.to_string();
+            assert!(msg.contains("cut.onnx"), "{len}: {msg}");
+            assert!(!msg.contains('\n'), "{msg}");
+        } else {
+            assert!(have_runtime);
+        }
+    }
+    // Corrupt input files: not zip, zip without arrays, truncated .npy, bad .pb.
+    let npz = dir.path().join("in.npz");
+    let pb = dir.path().join("in.pb");
+    let npy = dir.path().join("in.npy");
+    std::fs::write(&npz, b"PK\x03\x04 not really").unwrap();
+    std::fs::write(&pb, b"\x08\x96\x01\x12\xff").unwrap();
+    std::fs::write(&npy, b"\x93NUMPY\x01\x00\x10\x00{'descr': '<f4',").unwrap();
+    let folder = dir.path().join("empty_dir");
+    std::fs::create_dir(&folder).unwrap();
+    for bad in [&npz, &pb, &npy, &folder] {
+        let opts = VerifyOptions {
+            inputs: Some(bad.clone()),
+            ..VerifyOptions::default()
+        };
+        let err = verify_models(&good, &good, &opts).unwrap_err().to_string();
+        assert!(err.contains(bad.to_str().unwrap()), "{err}");
+        let args = parse_args([
+            good.to_str().unwrap(),
+            good.to_str().unwrap(),
+            "--inputs",
+            bad.to_str().unwrap(),
+        ])
+        .unwrap();
+        assert_eq!(run_cli(&args), 2);
+    }
+}

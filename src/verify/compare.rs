@@ -212,7 +212,7 @@ pub fn weak_reference(reference: &HostTensor, tol: Tolerance) -> Option<String> 
     }
     if max_mag <= 10.0 * tol.atol {
         return Some(format!(
-            "never exceeds {max_mag:.3e} in magnitude, within 10x atol"
+            "never exceeds {max_mag:.3e} in magnitude (under 10 x atol)"
         ));
     }
     None

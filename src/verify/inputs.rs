@@ -364,6 +364,20 @@ pub fn plan_inputs(
                 ))
             }
         };
+        if let ValueRange::Int { lo, hi } = plan.range {
+            let cap = match plan.dtype {
+                DType::I8 => 1 << 7,
+                DType::U8 => 1 << 8,
+                DType::I16 => 1 << 15,
+                DType::U16 => 1 << 16,
+                DType::I32 => 1 << 31,
+                _ => i64::MAX,
+            };
+            plan.range = ValueRange::Int {
+                lo,
+                hi: hi.min(cap),
+            };
+        }
     }
     Ok(plans)
 }

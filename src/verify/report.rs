@@ -201,6 +201,7 @@ impl VerifyReport {
 
 fn fmt_err(v: Option<f64>, status: Status) -> String {
     match v {
+        Some(0.0) => "0".into(),
         Some(v) => format!("{v:.3e}"),
         // Only a value mismatch leaves the errors unset because they are infinite.
         None if status == Status::Mismatch => "inf".into(),
