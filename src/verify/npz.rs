@@ -370,6 +370,27 @@ mod tests {
     }
 
     #[test]
+    fn deflated_npz_reads_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.npz");
+        let t = HostTensor::new(
+            DType::I32,
+            vec![3],
+            TensorData::Bytes(vec![1, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0]),
+        )
+        .unwrap();
+        {
+            let mut zip = zip::ZipWriter::new(std::fs::File::create(&path).unwrap());
+            let options = zip::write::SimpleFileOptions::default()
+                .compression_method(zip::CompressionMethod::Deflated);
+            zip.start_file("ids.npy", options).unwrap();
+            zip.write_all(&npy_bytes(&t).unwrap()).unwrap();
+            zip.finish().unwrap();
+        }
+        assert_eq!(read_npz(&path).unwrap(), vec![("ids".to_string(), t)]);
+    }
+
+    #[test]
     fn garbage_is_an_error_not_a_panic() {
         assert!(parse_npy(b"").is_err());
         assert!(parse_npy(b"\x93NUMPY\x01\x00\xff\xff{").is_err());
