@@ -13,6 +13,7 @@ pub mod io;
 pub mod ir;
 pub mod rewrite;
 pub mod tensor;
+pub mod verify;
 
 /// The generated protobuf types of `proto/onnx.proto` (package `onnx`).
 #[allow(clippy::all, missing_docs)]

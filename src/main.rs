@@ -38,6 +38,8 @@ enum Command {
         #[arg(long)]
         ir: bool,
     },
+    /// Prove that a rewritten model computes the same function as the original (ONNX Runtime, CPU).
+    Verify(onnx_safeify::verify::VerifyArgs),
 }
 
 #[derive(Args, Debug)]
@@ -51,14 +53,24 @@ struct CompileArgs {
     /// Where to write the result (default: MODEL's stem + `.TARGET.onnx` beside it).
     #[arg(long, short = 'o')]
     output: Option<PathBuf>,
+    /// Verify the output against the input on ONNX Runtime (CPU) right after compiling; when
+    /// it is not faithful, remove the output and exit 1.
+    #[arg(long)]
+    verify: bool,
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Some(Command::Inspect { model, ir }) => inspect(&model, ir),
+        Some(Command::Verify(args)) => Ok(onnx_safeify::verify::run_cli(&args)),
         None => match (cli.compile.model, cli.compile.target) {
-            (Some(model), Some(target)) => compile(&model, &target, cli.compile.output.as_deref()),
+            (Some(model), Some(target)) => compile(
+                &model,
+                &target,
+                cli.compile.output.as_deref(),
+                cli.compile.verify,
+            ),
             _ => Err(Error::new(
                 ErrorKind::Usage,
                 "a MODEL and --target are required",
@@ -108,7 +120,7 @@ fn default_output(model: &Path, target: &str) -> PathBuf {
     model.with_file_name(format!("{stem}.{target}.onnx"))
 }
 
-fn compile(model: &Path, target: &str, output: Option<&Path>) -> Result<u8, Error> {
+fn compile(model: &Path, target: &str, output: Option<&Path>, verify: bool) -> Result<u8, Error> {
     let name = target_name(target)?;
     let out = output
         .map(Path::to_path_buf)
@@ -134,7 +146,38 @@ fn compile(model: &Path, target: &str, output: Option<&Path>) -> Result<u8, Erro
             .unwrap_or_default(),
         start.elapsed().as_secs_f64() * 1000.0
     );
+    if verify {
+        return verify_output(model, &out);
+    }
     Ok(0)
+}
+
+/// `--verify`: run both models; an unfaithful (or unverifiable) output is removed.
+fn verify_output(model: &Path, out: &Path) -> Result<u8, Error> {
+    let opts = onnx_safeify::verify::VerifyOptions::default();
+    let result = onnx_safeify::verify::verify_models(model, out, &opts);
+    match result {
+        Ok(report) if report.passed() => {
+            eprint!("{}", report.to_text());
+            Ok(0)
+        }
+        Ok(report) => {
+            eprint!("{}", report.to_text());
+            let _ = std::fs::remove_file(out);
+            eprintln!(
+                "error: {}: the rewrite is not faithful; output removed",
+                out.display()
+            );
+            Ok(1)
+        }
+        Err(e) => {
+            let _ = std::fs::remove_file(out);
+            Err(Error::new(
+                ErrorKind::Usage,
+                format!("verification failed, output removed: {e}"),
+            ))
+        }
+    }
 }
 
 /// Print to stdout; a closed pipe (`| head`) is not an error.

@@ -1,0 +1,166 @@
+//! The `verify` command line: arguments (to be flattened into the main CLI as
+//! `onnx-safeify verify ...`) and the function that runs them.
+
+use std::path::PathBuf;
+
+use clap::{Args, ValueEnum};
+
+use super::compare::Tolerance;
+use super::discover::Discovery;
+use super::inputs::{DimDefaults, DimOverrides};
+use super::runtime::{OptLevel, SessionSettings};
+use super::{verify_models, VerifyOptions, EXIT_ERROR, EXIT_MISMATCH, EXIT_PASS};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+pub enum OutputFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+/// Run an original model and its rewrite on ONNX Runtime (CPU) and compare all outputs.
+///
+/// Exit code 0: every output within tolerance (|a-b| <= atol + rtol*|b|, NaN equal to
+/// NaN; integer, bool and string outputs equal); 1: some output differs, has another
+/// shape or dtype, or is missing; 2: verification could not be run.
+#[derive(Debug, Clone, Args)]
+pub struct VerifyArgs {
+    /// The original model (.onnx), or a partition manifest / folder holding one.
+    pub original: PathBuf,
+    /// The rewritten model (.onnx), or a partition manifest (.yaml) / folder holding one.
+    pub rewritten: PathBuf,
+    /// Real inputs: an .npz, .npy or .pb file, or a folder of input_0.pb, input_1.pb, ...
+    /// (matched to graph inputs by name, else by position). Default: random inputs.
+    #[arg(long, value_name = "FILE.npz|DIR")]
+    pub inputs: Option<PathBuf>,
+    /// Reference outputs for the rewritten model: an .npz or a folder of output_0.pb, ...
+    #[arg(long, value_name = "DIR|FILE.npz")]
+    pub expected: Option<PathBuf>,
+    /// Size of a symbolic dimension (NAME=VALUE) or of one input axis (INPUT[AXIS]=VALUE).
+    /// Unnamed sizes default to 1 for axis 0 and 64 otherwise.
+    #[arg(long = "dim", value_name = "NAME=VALUE")]
+    pub dims: Vec<String>,
+    /// Relative tolerance.
+    #[arg(long, default_value_t = 1e-4)]
+    pub rtol: f64,
+    /// Absolute tolerance.
+    #[arg(long, default_value_t = 1e-5)]
+    pub atol: f64,
+    /// Number of runs, each with fresh random inputs.
+    #[arg(long, default_value_t = 1)]
+    pub runs: usize,
+    /// Base seed of the random inputs.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Report format.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    pub format: OutputFormat,
+    /// ONNX Runtime library to load (default: $ORT_DYLIB_PATH, else the onnxruntime
+    /// Python package of $VIRTUAL_ENV, $ONNX_SAFEIFY_VENV or python3 on PATH).
+    #[arg(long, value_name = "PATH")]
+    pub ort_library: Option<PathBuf>,
+    /// ONNX Runtime graph optimisation level for both models.
+    #[arg(long, value_enum, default_value_t = OptLevel::All)]
+    pub ort_opt_level: OptLevel,
+    /// Range of random float inputs, LO:HI (uniform in [LO, HI)).
+    #[arg(long, value_name = "LO:HI", default_value = "-1:1")]
+    pub float_range: String,
+}
+
+impl VerifyArgs {
+    /// The library options these arguments stand for.
+    pub fn to_options(&self) -> Result<VerifyOptions, String> {
+        let dims = DimOverrides::parse(&self.dims)?;
+        let (lo, hi) = self
+            .float_range
+            .split_once(':')
+            .and_then(|(a, b)| Some((a.trim().parse::<f64>().ok()?, b.trim().parse::<f64>().ok()?)))
+            .ok_or_else(|| format!("--float-range '{}': expected LO:HI", self.float_range))?;
+        let mut discovery = Discovery::from_env();
+        if let Some(p) = &self.ort_library {
+            discovery.explicit = Some(p.clone());
+        }
+        Ok(VerifyOptions {
+            tolerance: Tolerance {
+                rtol: self.rtol,
+                atol: self.atol,
+            },
+            runs: self.runs,
+            seed: self.seed,
+            dims,
+            dim_defaults: DimDefaults::default(),
+            float_range: (lo, hi),
+            inputs: self.inputs.clone(),
+            expected: self.expected.clone(),
+            discovery: Some(discovery),
+            session: SessionSettings {
+                optimization: self.ort_opt_level,
+                threads: None,
+            },
+        })
+    }
+}
+
+/// Parses `verify` arguments (without the program and subcommand names), for tests and
+/// embedding: `parse_args(["a.onnx", "b.onnx", "--runs", "3"])`.
+pub fn parse_args<I, T>(args: I) -> Result<VerifyArgs, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    #[derive(clap::Parser)]
+    #[command(name = "verify")]
+    struct Wrapper {
+        #[command(flatten)]
+        args: VerifyArgs,
+    }
+    let argv =
+        std::iter::once(std::ffi::OsString::from("verify")).chain(args.into_iter().map(Into::into));
+    <Wrapper as clap::Parser>::try_parse_from(argv).map(|w| w.args)
+}
+
+/// Runs `verify`, prints the report (stdout) or the error (stderr, one line), and returns
+/// the exit code: 0 pass, 1 mismatch, 2 error.
+pub fn run_cli(args: &VerifyArgs) -> u8 {
+    let opts = match args.to_options() {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return EXIT_ERROR;
+        }
+    };
+    // Nothing from a file should panic; if something still does (inside ONNX Runtime's
+    // wrapper, say), report it as an error instead of aborting with a backtrace.
+    let result = std::panic::catch_unwind(|| verify_models(&args.original, &args.rewritten, &opts));
+    match result {
+        Ok(Ok(report)) => {
+            match args.format {
+                OutputFormat::Text => print!("{}", report.to_text()),
+                OutputFormat::Json => println!("{}", report.to_json()),
+            }
+            if report.passed() {
+                EXIT_PASS
+            } else {
+                EXIT_MISMATCH
+            }
+        }
+        Ok(Err(e)) => {
+            eprintln!("error: {e}");
+            EXIT_ERROR
+        }
+        Err(panic) => {
+            let msg = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "unknown panic".into());
+            eprintln!(
+                "error: internal failure while verifying {} against {}: {}",
+                args.original.display(),
+                args.rewritten.display(),
+                super::error::one_line(&msg)
+            );
+            EXIT_ERROR
+        }
+    }
+}

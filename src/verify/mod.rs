@@ -1,0 +1,397 @@
+//! `verify`: runs an original model and its rewrite on ONNX Runtime's CPU provider with
+//! the same inputs and compares every output by name.
+//!
+//! The pieces, in the order data flows through them:
+//! - [`discover`] finds the ONNX Runtime library, [`runtime`] loads it once per process
+//!   and wraps sessions;
+//! - [`model`] reads inputs, outputs, `layer_ann` annotations and index uses from the
+//!   ModelProto; [`manifest`] does the same for a chain of partitioned segments;
+//! - [`inputs`] makes random inputs or reads real ones ([`npz`], [`pb`]);
+//! - [`compare`] compares outputs; [`report`] holds the result; [`cli`] is the command.
+
+pub mod cli;
+pub mod compare;
+pub mod discover;
+pub mod dtype;
+pub mod error;
+pub mod inputs;
+pub mod manifest;
+pub mod model;
+pub mod npz;
+pub mod pb;
+pub mod report;
+pub mod runtime;
+pub mod tensor;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+pub use cli::{run_cli, VerifyArgs};
+pub use compare::{OutputComparison, Status, Tolerance};
+pub use discover::Discovery;
+pub use error::VerifyError;
+pub use inputs::{DimDefaults, DimOverrides};
+pub use report::VerifyReport;
+pub use runtime::{OptLevel, SessionSettings};
+
+use inputs::SetKind;
+use manifest::Pipeline;
+use model::ModelInfo;
+use report::{InputSource, RunReport, RuntimeInfo, SessionInfo};
+use runtime::{ModelSession, Runtime};
+use tensor::HostTensor;
+
+/// Exit code: every output within tolerance.
+pub const EXIT_PASS: u8 = 0;
+/// Exit code: some output differs (values, shape, dtype, or missing).
+pub const EXIT_MISMATCH: u8 = 1;
+/// Exit code: verification could not be carried out (bad file, no runtime, ...).
+pub const EXIT_ERROR: u8 = 2;
+
+/// How to verify.
+#[derive(Debug, Clone)]
+pub struct VerifyOptions {
+    pub tolerance: Tolerance,
+    /// Number of runs with fresh random inputs (ignored with `inputs`).
+    pub runs: usize,
+    /// Base seed; run `i` uses `inputs::run_seed(seed, i)`.
+    pub seed: u64,
+    pub dims: DimOverrides,
+    pub dim_defaults: DimDefaults,
+    /// Random float inputs are uniform in `[lo, hi)`.
+    pub float_range: (f64, f64),
+    /// Real inputs: `.npz`, `.npy`, `.pb`, or a folder of `input_N.pb`.
+    pub inputs: Option<PathBuf>,
+    /// Reference outputs for the rewritten model: `.npz` or a folder of `output_N.pb`.
+    pub expected: Option<PathBuf>,
+    /// Where to find ONNX Runtime; `None`: from the environment ([`Discovery::from_env`]).
+    pub discovery: Option<Discovery>,
+    pub session: SessionSettings,
+}
+
+impl Default for VerifyOptions {
+    fn default() -> Self {
+        VerifyOptions {
+            tolerance: Tolerance::default(),
+            runs: 1,
+            seed: 0,
+            dims: DimOverrides::default(),
+            dim_defaults: DimDefaults::default(),
+            float_range: (-1.0, 1.0),
+            inputs: None,
+            expected: None,
+            discovery: None,
+            session: SessionSettings::default(),
+        }
+    }
+}
+
+/// A model to run: one file, or a chain of segments from a partition manifest.
+enum Target {
+    Single(ModelInfo),
+    Chain(Pipeline),
+}
+
+impl Target {
+    fn load(path: &Path) -> Result<Target, VerifyError> {
+        match manifest::manifest_path(path)? {
+            Some(m) => Ok(Target::Chain(manifest::load_pipeline(&m)?)),
+            None => Ok(Target::Single(model::load_model_info(path)?)),
+        }
+    }
+
+    fn info(&self) -> &ModelInfo {
+        match self {
+            Target::Single(i) => i,
+            Target::Chain(p) => &p.info,
+        }
+    }
+}
+
+/// Open sessions for a target.
+enum Runner {
+    Single(ModelSession),
+    Chain(Vec<(ModelSession, Vec<String>)>),
+}
+
+impl Runner {
+    fn open(
+        rt: &Runtime,
+        target: &Target,
+        role: &str,
+        settings: &SessionSettings,
+        sessions: &mut Vec<SessionInfo>,
+        warnings: &mut Vec<String>,
+    ) -> Result<Runner, VerifyError> {
+        match target {
+            Target::Single(info) => {
+                let (s, w) = ModelSession::open(rt, info, settings)?;
+                warnings.extend(w);
+                sessions.push(SessionInfo {
+                    role: role.into(),
+                    model: info.path.display().to_string(),
+                    segment: None,
+                    device: None,
+                    layer_assignment: s.layer_assignment.clone(),
+                });
+                Ok(Runner::Single(s))
+            }
+            Target::Chain(p) => {
+                let mut chain = Vec::with_capacity(p.segments.len());
+                for (i, seg) in p.segments.iter().enumerate() {
+                    let (s, w) = ModelSession::open(rt, &seg.info, settings)?;
+                    warnings.extend(w);
+                    sessions.push(SessionInfo {
+                        role: role.into(),
+                        model: seg.info.path.display().to_string(),
+                        segment: Some(i),
+                        device: seg.device.map(|d| format!("{d:?}").to_lowercase()),
+                        layer_assignment: s.layer_assignment.clone(),
+                    });
+                    chain.push((s, seg.outputs.clone()));
+                }
+                Ok(Runner::Chain(chain))
+            }
+        }
+    }
+
+    /// Runs on `inputs`; returns every named value produced (for a chain: all segment
+    /// outputs, so final outputs are found whichever segment made them).
+    fn run(
+        &mut self,
+        inputs: &[(String, HostTensor)],
+    ) -> Result<HashMap<String, HostTensor>, VerifyError> {
+        let mut pool: HashMap<String, HostTensor> = HashMap::new();
+        match self {
+            Runner::Single(s) => {
+                let lookup = |n: &str| inputs.iter().find(|(k, _)| k == n).map(|(_, t)| t);
+                for (name, t) in s.run(lookup)? {
+                    let _ = pool.insert(name, t);
+                }
+            }
+            Runner::Chain(chain) => {
+                for (s, keep) in chain.iter_mut() {
+                    let produced = {
+                        let lookup = |n: &str| {
+                            pool.get(n)
+                                .or_else(|| inputs.iter().find(|(k, _)| k == n).map(|(_, t)| t))
+                        };
+                        s.run(lookup)?
+                    };
+                    for (name, t) in produced {
+                        if keep.contains(&name) {
+                            let _ = pool.insert(name, t);
+                        }
+                    }
+                }
+            }
+        }
+        Ok(pool)
+    }
+}
+
+/// Runs `original` and `rewritten` (each an `.onnx` file, a partition manifest, or a
+/// folder holding one) on the same inputs and compares all outputs of the original by
+/// name. `Ok` carries the comparison whether or not it passed; `Err` means it could not
+/// be carried out.
+pub fn verify_models(
+    original: &Path,
+    rewritten: &Path,
+    opts: &VerifyOptions,
+) -> Result<VerifyReport, VerifyError> {
+    if opts.runs == 0 {
+        return Err(VerifyError::Usage("--runs must be at least 1".into()));
+    }
+    let (lo, hi) = opts.float_range;
+    if !(lo.is_finite() && hi.is_finite() && lo < hi) {
+        return Err(VerifyError::Usage(format!(
+            "float range [{lo}, {hi}) is empty or not finite"
+        )));
+    }
+    let t = opts.tolerance;
+    if !(t.rtol >= 0.0 && t.atol >= 0.0) {
+        return Err(VerifyError::Usage(
+            "--rtol and --atol must be non-negative numbers".into(),
+        ));
+    }
+    let orig = Target::load(original)?;
+    let rewr = Target::load(rewritten)?;
+    let mut warnings = Vec::new();
+    inputs::check_compatible(orig.info(), rewr.info(), &mut warnings)?;
+
+    // Inputs: read them (once) or plan random ones, before loading the runtime so that
+    // file errors come first.
+    let fixed_inputs = match &opts.inputs {
+        Some(p) => {
+            let tensors = inputs::load_tensor_set(p, SetKind::Inputs)?;
+            let names: Vec<String> = orig.info().inputs.iter().map(|v| v.name.clone()).collect();
+            let assigned = inputs::assign_tensors(p, tensors, &names, "input")?;
+            for (name, t) in &assigned {
+                if let Some(spec) = orig.info().input(name) {
+                    inputs::check_input(&orig.info().path, spec, t, p)?;
+                }
+            }
+            if opts.runs > 1 {
+                warnings.push(format!(
+                    "--runs {} ignored: inputs come from {}",
+                    opts.runs,
+                    p.display()
+                ));
+            }
+            Some(assigned)
+        }
+        None => None,
+    };
+    let plan = match fixed_inputs {
+        Some(_) => Vec::new(),
+        None => inputs::plan_inputs(
+            orig.info(),
+            rewr.info(),
+            &opts.dims,
+            opts.dim_defaults,
+            opts.float_range,
+            &mut warnings,
+        )?,
+    };
+    let expected = match &opts.expected {
+        Some(p) => {
+            let tensors = inputs::load_tensor_set(p, SetKind::Outputs)?;
+            let names: Vec<String> = orig.info().outputs.iter().map(|v| v.name.clone()).collect();
+            Some(inputs::assign_tensors(p, tensors, &names, "output")?)
+        }
+        None => None,
+    };
+
+    let discovery = opts.discovery.clone().unwrap_or_else(Discovery::from_env);
+    let rt = runtime::runtime(&discovery)?;
+    let mut sessions = Vec::new();
+    let mut orig_runner = Runner::open(
+        rt,
+        &orig,
+        "original",
+        &opts.session,
+        &mut sessions,
+        &mut warnings,
+    )?;
+    let mut rewr_runner = Runner::open(
+        rt,
+        &rewr,
+        "rewritten",
+        &opts.session,
+        &mut sessions,
+        &mut warnings,
+    )?;
+
+    for o in &rewr.info().outputs {
+        if orig.info().output(&o.name).is_none() {
+            warnings.push(format!(
+                "{} has output '{}' that {} does not have; it is not compared",
+                rewr.info().path.display(),
+                o.name,
+                orig.info().path.display()
+            ));
+        }
+    }
+
+    let runs = if fixed_inputs.is_some() { 1 } else { opts.runs };
+    let mut reports = Vec::with_capacity(runs);
+    let mut weak: Vec<String> = Vec::new();
+    for run in 0..runs {
+        let (feed, seed) = match &fixed_inputs {
+            Some(f) => (f.clone(), None),
+            None => {
+                let seed = inputs::run_seed(opts.seed, run);
+                (inputs::generate(&plan, seed), Some(seed))
+            }
+        };
+        let hint = |e: VerifyError| {
+            match (e, seed) {
+            (VerifyError::Run { path, message }, Some(seed)) => VerifyError::Run {
+                path,
+                message: format!(
+                    "{message} (on random inputs, seed {seed:#x}: if an input is a shape, size or index the graph does not show, give real inputs with --inputs or sizes with --dim)"
+                ),
+            },
+            (e, _) => e,
+        }
+        };
+        let reference = orig_runner.run(&feed).map_err(hint)?;
+        let actual = rewr_runner.run(&feed).map_err(hint)?;
+        let mut outputs = Vec::with_capacity(orig.info().outputs.len());
+        for spec in &orig.info().outputs {
+            let Some(b) = reference.get(&spec.name) else {
+                return Err(VerifyError::output(
+                    &orig.info().path,
+                    &spec.name,
+                    "declared but not produced by ONNX Runtime",
+                ));
+            };
+            if let Some(why) = compare::weak_reference(b, opts.tolerance) {
+                let w = format!(
+                    "output '{}' of {} {why} on the inputs of run {}: the comparison proves little; give real inputs with --inputs",
+                    spec.name,
+                    orig.info().path.display(),
+                    run + 1
+                );
+                if !weak.contains(&spec.name) {
+                    weak.push(spec.name.clone());
+                    warnings.push(w);
+                }
+            }
+            outputs.push(match actual.get(&spec.name) {
+                Some(a) => compare::compare(&spec.name, b, a, opts.tolerance),
+                None => OutputComparison::missing(
+                    &spec.name,
+                    b,
+                    format!("{} has no output of this name", rewr.info().path.display()),
+                ),
+            });
+        }
+        let mut against_expected = Vec::new();
+        if let Some(exp) = &expected {
+            for (name, b) in exp {
+                against_expected.push(match actual.get(name) {
+                    Some(a) => compare::compare(name, b, a, opts.tolerance),
+                    None => OutputComparison::missing(
+                        name,
+                        b,
+                        format!("{} has no output of this name", rewr.info().path.display()),
+                    ),
+                });
+            }
+        }
+        reports.push(RunReport {
+            run: run + 1,
+            seed,
+            outputs,
+            expected: against_expected,
+        });
+    }
+
+    let mut report = VerifyReport {
+        original: original.display().to_string(),
+        rewritten: rewritten.display().to_string(),
+        expected: opts.expected.as_ref().map(|p| p.display().to_string()),
+        onnxruntime: RuntimeInfo {
+            library: rt.library.display().to_string(),
+            version: rt.version(),
+            build_info: rt.build_info.clone(),
+        },
+        tolerance: opts.tolerance,
+        sessions,
+        inputs: match &opts.inputs {
+            Some(p) => InputSource::File {
+                path: p.display().to_string(),
+            },
+            None => InputSource::Random {
+                seed: opts.seed,
+                plan,
+            },
+        },
+        runs: reports,
+        warnings,
+        passed: false,
+    };
+    report.passed = report.passed();
+    Ok(report)
+}
