@@ -45,27 +45,26 @@ fn export_attribute(a: &Attribute) -> AttributeProto {
     p
 }
 
+/// The protobuf message of one node.
+pub fn export_node(g: &Graph, id: crate::ir::NodeId) -> NodeProto {
+    let n = &g.nodes[id];
+    NodeProto {
+        input: names(g, &n.inputs),
+        output: names(g, &n.outputs),
+        name: n.name.clone(),
+        op_type: Some(n.op_type.clone()),
+        attribute: n.attributes.iter().map(export_attribute).collect(),
+        doc_string: n.doc_string.clone(),
+        domain: n.domain.clone(),
+        overload: n.overload.clone(),
+        metadata_props: n.metadata_props.clone(),
+        device_configurations: n.device_configurations.clone(),
+    }
+}
+
 /// Build the protobuf message of one graph (recursively for subgraphs).
 pub fn export_graph(g: &Graph) -> GraphProto {
-    let node = g
-        .order
-        .iter()
-        .map(|&id| {
-            let n = &g.nodes[id];
-            NodeProto {
-                input: names(g, &n.inputs),
-                output: names(g, &n.outputs),
-                name: n.name.clone(),
-                op_type: Some(n.op_type.clone()),
-                attribute: n.attributes.iter().map(export_attribute).collect(),
-                doc_string: n.doc_string.clone(),
-                domain: n.domain.clone(),
-                overload: n.overload.clone(),
-                metadata_props: n.metadata_props.clone(),
-                device_configurations: n.device_configurations.clone(),
-            }
-        })
-        .collect();
+    let node = g.order.iter().map(|&id| export_node(g, id)).collect();
     let initializer = g
         .initializers
         .iter()

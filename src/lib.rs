@@ -11,6 +11,7 @@ pub mod import;
 pub mod inspect;
 pub mod io;
 pub mod ir;
+pub mod partition;
 pub mod rewrite;
 pub mod tensor;
 pub mod verify;

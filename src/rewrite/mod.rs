@@ -1,6 +1,7 @@
 //! Rewrites: the patch type and the actions rules ask for.
 
 pub mod barrier;
+pub mod cast;
 pub mod consts;
 pub mod cpu;
 pub mod patch;

@@ -1,0 +1,108 @@
+//! `cast`: run a node in another precision, with Cast before its inputs and after its outputs.
+//!
+//! - Precision fence (e.g. `from: float16, to: float32`): every input of type `from` is cast to
+//!   `to`, the node computes in `to`, every output of type `from` is cast back. The graph's
+//!   interface and every other node are unchanged.
+//! - Index narrowing (e.g. `from: int64, to: int32, inputs: [1]` on Gather): only the named
+//!   inputs are cast; exact whenever the values fit in the narrower type, which holds for valid
+//!   indices of any axis shorter than 2^31.
+
+use crate::ir::{Graph, NodeId, ValueId};
+use crate::proto::AttributeProto;
+use crate::rewrite::{AttrValue, PValue, Patch};
+use crate::tensor::dtype_name;
+
+/// What to cast.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CastSpec {
+    pub from: i32,
+    pub to: i32,
+    /// Only these input slots (outputs untouched); `None`: every input and output of `from`.
+    pub inputs: Option<Vec<usize>>,
+}
+
+/// Build the patch, or say why it does not apply. `dtype` gives a value's element type.
+pub fn cast_node(
+    g: &Graph,
+    n: NodeId,
+    rule: &str,
+    spec: &CastSpec,
+    dtype: &dyn Fn(ValueId) -> Option<i32>,
+) -> Result<Patch, String> {
+    let node = g.node(n);
+    let mut p = Patch::new(rule, node.name(), Some(n));
+    let mut inputs: Vec<Option<PValue>> = Vec::with_capacity(node.inputs.len());
+    let mut touched = false;
+    for (slot, v) in node.inputs.iter().enumerate() {
+        let Some(v) = *v else {
+            inputs.push(None);
+            continue;
+        };
+        let wanted = spec.inputs.as_ref().is_none_or(|s| s.contains(&slot));
+        match dtype(v) {
+            Some(t) if t == spec.from && wanted => {
+                let c = p.op(
+                    "Cast",
+                    &[PValue::Existing(v)],
+                    &[("to", AttrValue::Int(spec.to as i64))],
+                );
+                inputs.push(Some(c));
+                touched = true;
+            }
+            None if wanted && spec.inputs.is_some() => {
+                return Err(format!(
+                    "the element type of input {slot} ('{}') is unknown",
+                    g.value_name(v)
+                ))
+            }
+            _ => inputs.push(Some(PValue::Existing(v))),
+        }
+    }
+    let mut outputs_back: Vec<(usize, ValueId)> = Vec::new();
+    if spec.inputs.is_none() {
+        for (slot, v) in node.outputs.iter().enumerate() {
+            let Some(v) = *v else { continue };
+            match dtype(v) {
+                Some(t) if t == spec.from => outputs_back.push((slot, v)),
+                Some(_) => {}
+                None => {
+                    return Err(format!(
+                        "the element type of output {slot} ('{}') is unknown",
+                        g.value_name(v)
+                    ))
+                }
+            }
+        }
+    }
+    if !touched && outputs_back.is_empty() {
+        return Err(format!(
+            "no input or output of type {} to cast",
+            dtype_name(spec.from)
+        ));
+    }
+    let attrs: Vec<AttributeProto> = node.attributes.iter().map(|a| a.proto.clone()).collect();
+    // Trailing omitted optional outputs stay omitted.
+    let n_out = node
+        .outputs
+        .iter()
+        .rposition(|o| o.is_some())
+        .map_or(0, |i| i + 1);
+    let new_outs = p.node(&node.op_type, node.domain(), &inputs, attrs, n_out);
+    for (slot, v) in node.outputs.iter().enumerate() {
+        let (Some(v), Some(&produced)) = (*v, new_outs.get(slot)) else {
+            continue;
+        };
+        let replacement = if outputs_back.iter().any(|(s, _)| *s == slot) {
+            p.op(
+                "Cast",
+                &[produced],
+                &[("to", AttrValue::Int(spec.from as i64))],
+            )
+        } else {
+            produced
+        };
+        p.replace(v, replacement);
+    }
+    p.remove(n);
+    Ok(p)
+}
