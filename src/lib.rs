@@ -5,6 +5,7 @@
 //! [`import`] (protobuf → IR, validation) → [`ir`] (the graph) → [`export`] (IR → protobuf)
 //! → [`io::save`] (streamed, atomic write).
 
+pub mod doctor;
 pub mod error;
 pub mod export;
 pub mod import;

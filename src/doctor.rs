@@ -1,0 +1,300 @@
+//! `doctor`: read an error log a user pasted, name the likely cause with its evidence, suggest
+//! the target and rules that address it, and (given the model) list the nodes involved.
+//! Signatures are data: a table of patterns, causes, evidence and the ops they implicate.
+
+use crate::ir::{Graph, Model, Origin};
+use crate::rewrite::consts::constant_tensor;
+
+/// Which nodes of a model a signature implicates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Implicates {
+    /// Heavy dispatches: Conv/ConvTranspose/MatMul/Gemm and every com.microsoft fused op.
+    HeavyAndFused,
+    /// Resize/Upsample whose scales or sizes are not constants.
+    DynamicResize,
+    /// Gather/GatherElements/GatherND/ScatterND/ScatterElements/TopK/NonZero (int64 indices).
+    IndexOps,
+    /// ConvTranspose.
+    ConvTranspose,
+    /// Depthwise and grouped convolutions.
+    GroupedConv,
+    /// com.microsoft / com.microsoft.nchwc ops.
+    ContribOps,
+    /// Data-dependent-shape ops (NonZero, NonMaxSuppression, RoiAlign, Unique...).
+    DataDependent,
+    /// Nothing model-specific.
+    None,
+}
+
+/// A known error signature.
+#[derive(Debug, Clone)]
+pub struct Signature {
+    pub id: &'static str,
+    /// Any of these substrings (case-insensitive) identifies the signature.
+    pub patterns: &'static [&'static str],
+    pub cause: &'static str,
+    pub evidence: &'static [&'static str],
+    pub targets: &'static [&'static str],
+    pub rules: &'static [&'static str],
+    pub implicates: Implicates,
+}
+
+/// The signature table (evidence from ../shared/HAZARDS.md).
+pub const SIGNATURES: &[Signature] = &[
+    Signature {
+        id: "dxgi-device-removed",
+        patterns: &["887a0005", "dxgi_error_device_removed", "device_removed", "device removed"],
+        cause: "the GPU was removed by the driver (a reset after a dispatch ran too long or faulted): \
+                long DirectML command lists of small depthwise convolutions and fused ops on weak GPUs",
+        evidence: &["microsoft/onnxruntime#29263", "microsoft/onnxruntime#22700", "microsoft/onnxruntime#19724", "immich-app/immich#31469", "microsoft/Olive#1194"],
+        targets: &["rx580", "directml"],
+        rules: &["unfuse-contrib", "split-depthwise", "partition-budget"],
+        implicates: Implicates::HeavyAndFused,
+    },
+    Signature {
+        id: "dxgi-device-hung",
+        patterns: &["887a0006", "dxgi_error_device_hung", "device_hung", "device hung"],
+        cause: "the GPU stopped responding to a command list (it hung); heavy or long fused dispatches",
+        evidence: &["microsoft/onnxruntime#22700", "immich-app/immich#31469", "microsoft/onnxruntime#19724"],
+        targets: &["rx580", "directml"],
+        rules: &["unfuse-contrib", "split-depthwise", "partition-budget"],
+        implicates: Implicates::HeavyAndFused,
+    },
+    Signature {
+        id: "tdr",
+        patterns: &["display driver stopped responding", "tdr", "video_tdr_failure", "has successfully recovered", "black screen", "driver reset"],
+        cause: "Windows' Timeout Detection and Recovery reset the display driver: a GPU command ran past \
+                the ~2 s limit (DirectML fuses everything it claims into one command list)",
+        evidence: &["microsoft/onnxruntime#29263", "microsoft/onnxruntime#19724", "microsoft/tensorflow-directml#28"],
+        targets: &["rx580", "directml"],
+        rules: &["partition-budget", "split-depthwise", "unfuse-contrib"],
+        implicates: Implicates::HeavyAndFused,
+    },
+    Signature {
+        id: "e-invalidarg",
+        patterns: &["80070057", "the parameter is incorrect", "e_invalidarg"],
+        cause: "DirectML rejected an operator's parameters: Resize/Upsample with dynamic output sizes, \
+                int64 indices in Gather/ScatterND/TopK/NonZero, or a float16 graph in DML's fusion helper",
+        evidence: &["microsoft/onnxruntime#24928", "microsoft/onnxruntime#18613", "microsoft/onnxruntime#13975", "microsoft/DirectML#727", "microsoft/onnxruntime#20742"],
+        targets: &["rx580", "directml"],
+        rules: &["cpu-dynamic-resize", "cpu-int64-indices"],
+        implicates: Implicates::DynamicResize,
+    },
+    Signature {
+        id: "miopen-bad-parm",
+        patterns: &["miopenstatusbadparm", "miopen status bad parm"],
+        cause: "MIOpen (ROCm) refused a convolution's parameters; seen with ConvTranspose in PP-OCRv5 models",
+        evidence: &["immich-app/immich#23629", "ROCm/AMDMIGraphX#484"],
+        targets: &["rocm-migraphx"],
+        rules: &["cpu-convtranspose"],
+        implicates: Implicates::ConvTranspose,
+    },
+    Signature {
+        id: "migraphx-unsupported-contrib",
+        patterns: &["embedlayernormalization", "skiplayernormalization", "unsupported operator", "migraphx: unknown operator", "operator not supported"],
+        cause: "the provider does not implement a com.microsoft fused op; it must be decomposed into standard ops",
+        evidence: &["ROCm/AMDMIGraphX#2756", "ROCm/AMDMIGraphX#2760"],
+        targets: &["rocm-migraphx"],
+        rules: &["unfuse-contrib"],
+        implicates: Implicates::ContribOps,
+    },
+    Signature {
+        id: "wgsl-out-of-bounds",
+        patterns: &["wgsl", "index out of bounds", "shader validation", "webgpu"],
+        cause: "a WebGPU shader indexed outside a buffer or failed validation (indexing, broadcast Add, QMoE kernels)",
+        evidence: &["microsoft/onnxruntime#18311", "microsoft/onnxruntime#24744", "microsoft/onnxruntime#27220"],
+        targets: &["webgpu"],
+        rules: &["cpu-int64-indices"],
+        implicates: Implicates::IndexOps,
+    },
+    Signature {
+        id: "fp16-noise",
+        patterns: &["black image", "nan", "noise", "all zeros"],
+        cause: "float16 kernels on Intel GPUs compute wrong values (noise, black images); run in float32",
+        evidence: &["microsoft/DirectML#380", "microsoft/onnxruntime#19995", "openvinotoolkit/openvino#2925"],
+        targets: &["intel-gen9", "openvino-gpu"],
+        rules: &["fp32-fence"],
+        implicates: Implicates::None,
+    },
+    Signature {
+        id: "metacommand-mismatch",
+        patterns: &["metacommand", "meta command"],
+        cause: "a DirectML metacommand of the driver has a parameter mismatch; disable metacommands",
+        evidence: &["microsoft/DirectML#70", "microsoft/onnxruntime#22466"],
+        targets: &["intel-gen9"],
+        rules: &[],
+        implicates: Implicates::None,
+    },
+    Signature {
+        id: "coreml-abort",
+        patterns: &["coreml", "mlprogram", "error in building plan"],
+        cause: "CoreML claimed a partition it cannot run and aborted with no per-node fallback",
+        evidence: &["docling-project/docling.rs#324", "microsoft/onnxruntime#32569"],
+        targets: &["coreml"],
+        rules: &[],
+        implicates: Implicates::ContribOps,
+    },
+    Signature {
+        id: "tensorrt-data-dependent",
+        patterns: &["data-dependent", "nonzero", "nonmaxsuppression", "roialign", "could not find any implementation"],
+        cause: "TensorRT cannot build ops whose output shape depends on data; they must run elsewhere",
+        evidence: &["microsoft/onnxruntime PR 22681", "microsoft/onnxruntime PR 23705"],
+        targets: &["tensorrt"],
+        rules: &["cpu-data-dependent"],
+        implicates: Implicates::DataDependent,
+    },
+];
+
+/// One diagnosis.
+#[derive(Debug, Clone)]
+pub struct Diagnosis {
+    pub signature: &'static Signature,
+    /// The log lines that matched (trimmed, at most five).
+    pub lines: Vec<String>,
+    /// Nodes of the model involved: (name, op).
+    pub nodes: Vec<(String, String)>,
+}
+
+/// Diagnose a log. Signatures are tried in table order; each matches at most once.
+pub fn diagnose(log: &str, model: Option<&Model>) -> Vec<Diagnosis> {
+    let lower: Vec<(String, &str)> = log.lines().map(|l| (l.to_ascii_lowercase(), l)).collect();
+    let mut out = Vec::new();
+    for sig in SIGNATURES {
+        let lines: Vec<String> = lower
+            .iter()
+            .filter(|(l, _)| {
+                sig.patterns.iter().any(|p| {
+                    if p.len() <= 4 {
+                        // Short patterns (tdr, nan) must be whole words.
+                        l.split(|c: char| !c.is_ascii_alphanumeric()).any(|w| w == *p)
+                    } else {
+                        l.contains(p)
+                    }
+                })
+            })
+            .map(|(_, orig)| orig.trim().to_string())
+            .take(5)
+            .collect();
+        if lines.is_empty() {
+            continue;
+        }
+        let nodes = model
+            .map(|m| implicated(&m.graph, sig.implicates))
+            .unwrap_or_default();
+        out.push(Diagnosis {
+            signature: sig,
+            lines,
+            nodes,
+        });
+    }
+    out
+}
+
+fn implicated(g: &Graph, what: Implicates) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for &n in &g.order {
+        let node = g.node(n);
+        let op = node.op_type.as_str();
+        let contrib = node.domain().starts_with("com.microsoft");
+        let hit = match what {
+            Implicates::HeavyAndFused => {
+                contrib || matches!(op, "Conv" | "ConvTranspose" | "MatMul" | "Gemm")
+            }
+            Implicates::DynamicResize => {
+                matches!(op, "Resize" | "Upsample")
+                    && node
+                        .inputs
+                        .iter()
+                        .skip(1)
+                        .flatten()
+                        .any(|v| constant_tensor(g, *v).is_none() && !matches!(g.value(*v).origin, Origin::Initializer))
+            }
+            Implicates::IndexOps => matches!(
+                op,
+                "Gather" | "GatherElements" | "GatherND" | "ScatterND" | "ScatterElements" | "TopK" | "NonZero"
+            ),
+            Implicates::ConvTranspose => op == "ConvTranspose",
+            Implicates::GroupedConv => {
+                op == "Conv" && node.attr("group").and_then(|a| a.proto.i).unwrap_or(1) > 1
+            }
+            Implicates::ContribOps => contrib,
+            Implicates::DataDependent => matches!(
+                op,
+                "NonZero" | "NonMaxSuppression" | "RoiAlign" | "Unique" | "Compress"
+            ),
+            Implicates::None => false,
+        };
+        if hit {
+            out.push((node.name().to_string(), if node.domain().is_empty() {
+                op.to_string()
+            } else {
+                format!("{}::{op}", node.domain())
+            }));
+        }
+    }
+    out
+}
+
+/// Render diagnoses as text.
+pub fn render_text(ds: &[Diagnosis]) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    if ds.is_empty() {
+        s.push_str("no known signature in this log. onnx-safeify knows: ");
+        s.push_str(&SIGNATURES.iter().map(|x| x.id).collect::<Vec<_>>().join(", "));
+        s.push_str(".\nRun `onnx-safeify check MODEL --target T` to see what a target would change.\n");
+        return s;
+    }
+    for d in ds {
+        let sig = d.signature;
+        let _ = writeln!(s, "{}: {}", sig.id, sig.cause.split_whitespace().collect::<Vec<_>>().join(" "));
+        for l in &d.lines {
+            let _ = writeln!(s, "  log:      {l}");
+        }
+        let _ = writeln!(s, "  evidence: {}", sig.evidence.join(", "));
+        if !sig.targets.is_empty() {
+            let _ = writeln!(s, "  targets:  {}", sig.targets.join(", "));
+        }
+        if !sig.rules.is_empty() {
+            let _ = writeln!(s, "  rules:    {}", sig.rules.join(", "));
+        }
+        if !d.nodes.is_empty() {
+            let _ = writeln!(s, "  nodes ({}):", d.nodes.len());
+            for (name, op) in d.nodes.iter().take(20) {
+                let _ = writeln!(s, "    {name} ({op})");
+            }
+            if d.nodes.len() > 20 {
+                let _ = writeln!(s, "    ... and {} more", d.nodes.len() - 20);
+            }
+        }
+        if let Some(t) = sig.targets.first() {
+            let _ = writeln!(s, "  try:      onnx-safeify MODEL --target {t}");
+        }
+    }
+    s
+}
+
+/// Render diagnoses as JSON: `{"diagnoses": [{"signature", "cause", "evidence", "targets",
+/// "rules", "log_lines", "nodes": [{"name", "op"}]}]}`.
+pub fn render_json(ds: &[Diagnosis]) -> String {
+    let list: Vec<serde_json::Value> = ds
+        .iter()
+        .map(|d| {
+            serde_json::json!({
+                "signature": d.signature.id,
+                "cause": d.signature.cause.split_whitespace().collect::<Vec<_>>().join(" "),
+                "evidence": d.signature.evidence,
+                "targets": d.signature.targets,
+                "rules": d.signature.rules,
+                "log_lines": d.lines,
+                "nodes": d.nodes.iter().map(|(n, o)| serde_json::json!({"name": n, "op": o})).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    let known = ds.len();
+    let v = serde_json::json!({
+        "diagnoses": list,
+        "known_signature": known > 0,
+    });
+    serde_json::to_string_pretty(&v).unwrap_or_default() + "\n"
+}
