@@ -11,6 +11,7 @@ pub mod import;
 pub mod inspect;
 pub mod io;
 pub mod ir;
+pub mod rules;
 pub mod tensor;
 
 /// The generated protobuf types of `proto/onnx.proto` (package `onnx`).
