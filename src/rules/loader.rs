@@ -268,8 +268,9 @@ impl<'f> Loader<'f> {
         }
         let errors_before = self.errs.len();
         let loaded = self.read(key.clone(), &display, Mode::Target, via)?;
+        let file_ok = self.errs.len() == errors_before;
         let mut acc = Acc {
-            ok: self.errs.len() == errors_before,
+            ok: true,
             ..Acc::default()
         };
         stack.push((key.clone(), display.clone()));
@@ -323,8 +324,10 @@ impl<'f> Loader<'f> {
             }
         }
         stack.pop();
-        let ok = acc.ok;
-        self.apply(&mut acc, &loaded.doc, ok);
+        // `disable` is checked against the bases only when they all loaded cleanly.
+        let bases_ok = acc.ok;
+        self.apply(&mut acc, &loaded.doc, bases_ok);
+        acc.ok = bases_ok && file_ok;
         acc.chain.push(display);
         Some((loaded, acc))
     }

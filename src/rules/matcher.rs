@@ -445,12 +445,7 @@ impl<'a> Matcher<'a> {
                 }
                 let t = if any_u { Tri::U } else { Tri::F };
                 verdict(t, &|| {
-                    let items: Vec<String> = reasons
-                        .iter()
-                        .enumerate()
-                        .map(|(i, r)| format!("({}) {r}", i + 1))
-                        .collect();
-                    format!("no alternative of `any` matches: {}", items.join("; "))
+                    format!("none of `any` matches ({})", reasons.join(" | "))
                 })
             }
             PredKind::All(parts) => {

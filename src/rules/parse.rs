@@ -601,7 +601,7 @@ impl<'a> P<'a> {
                 let d = self
                     .diag(
                         k.loc,
-                        format!("the keys of {what} are slot numbers (0, 1, ...)"),
+                        format!("the keys of `{what}` are slot numbers (0, 1, ...)"),
                     )
                     .label("expected a number");
                 self.error(d);
@@ -828,8 +828,11 @@ impl<'a> P<'a> {
                 });
             }
         }
-        if let Some(names) = ops_written {
-            self.check_ops(&names, domains_written.as_deref());
+        match (ops_written, domains_written) {
+            // Every domain named was unknown (and reported): nothing to check the ops against.
+            (Some(_), Some(d)) if d.is_empty() => {}
+            (Some(names), d) => self.check_ops(&names, d.as_deref()),
+            _ => {}
         }
         // The cheap, selective predicates first; the rest keep their written order.
         pat.preds
@@ -877,10 +880,9 @@ impl<'a> P<'a> {
             if let Some(h) = ops::suggest(op, candidates.iter().copied()) {
                 d = d.label(format!("did you mean `{h}`?"));
             }
-            let d = d.note(format!(
-                "operators are checked against the ONNX operator list and ONNX Runtime's contrib ops ({})",
-                in_domains.iter().map(|d| shown(d)).collect::<Vec<_>>().join(", ")
-            ));
+            let d = d.note(
+                "operators are checked against the ONNX operator list and ONNX Runtime's contrib and NCHWc ops",
+            );
             self.error(d);
         }
     }
@@ -1184,8 +1186,15 @@ impl<'a> P<'a> {
     fn file(&mut self, root: &Node, mode: Mode) -> FileDoc {
         let mut doc = FileDoc::default();
         if matches!(root.value, Value::Null) {
+            let start = Loc {
+                line: 1,
+                col: 1,
+                len: 0,
+                byte: None,
+                ..root.loc
+            };
             let d = self
-                .diag(root.loc, "the file is empty")
+                .diag(start, "the file is empty")
                 .label("a target file needs at least `target:`");
             self.error(d);
             return doc;

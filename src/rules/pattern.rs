@@ -122,7 +122,10 @@ impl fmt::Display for NumTest {
         let mut parts: Vec<String> = self
             .cmps
             .iter()
-            .map(|(op, v)| format!("{} {v}", op.symbol()))
+            .map(|(op, v)| match op {
+                CmpOp::Eq => v.to_string(),
+                _ => format!("{} {v}", op.symbol()),
+            })
             .collect();
         if let Some(set) = &self.one_of {
             let items: Vec<String> = set.iter().map(|v| v.to_string()).collect();
