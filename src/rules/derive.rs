@@ -254,7 +254,9 @@ impl<'a> Shapes<'a> {
             if c.transpose {
                 w.first().and_then(FactDim::known)
             } else {
-                w.get(1).and_then(FactDim::known).map(|k| k * c.group)
+                w.get(1)
+                    .and_then(FactDim::known)
+                    .and_then(|k| k.checked_mul(c.group))
             }
         });
         match from_w {
@@ -268,7 +270,9 @@ impl<'a> Shapes<'a> {
     fn conv_out_channels(&self, c: &ConvView) -> Derived<i64> {
         let from_w = c.w.as_ref().and_then(|w| {
             if c.transpose {
-                w.get(1).and_then(FactDim::known).map(|k| k * c.group)
+                w.get(1)
+                    .and_then(FactDim::known)
+                    .and_then(|k| k.checked_mul(c.group))
             } else {
                 w.first().and_then(FactDim::known)
             }
@@ -362,7 +366,10 @@ impl<'a> Shapes<'a> {
                     x.len()
                 )),
                 Some(x) => match known_all(&x[2..]) {
-                    Some(sp) => Derived::Known(Num::Int(sp.iter().product())),
+                    Some(sp) => match sp.iter().try_fold(1i64, |acc, &d| acc.checked_mul(d)) {
+                        Some(p) => Derived::Known(Num::Int(p)),
+                        None => Derived::Known(Num::Float(product(&sp))),
+                    },
                     None => Derived::Unknown(format!(
                         "input 0's spatial dimensions are not all known ({})",
                         show_dims(&x)
@@ -534,17 +541,32 @@ fn conv_out_spatial(node: &Node, input: &[i64], kernel: &[i64]) -> Option<Vec<i6
     if strides.len() != r || dil.len() != r || pads.len() != 2 * r {
         return None;
     }
+    // Sizes come from the file: checked arithmetic, `None` on overflow or a non-positive size.
     (0..r)
         .map(|i| {
             let s = strides[i].max(1);
-            let eff = dil[i] * (kernel[i] - 1) + 1;
+            let eff = dil[i]
+                .checked_mul(kernel[i].checked_sub(1)?)?
+                .checked_add(1)?;
             let out = match auto.as_str() {
-                "SAME_UPPER" | "SAME_LOWER" => (input[i] + s - 1) / s,
-                "VALID" => (input[i] - eff) / s + 1,
+                "SAME_UPPER" | "SAME_LOWER" => input[i].checked_add(s - 1)? / s,
+                "VALID" => {
+                    let span = input[i].checked_sub(eff)?;
+                    if span < 0 {
+                        return None;
+                    }
+                    span / s + 1
+                }
                 _ => {
-                    let span = input[i] + pads[i] + pads[i + r] - eff;
+                    let span = input[i]
+                        .checked_add(pads[i])?
+                        .checked_add(pads[i + r])?
+                        .checked_sub(eff)?;
+                    if span < 0 {
+                        return None;
+                    }
                     if ceil {
-                        (span + s - 1) / s + 1
+                        span.checked_add(s - 1)? / s + 1
                     } else {
                         span / s + 1
                     }

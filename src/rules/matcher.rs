@@ -913,17 +913,16 @@ pub fn check_deny(target: &Target, graph: &Graph, matches: &[Match]) -> crate::R
         if denied.len() == 1 { "" } else { "s" }
     );
     for m in denied {
-        let node = graph.node(m.node);
-        let rule = &target.rules[m.rule];
-        msg.push_str(&format!(
-            "\n  node '{}' ({}): rule `{}`: {}",
-            node.name(),
-            node.op_type,
-            rule.id,
-            rule.why
-        ));
-        if !rule.evidence.is_empty() {
-            msg.push_str(&format!(" [evidence: {}]", rule.evidence.join(", ")));
+        let (name, op) = match graph.nodes.node_weight(m.node) {
+            Some(n) => (n.name(), n.op_type.as_str()),
+            None => ("?", "?"),
+        };
+        msg.push_str(&format!("\n  node '{name}' ({op}): rule `{}`", m.rule_id));
+        if let Some(rule) = target.rules.get(m.rule).filter(|r| r.id == m.rule_id) {
+            msg.push_str(&format!(": {}", rule.why));
+            if !rule.evidence.is_empty() {
+                msg.push_str(&format!(" [evidence: {}]", rule.evidence.join(", ")));
+            }
         }
     }
     Err(crate::Error::new(crate::ErrorKind::Usage, msg))
