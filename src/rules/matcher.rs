@@ -139,12 +139,13 @@ impl V {
     }
 }
 
-/// Matches rules against one graph. Build it once per graph; it precomputes consumers.
+/// Matches rules against one graph. Build it once per graph and reuse it (for `explain` on
+/// many nodes): the consumer lists that links need are built once, on first use.
 pub struct Matcher<'a> {
     graph: &'a Graph,
     facts: &'a dyn ValueFacts,
     opsets: &'a Opsets,
-    consumers: Vec<Vec<(NodeId, u32)>>,
+    consumers: std::cell::OnceCell<Vec<Vec<(NodeId, u32)>>>,
 }
 
 fn shown_domain(d: &str) -> String {
@@ -213,7 +214,7 @@ impl<'a> Matcher<'a> {
             graph,
             facts,
             opsets,
-            consumers: graph.consumers(),
+            consumers: std::cell::OnceCell::new(),
         }
     }
 
@@ -770,6 +771,7 @@ impl<'a> Matcher<'a> {
         let mut out: Vec<NodeId> = Vec::new();
         for &(n, slot) in self
             .consumers
+            .get_or_init(|| self.graph.consumers())
             .get(v.index())
             .map(Vec::as_slice)
             .unwrap_or(&[])
