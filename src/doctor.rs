@@ -166,7 +166,8 @@ pub fn diagnose(log: &str, model: Option<&Model>) -> Vec<Diagnosis> {
                 sig.patterns.iter().any(|p| {
                     if p.len() <= 4 {
                         // Short patterns (tdr, nan) must be whole words.
-                        l.split(|c: char| !c.is_ascii_alphanumeric()).any(|w| w == *p)
+                        l.split(|c: char| !c.is_ascii_alphanumeric())
+                            .any(|w| w == *p)
                     } else {
                         l.contains(p)
                     }
@@ -202,16 +203,20 @@ fn implicated(g: &Graph, what: Implicates) -> Vec<(String, String)> {
             }
             Implicates::DynamicResize => {
                 matches!(op, "Resize" | "Upsample")
-                    && node
-                        .inputs
-                        .iter()
-                        .skip(1)
-                        .flatten()
-                        .any(|v| constant_tensor(g, *v).is_none() && !matches!(g.value(*v).origin, Origin::Initializer))
+                    && node.inputs.iter().skip(1).flatten().any(|v| {
+                        constant_tensor(g, *v).is_none()
+                            && !matches!(g.value(*v).origin, Origin::Initializer)
+                    })
             }
             Implicates::IndexOps => matches!(
                 op,
-                "Gather" | "GatherElements" | "GatherND" | "ScatterND" | "ScatterElements" | "TopK" | "NonZero"
+                "Gather"
+                    | "GatherElements"
+                    | "GatherND"
+                    | "ScatterND"
+                    | "ScatterElements"
+                    | "TopK"
+                    | "NonZero"
             ),
             Implicates::ConvTranspose => op == "ConvTranspose",
             Implicates::GroupedConv => {
@@ -225,11 +230,14 @@ fn implicated(g: &Graph, what: Implicates) -> Vec<(String, String)> {
             Implicates::None => false,
         };
         if hit {
-            out.push((node.name().to_string(), if node.domain().is_empty() {
-                op.to_string()
-            } else {
-                format!("{}::{op}", node.domain())
-            }));
+            out.push((
+                node.name().to_string(),
+                if node.domain().is_empty() {
+                    op.to_string()
+                } else {
+                    format!("{}::{op}", node.domain())
+                },
+            ));
         }
     }
     out
@@ -241,13 +249,26 @@ pub fn render_text(ds: &[Diagnosis]) -> String {
     let mut s = String::new();
     if ds.is_empty() {
         s.push_str("no known signature in this log. onnx-safeify knows: ");
-        s.push_str(&SIGNATURES.iter().map(|x| x.id).collect::<Vec<_>>().join(", "));
-        s.push_str(".\nRun `onnx-safeify check MODEL --target T` to see what a target would change.\n");
+        s.push_str(
+            &SIGNATURES
+                .iter()
+                .map(|x| x.id)
+                .collect::<Vec<_>>()
+                .join(", "),
+        );
+        s.push_str(
+            ".\nRun `onnx-safeify check MODEL --target T` to see what a target would change.\n",
+        );
         return s;
     }
     for d in ds {
         let sig = d.signature;
-        let _ = writeln!(s, "{}: {}", sig.id, sig.cause.split_whitespace().collect::<Vec<_>>().join(" "));
+        let _ = writeln!(
+            s,
+            "{}: {}",
+            sig.id,
+            sig.cause.split_whitespace().collect::<Vec<_>>().join(" ")
+        );
         for l in &d.lines {
             let _ = writeln!(s, "  log:      {l}");
         }

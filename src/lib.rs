@@ -14,6 +14,7 @@ pub mod io;
 pub mod ir;
 pub mod partition;
 pub mod rewrite;
+pub mod rules;
 pub mod tensor;
 pub mod verify;
 

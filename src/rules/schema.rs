@@ -1,0 +1,147 @@
+//! The resolved, validated form of a target: its rules (with typed actions) and the runtime
+//! settings the output needs.
+
+use std::fmt;
+
+use super::pattern::{Pattern, SourceLoc};
+use crate::tensor::dtype_name;
+
+/// The axis a `split` action cuts along.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SplitAxis {
+    /// Input channels (depthwise and grouped convolutions: whole groups per slice).
+    Channels,
+    /// The batch dimension.
+    Batch,
+    /// Output channels (slices of the weights, outputs concatenated).
+    OutChannels,
+}
+
+impl SplitAxis {
+    pub const ALL: [(&'static str, SplitAxis); 3] = [
+        ("channels", SplitAxis::Channels),
+        ("batch", SplitAxis::Batch),
+        ("out_channels", SplitAxis::OutChannels),
+    ];
+    pub fn name(self) -> &'static str {
+        match self {
+            SplitAxis::Channels => "channels",
+            SplitAxis::Batch => "batch",
+            SplitAxis::OutChannels => "out_channels",
+        }
+    }
+}
+
+/// What a rule asks for when it matches. Parameters are validated when the file is loaded.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    /// Replace a fused or contrib op by the standard ONNX ops it stands for.
+    Unfuse,
+    /// Cut the node into slices of at most `max` along `axis`, concatenated back.
+    Split { axis: SplitAxis, max: u64 },
+    /// Pin the node to the CPU execution provider.
+    Cpu,
+    /// Compute the node in another element type: cast inputs of type `from` to `to`, and the
+    /// outputs back.
+    Cast { from: i32, to: i32 },
+    /// Insert partition barriers so that no fused run of matched nodes exceeds `budget`
+    /// work units (estimated FLOPs, see the `work` fact).
+    Barrier { budget: f64 },
+    /// Refuse to compile: the model cannot be made safe for this target.
+    Deny,
+}
+
+impl Action {
+    /// Every action name, as written in rule files.
+    pub const NAMES: [&'static str; 6] = ["unfuse", "split", "cpu", "cast", "barrier", "deny"];
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            Action::Unfuse => "unfuse",
+            Action::Split { .. } => "split",
+            Action::Cpu => "cpu",
+            Action::Cast { .. } => "cast",
+            Action::Barrier { .. } => "barrier",
+            Action::Deny => "deny",
+        }
+    }
+}
+
+impl fmt::Display for Action {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Action::Split { axis, max } => {
+                write!(f, "split {{axis: {}, max: {max}}}", axis.name())
+            }
+            Action::Cast { from, to } => {
+                write!(
+                    f,
+                    "cast {{from: {}, to: {}}}",
+                    dtype_name(*from),
+                    dtype_name(*to)
+                )
+            }
+            Action::Barrier { budget } => {
+                write!(
+                    f,
+                    "barrier {{budget: {}}}",
+                    super::pattern::Num::Float(*budget)
+                )
+            }
+            other => f.write_str(other.name()),
+        }
+    }
+}
+
+/// One rule of a resolved target.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rule {
+    pub id: String,
+    /// One line: what goes wrong without this rule.
+    pub why: String,
+    /// Public reports the rule rests on (`owner/repo#N`, ...).
+    pub evidence: Vec<String>,
+    /// Higher first; 0 when not given.
+    pub priority: i64,
+    pub pattern: Pattern,
+    pub action: Action,
+    /// Where the rule's `id` was written.
+    pub source: SourceLoc,
+}
+
+/// A setting the runtime needs to run the output safely (a session config entry, say).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuntimeSetting {
+    pub key: String,
+    pub value: String,
+    pub why: String,
+    pub evidence: Vec<String>,
+    pub source: SourceLoc,
+}
+
+/// A target with its whole `extends` chain resolved.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Target {
+    /// The `target:` name of the file that was asked for.
+    pub name: String,
+    pub description: String,
+    /// The files that made it, bases first (`builtin:directml.yaml`, `my.yaml`...).
+    pub chain: Vec<String>,
+    /// The rules in order: bases' first, each replaced in place by a later rule of the same id.
+    pub rules: Vec<Rule>,
+    pub runtime: Vec<RuntimeSetting>,
+}
+
+impl Target {
+    /// The rule with this id.
+    pub fn rule(&self, id: &str) -> Option<&Rule> {
+        self.rules.iter().find(|r| r.id == id)
+    }
+    /// The value of a runtime setting.
+    pub fn runtime_value(&self, key: &str) -> Option<&str> {
+        self.runtime
+            .iter()
+            .find(|s| s.key == key)
+            .map(|s| s.value.as_str())
+    }
+}
