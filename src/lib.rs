@@ -8,6 +8,7 @@
 pub mod error;
 pub mod export;
 pub mod import;
+pub mod infer;
 pub mod inspect;
 pub mod io;
 pub mod ir;
