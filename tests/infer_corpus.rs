@@ -611,3 +611,102 @@ fn node_outputs_agree_with_onnxruntime() {
     }
     eprintln!("{}", report.join("\n"));
 }
+
+#[test]
+fn node_test_intermediates_agree_with_onnxruntime() {
+    let Some(dir) = corpus() else { return };
+    let py = venv_python().expect("the venv python (~/.cache/onnx-safeify/venv) is needed");
+    let root = dir.join("onnx_node_tests_1.19.1");
+    // Every node output of every node test, computed by onnxruntime on the test's inputs.
+    let script = r#"
+import sys, os, onnx, numpy as np, onnxruntime as ort
+from onnx import helper, numpy_helper
+root = sys.argv[1]
+for d in sorted(os.listdir(root)):
+    path = os.path.join(root, d, 'model.onnx')
+    try:
+        m = onnx.load(path)
+        seen = {o.name for o in m.graph.output}
+        for n in m.graph.node:
+            for o in n.output:
+                if o and o not in seen:
+                    m.graph.output.append(onnx.ValueInfoProto(name=o)); seen.add(o)
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        so.log_severity_level = 4
+        sess = ort.InferenceSession(m.SerializeToString(), so, providers=['CPUExecutionProvider'])
+        inits = {x.name for x in m.graph.initializer}
+        feeds = {}
+        for k, i in enumerate([i for i in m.graph.input if i.name not in inits]):
+            t = onnx.TensorProto()
+            with open(os.path.join(root, d, 'test_data_set_0', f'input_{k}.pb'), 'rb') as f:
+                t.ParseFromString(f.read())
+            feeds[i.name] = numpy_helper.to_array(t)
+        outs = sess.run(None, feeds)
+    except Exception as e:
+        print(f'{d}\tSKIP')
+        continue
+    for o, v in zip(sess.get_outputs(), outs):
+        if isinstance(v, np.ndarray):
+            print(f'{d}\t{o.name}\t{helper.np_dtype_to_tensor_dtype(v.dtype)}\t' + ','.join(str(x) for x in v.shape))
+"#;
+    let out = Command::new(py).arg("-c").arg(script).arg(&root).output().expect("python");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let mut runtime: BTreeMap<String, BTreeMap<String, (i32, Vec<i64>)>> = BTreeMap::new();
+    let mut skipped = 0;
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let f: Vec<&str> = line.split('\t').collect();
+        match f.as_slice() {
+            [_, "SKIP"] => skipped += 1,
+            [model, name, t, d] => {
+                let dims = d.split(',').filter_map(|x| x.parse().ok()).collect();
+                runtime
+                    .entry(model.to_string())
+                    .or_default()
+                    .insert(name.to_string(), (t.parse().unwrap_or(0), dims));
+            }
+            _ => {}
+        }
+    }
+    assert!(runtime.len() > 1000, "onnxruntime ran only {} node tests", runtime.len());
+    let opts = InferOptions {
+        ignore_output_decls: true,
+        ..Default::default()
+    };
+    let (mut agree, mut open, mut wrong) = (0, 0, Vec::new());
+    for (model, values) in &runtime {
+        let doc = onnx_safeify::load(&root.join(model).join("model.onnx")).unwrap();
+        let facts = infer_model(&doc.model, &opts);
+        for (i, v) in doc.model.graph.values.iter().enumerate() {
+            let Some((t, dims)) = values.get(&v.name) else { continue };
+            let info = facts.info(onnx_safeify::ir::ValueId(i as u32));
+            // numpy holds float8 / 4-bit types as bytes: only types numpy has are compared.
+            if info.dtype.is_some_and(|d| d != *t && d <= 16) {
+                wrong.push(format!("{model} {}: {info}, runtime dtype {t}", v.name));
+            }
+            match info.dims_known() {
+                Some(k) if &k == dims => agree += 1,
+                Some(_) => wrong.push(format!("{model} {}: {info}, runtime {dims:?}", v.name)),
+                None => {
+                    if info.shape.as_deref().is_some_and(|s| {
+                        s.len() != dims.len()
+                            || s.iter().zip(dims).any(|(d, &x)| matches!(d, Dim::Known(k) if *k != x))
+                    }) {
+                        wrong.push(format!("{model} {}: {info}, runtime {dims:?}", v.name));
+                    }
+                    if std::env::var_os("INFER_VERBOSE").is_some() {
+                        eprintln!("open: {model} {} {info}, runtime {dims:?}", v.name);
+                    }
+                    open += 1;
+                }
+            }
+        }
+    }
+    eprintln!(
+        "node tests through onnxruntime: {} models run ({skipped} not runnable), {agree} values \
+         agree, {open} left open, {} wrong",
+        runtime.len(),
+        wrong.len()
+    );
+    assert!(wrong.is_empty(), "disagreements with onnxruntime:\n{}", wrong.join("\n"));
+}

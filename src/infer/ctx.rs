@@ -1,12 +1,13 @@
 //! What an operator's inference function sees (its node, its inputs' facts, its attributes)
 //! and what it returns.
 
-use crate::ir::{Graph, Node, ValueId};
+use std::collections::HashMap;
 
+use crate::ir::{Graph, Model, Node, ValueId};
 use crate::proto::TensorProto;
 
 use super::consts::{self, Elems, ValueData};
-use super::{ConstTensor, Dim, Facts, TensorInfo};
+use super::{ConstTensor, Dim, Facts, InferOptions, Seed, TensorInfo};
 
 /// An inference function: the facts of a node's outputs, in output order (missing entries
 /// are unknown).
@@ -75,20 +76,24 @@ impl Out {
 }
 
 /// The view an inference function has of its node.
-pub(crate) struct Ctx<'a> {
+pub(crate) struct Ctx<'a, 'e> {
     pub node: &'a Node,
     /// The imported version of the node's operator set (`None`: not imported).
     pub opset: Option<i64>,
     facts: &'a Facts,
     /// Facts about the whole graph that single nodes cannot see.
-    pub env: &'a Env,
+    pub env: &'a Env<'e>,
 }
 
-/// Graph-wide facts computed before the node walk.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Env {
+/// The graph being inferred, and graph-wide facts computed before the node walk.
+pub(crate) struct Env<'a> {
     /// The NCHWc block size the model was optimized for, when the model proves it.
     pub nchwc_block: Option<i64>,
+    pub model: &'a Model,
+    pub graph: &'a Graph,
+    pub opts: &'a InferOptions,
+    /// Value ids by name (built when a subgraph first needs them).
+    pub names: std::cell::OnceCell<HashMap<&'a str, ValueId>>,
 }
 
 static UNKNOWN: TensorInfo = TensorInfo {
@@ -96,8 +101,8 @@ static UNKNOWN: TensorInfo = TensorInfo {
     shape: None,
 };
 
-impl<'a> Ctx<'a> {
-    pub fn new(node: &'a Node, opset: Option<i64>, facts: &'a Facts, env: &'a Env) -> Self {
+impl<'a, 'e> Ctx<'a, 'e> {
+    pub fn new(node: &'a Node, opset: Option<i64>, facts: &'a Facts, env: &'a Env<'e>) -> Self {
         Ctx {
             node,
             opset,
@@ -230,5 +235,46 @@ impl<'a> Ctx<'a> {
     /// One `Out` per node output, all unknown but for the element type.
     pub fn all_dtype(&self, dtype: Option<i32>) -> Vec<Out> {
         (0..self.n_outputs()).map(|_| Out::dtype(dtype)).collect()
+    }
+}
+
+impl Ctx<'_, '_> {
+    /// What this graph knows of a value, by name (for its subgraphs).
+    pub fn seed(&self, name: &str) -> Option<Seed> {
+        let names = self.env.names.get_or_init(|| {
+            self.env
+                .graph
+                .values
+                .iter()
+                .enumerate()
+                .map(|(i, v)| (v.name.as_str(), ValueId(i as u32)))
+                .collect()
+        });
+        let v = *names.get(name)?;
+        Some(Seed {
+            info: self.facts.info(v).clone(),
+            konst: self.facts.const_value(v).cloned(),
+            data: self.facts.shape_data(v).map(<[Dim]>::to_vec),
+            constant: self.facts.is_constant(v),
+        })
+    }
+
+    /// Infer a subgraph of this node, its outer-scope values resolved here.
+    pub fn infer_subgraph(&self, g: &Graph) -> Facts {
+        let outer = |name: &str| self.seed(name);
+        super::infer_scoped(self.env.model, g, self.env.opts, Some(&outer))
+    }
+
+    /// The facts of a subgraph's outputs, as node outputs.
+    pub fn subgraph_outputs(&self, g: &Graph) -> Vec<Out> {
+        let f = self.infer_subgraph(g);
+        g.outputs
+            .iter()
+            .map(|o| Out {
+                info: f.info(o.value).clone(),
+                konst: f.const_value(o.value).cloned(),
+                data: f.shape_data(o.value).map(<[Dim]>::to_vec),
+            })
+            .collect()
     }
 }

@@ -214,6 +214,27 @@ pub fn infer_model(model: &Model, opts: &InferOptions) -> Facts {
 
 /// Infer the values of `graph` (the model's main graph; the model gives the opsets).
 pub fn infer_graph(model: &Model, graph: &Graph, opts: &InferOptions) -> Facts {
+    infer_scoped(model, graph, opts, None)
+}
+
+/// What a subgraph knows of a value of an enclosing graph.
+pub(crate) struct Seed {
+    pub info: TensorInfo,
+    pub konst: Option<ConstTensor>,
+    pub data: Option<Vec<Dim>>,
+    pub constant: bool,
+}
+
+/// Resolves a name of an enclosing scope.
+pub(crate) type OuterScope<'a> = &'a dyn Fn(&str) -> Option<Seed>;
+
+/// Infer a graph whose outer-scope values are resolved by `outer` (subgraphs).
+pub(crate) fn infer_scoped(
+    model: &Model,
+    graph: &Graph,
+    opts: &InferOptions,
+    outer: Option<OuterScope>,
+) -> Facts {
     let n = graph.values.len();
     let mut facts = Facts {
         infos: vec![TensorInfo::default(); n],
@@ -282,6 +303,21 @@ pub fn infer_graph(model: &Model, graph: &Graph, opts: &InferOptions) -> Facts {
         facts.constant[v.index()] = graph.value(v).origin != Origin::Input || old_ir;
         facts.set(v, info, declared[v.index()].as_ref());
     }
+    // Values of an enclosing graph: what it knows.
+    if let Some(outer) = outer {
+        for (i, v) in graph.values.iter().enumerate() {
+            if v.origin != Origin::OuterScope {
+                continue;
+            }
+            if let Some(seed) = outer(&v.name) {
+                let id = ValueId(i as u32);
+                facts.set(id, seed.info, declared[i].as_ref());
+                facts.constant[i] = seed.constant;
+                facts.consts[i] = seed.konst;
+                facts.data[i] = seed.data;
+            }
+        }
+    }
     // Everything else declared (graph inputs, values of outer scope...) starts from its
     // declaration; node outputs are refined below.
     for (i, d) in declared.iter().enumerate() {
@@ -296,6 +332,10 @@ pub fn infer_graph(model: &Model, graph: &Graph, opts: &InferOptions) -> Facts {
     let ops = table::table();
     let env = ctx::Env {
         nchwc_block: contrib::nchwc_block(graph),
+        model,
+        graph,
+        opts,
+        names: Default::default(),
     };
     for id in order {
         let Some(node) = graph.nodes.node_weight(id) else {

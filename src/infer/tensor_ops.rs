@@ -1144,19 +1144,21 @@ fn bind(
     Some(())
 }
 
-/// `If`: what both branches declare for each output.
+/// `If`: the outputs of the branch taken when the condition is constant, else what both
+/// branches agree on.
 pub(crate) fn if_op(c: &Ctx) -> Vec<Out> {
     let (Some(t), Some(e)) = (c.attr_g("then_branch"), c.attr_g("else_branch")) else {
         return Vec::new();
     };
-    let decl = |g: &crate::ir::Graph, i: usize| -> super::TensorInfo {
-        g.outputs
-            .get(i)
-            .and_then(|o| super::declared_info(&o.proto, &Default::default()))
-            .unwrap_or_default()
-    };
-    (0..c.n_outputs())
-        .map(|i| Out::info(dims::meet(&decl(t, i), &decl(e, i))))
-        .collect()
+    match c.ints(0).as_deref() {
+        Some([x]) => c.subgraph_outputs(if *x != 0 { t } else { e }),
+        _ => {
+            let (a, b) = (c.subgraph_outputs(t), c.subgraph_outputs(e));
+            a.iter()
+                .zip(&b)
+                .map(|(x, y)| Out::info(dims::meet(&x.info, &y.info)))
+                .collect()
+        }
+    }
 }
 
