@@ -93,7 +93,13 @@ fn backend_node_tests_agree_with_declared_outputs() {
     };
     let mut t = Tally::default();
     for path in &cases {
-        let name = path.parent().unwrap().file_name().unwrap().to_string_lossy().to_string();
+        let name = path
+            .parent()
+            .unwrap()
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .to_string();
         let doc = match onnx_safeify::load(path) {
             Ok(d) => d,
             Err(_) => {
@@ -135,7 +141,9 @@ fn backend_node_tests_agree_with_declared_outputs() {
                     // A known rank must still agree, and known dims must match.
                     if let Some(s) = &info.shape {
                         let bad = s.len() != dims.len()
-                            || s.iter().zip(&dims).any(|(d, &x)| matches!(d, Dim::Known(k) if *k != x));
+                            || s.iter()
+                                .zip(&dims)
+                                .any(|(d, &x)| matches!(d, Dim::Known(k) if *k != x));
                         if bad {
                             t.wrong.push(format!(
                                 "{name}: output '{}' inferred {info}, declared {dims:?}",
@@ -147,7 +155,10 @@ fn backend_node_tests_agree_with_declared_outputs() {
                     t.unknown += 1;
                     e.1 += 1;
                     if std::env::var_os("INFER_VERBOSE").is_some() {
-                        eprintln!("unknown: {name} '{}': {info}, declared {dims:?}", g.value_name(o.value));
+                        eprintln!(
+                            "unknown: {name} '{}': {info}, declared {dims:?}",
+                            g.value_name(o.value)
+                        );
                     }
                 }
             }
@@ -159,7 +170,10 @@ fn backend_node_tests_agree_with_declared_outputs() {
         .filter(|(_, v)| v.1 > 0)
         .map(|(k, v)| format!("{k}:{}/{}", v.1, v.0 + v.1))
         .collect();
-    eprintln!("node tests: unknown outputs by first op: {}", misses.join(" "));
+    eprintln!(
+        "node tests: unknown outputs by first op: {}",
+        misses.join(" ")
+    );
     eprintln!(
         "node tests: {} models ({} not loaded); outputs with declared static shapes: \
          {} exact, {} unknown, {} wrong; dtypes: {} exact, {} unknown",
@@ -171,14 +185,23 @@ fn backend_node_tests_agree_with_declared_outputs() {
         t.dtype_exact,
         t.dtype_unknown
     );
-    assert!(t.wrong.is_empty(), "wrong inferences:\n{}", t.wrong.join("\n"));
+    assert!(
+        t.wrong.is_empty(),
+        "wrong inferences:\n{}",
+        t.wrong.join("\n")
+    );
     // Coverage floor: most outputs must be inferred exactly.
-    assert!(t.exact * 10 >= (t.exact + t.unknown) * 8, "coverage dropped: {t:?}");
+    assert!(
+        t.exact * 10 >= (t.exact + t.unknown) * 8,
+        "coverage dropped: {t:?}"
+    );
 }
 
 /// Every .onnx file under `dir`, recursively, sorted.
 fn onnx_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(rd) = std::fs::read_dir(dir) else { return };
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
     let mut entries: Vec<PathBuf> = rd.filter_map(|e| Some(e.ok()?.path())).collect();
     entries.sort();
     for p in entries {
@@ -209,7 +232,9 @@ fn inference_never_panics_on_the_corpus() {
     assert!(files.len() > 1000);
     let mut loaded = 0;
     for f in &files {
-        let Ok(doc) = onnx_safeify::load(f) else { continue };
+        let Ok(doc) = onnx_safeify::load(f) else {
+            continue;
+        };
         loaded += 1;
         let r = std::panic::catch_unwind(|| {
             infer_all(&doc.model, &doc.model.graph, &InferOptions::default());
@@ -222,7 +247,10 @@ fn inference_never_panics_on_the_corpus() {
         });
         assert!(r.is_ok(), "inference panicked on {}", f.display());
     }
-    eprintln!("inferred {loaded} of {} corpus models without a panic", files.len());
+    eprintln!(
+        "inferred {loaded} of {} corpus models without a panic",
+        files.len()
+    );
 }
 
 /// Facts of a PP-OCR model with a concrete input shape, and the declared output names.
@@ -238,7 +266,10 @@ fn ppocr_infer(path: &Path, dims: &[(&str, i64)]) -> (onnx_safeify::Document, Fa
 
 /// ONNX's own shape inference through the venv Python: value name -> (dtype, dims) for
 /// every value whose dims it fully knows. The input's shape is fixed to `input_shape`.
-fn onnx_shape_inference(path: &Path, input_shape: &[i64]) -> Option<BTreeMap<String, (i32, Vec<i64>)>> {
+fn onnx_shape_inference(
+    path: &Path,
+    input_shape: &[i64],
+) -> Option<BTreeMap<String, (i32, Vec<i64>)>> {
     let py = venv_python()?;
     let script = r#"
 import sys, onnx
@@ -292,8 +323,11 @@ for vi in list(m.graph.value_info) + list(m.graph.output):
 }
 
 fn name_of_dims(g: &Graph, input: usize) -> Vec<String> {
-    let Some(vi) = g.inputs.get(input) else { return vec![] };
-    let Some(type_proto::Value::TensorType(t)) = vi.proto.r#type.as_ref().and_then(|t| t.value.as_ref())
+    let Some(vi) = g.inputs.get(input) else {
+        return vec![];
+    };
+    let Some(type_proto::Value::TensorType(t)) =
+        vi.proto.r#type.as_ref().and_then(|t| t.value.as_ref())
     else {
         return vec![];
     };
@@ -318,9 +352,18 @@ fn ppocr_agrees_with_onnx_shape_inference() {
         panic!("the venv python (~/.cache/onnx-safeify/venv) is needed for this test");
     }
     let cases: &[(&str, [i64; 4])] = &[
-        ("real/rapidocr_onnxruntime__ch_PP-OCRv4_det_infer.onnx", [1, 3, 640, 640]),
-        ("real/rapidocr_onnxruntime__ch_PP-OCRv4_rec_infer.onnx", [1, 3, 48, 320]),
-        ("real/rapidocr_onnxruntime__ch_ppocr_mobile_v2.0_cls_infer.onnx", [1, 3, 48, 192]),
+        (
+            "real/rapidocr_onnxruntime__ch_PP-OCRv4_det_infer.onnx",
+            [1, 3, 640, 640],
+        ),
+        (
+            "real/rapidocr_onnxruntime__ch_PP-OCRv4_rec_infer.onnx",
+            [1, 3, 48, 320],
+        ),
+        (
+            "real/rapidocr_onnxruntime__ch_ppocr_mobile_v2.0_cls_infer.onnx",
+            [1, 3, 48, 192],
+        ),
     ];
     let mut report = Vec::new();
     for (rel, shape) in cases {
@@ -352,7 +395,12 @@ fn ppocr_agrees_with_onnx_shape_inference() {
                 (Some(o), Some((t, e))) => {
                     both += 1;
                     if &o != e || facts.info(id).dtype.is_some_and(|d| d != *t) {
-                        wrong.push(format!("{}: ours {}, onnx {:?} {e:?}", v.name, facts.info(id), t));
+                        wrong.push(format!(
+                            "{}: ours {}, onnx {:?} {e:?}",
+                            v.name,
+                            facts.info(id),
+                            t
+                        ));
                     }
                 }
                 (Some(_), None) => {
@@ -370,15 +418,26 @@ fn ppocr_agrees_with_onnx_shape_inference() {
              {theirs_only} only to onnx",
             both - wrong.len()
         ));
-        assert!(wrong.is_empty(), "{rel} disagrees with onnx:\n{}", wrong.join("\n"));
-        assert!(theirs_only * 20 <= both, "{rel}: too many values only onnx knows ({theirs_only})");
+        assert!(
+            wrong.is_empty(),
+            "{rel} disagrees with onnx:\n{}",
+            wrong.join("\n")
+        );
+        assert!(
+            theirs_only * 20 <= both,
+            "{rel}: too many values only onnx knows ({theirs_only})"
+        );
     }
     eprintln!("{}", report.join("\n"));
 }
 
 fn set_input_shape(g: &mut Graph, shape: &[i64]) {
-    let Some(vi) = g.inputs.first_mut() else { return };
-    if let Some(type_proto::Value::TensorType(t)) = vi.proto.r#type.as_mut().and_then(|t| t.value.as_mut()) {
+    let Some(vi) = g.inputs.first_mut() else {
+        return;
+    };
+    if let Some(type_proto::Value::TensorType(t)) =
+        vi.proto.r#type.as_mut().and_then(|t| t.value.as_mut())
+    {
         if let Some(s) = t.shape.as_mut() {
             for (d, &v) in s.dim.iter_mut().zip(shape) {
                 d.value = Some(dimension::Value::DimValue(v));
@@ -410,14 +469,20 @@ fn sample_keeps_batch_symbolic_through_resize() {
             let s = out.shape.as_ref().expect("Resize output rank");
             assert_eq!(s[0], n, "Resize output {out}");
             assert_eq!(s[1], inp.shape.as_ref().unwrap()[1], "channels kept");
-            assert!(s[2..].iter().all(Dim::is_known), "static spatial dims: {out}");
+            assert!(
+                s[2..].iter().all(Dim::is_known),
+                "static spatial dims: {out}"
+            );
         }
     }
     assert_eq!(resizes, 4);
     // Every value of the graph is known up to the batch.
     for (i, v) in g.values.iter().enumerate() {
         let info = facts.info(onnx_safeify::ir::ValueId(i as u32));
-        let s = info.shape.as_ref().unwrap_or_else(|| panic!("{}: rank unknown", v.name));
+        let s = info
+            .shape
+            .as_ref()
+            .unwrap_or_else(|| panic!("{}: rank unknown", v.name));
         assert!(
             s.iter().all(|d| d.is_known() || *d == n),
             "{}: {info}",
@@ -430,7 +495,12 @@ fn sample_keeps_batch_symbolic_through_resize() {
         *out,
         TensorInfo {
             dtype: Some(1),
-            shape: Some(vec![n.clone(), Dim::Known(1), Dim::Known(64), Dim::Known(64)])
+            shape: Some(vec![
+                n.clone(),
+                Dim::Known(1),
+                Dim::Known(64),
+                Dim::Known(64)
+            ])
         }
     );
     // A --dim override fixes N.
@@ -441,12 +511,18 @@ fn sample_keeps_batch_symbolic_through_resize() {
             ignore_output_decls: true,
         },
     );
-    assert_eq!(facts.info(g.outputs[0].value).dims_known(), Some(vec![2, 1, 64, 64]));
+    assert_eq!(
+        facts.info(g.outputs[0].value).dims_known(),
+        Some(vec![2, 1, 64, 64])
+    );
 }
 
 /// Run a model in ONNX Runtime (venv Python, optimizations off) with every node output
 /// exposed, on random inputs of the given shapes: value name -> (dtype, dims).
-fn onnxruntime_shapes(path: &Path, shapes: &[Vec<i64>]) -> Option<BTreeMap<String, (i32, Vec<i64>)>> {
+fn onnxruntime_shapes(
+    path: &Path,
+    shapes: &[Vec<i64>],
+) -> Option<BTreeMap<String, (i32, Vec<i64>)>> {
     let py = venv_python().expect("the venv python (~/.cache/onnx-safeify/venv) is needed");
     let script = r#"
 import sys, onnx, numpy as np, onnxruntime as ort
@@ -520,7 +596,9 @@ fn check_against_runtime(path: &Path, shapes: &[Vec<i64>]) -> Option<(usize, usi
     let mut model = doc.model.clone();
     let g = &mut model.graph;
     for (vi, s) in g.inputs.iter_mut().zip(shapes) {
-        if let Some(type_proto::Value::TensorType(t)) = vi.proto.r#type.as_mut().and_then(|t| t.value.as_mut()) {
+        if let Some(type_proto::Value::TensorType(t)) =
+            vi.proto.r#type.as_mut().and_then(|t| t.value.as_mut())
+        {
             let shape = t.shape.get_or_insert_with(Default::default);
             shape.dim = s
                 .iter()
@@ -535,7 +613,9 @@ fn check_against_runtime(path: &Path, shapes: &[Vec<i64>]) -> Option<(usize, usi
     let g = &model.graph;
     let (mut agree, mut open, mut wrong) = (0, 0, Vec::new());
     for (i, v) in g.values.iter().enumerate() {
-        let Some((t, dims)) = runtime.get(&v.name) else { continue };
+        let Some((t, dims)) = runtime.get(&v.name) else {
+            continue;
+        };
         let info = facts.info(onnx_safeify::ir::ValueId(i as u32));
         if info.dtype.is_some_and(|d| d != *t) {
             wrong.push(format!("{}: dtype {info}, runtime {t}", v.name));
@@ -547,7 +627,9 @@ fn check_against_runtime(path: &Path, shapes: &[Vec<i64>]) -> Option<(usize, usi
                 let s = info.shape.as_deref();
                 if s.is_some_and(|s| {
                     s.len() != dims.len()
-                        || s.iter().zip(dims).any(|(d, &x)| matches!(d, Dim::Known(k) if *k != x))
+                        || s.iter()
+                            .zip(dims)
+                            .any(|(d, &x)| matches!(d, Dim::Known(k) if *k != x))
                 }) {
                     wrong.push(format!("{}: {info}, runtime {dims:?}", v.name));
                 }
@@ -650,8 +732,17 @@ for d in sorted(os.listdir(root)):
         if isinstance(v, np.ndarray):
             print(f'{d}\t{o.name}\t{helper.np_dtype_to_tensor_dtype(v.dtype)}\t' + ','.join(str(x) for x in v.shape))
 "#;
-    let out = Command::new(py).arg("-c").arg(script).arg(&root).output().expect("python");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(py)
+        .arg("-c")
+        .arg(script)
+        .arg(&root)
+        .output()
+        .expect("python");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let mut runtime: BTreeMap<String, BTreeMap<String, (i32, Vec<i64>)>> = BTreeMap::new();
     let mut skipped = 0;
     for line in String::from_utf8_lossy(&out.stdout).lines() {
@@ -668,7 +759,11 @@ for d in sorted(os.listdir(root)):
             _ => {}
         }
     }
-    assert!(runtime.len() > 1000, "onnxruntime ran only {} node tests", runtime.len());
+    assert!(
+        runtime.len() > 1000,
+        "onnxruntime ran only {} node tests",
+        runtime.len()
+    );
     let opts = InferOptions {
         ignore_output_decls: true,
         ..Default::default()
@@ -678,7 +773,9 @@ for d in sorted(os.listdir(root)):
         let doc = onnx_safeify::load(&root.join(model).join("model.onnx")).unwrap();
         let facts = infer_model(&doc.model, &opts);
         for (i, v) in doc.model.graph.values.iter().enumerate() {
-            let Some((t, dims)) = values.get(&v.name) else { continue };
+            let Some((t, dims)) = values.get(&v.name) else {
+                continue;
+            };
             let info = facts.info(onnx_safeify::ir::ValueId(i as u32));
             // numpy holds float8 / 4-bit types as bytes: only types numpy has are compared.
             if info.dtype.is_some_and(|d| d != *t && d <= 16) {
@@ -690,7 +787,9 @@ for d in sorted(os.listdir(root)):
                 None => {
                     if info.shape.as_deref().is_some_and(|s| {
                         s.len() != dims.len()
-                            || s.iter().zip(dims).any(|(d, &x)| matches!(d, Dim::Known(k) if *k != x))
+                            || s.iter()
+                                .zip(dims)
+                                .any(|(d, &x)| matches!(d, Dim::Known(k) if *k != x))
                     }) {
                         wrong.push(format!("{model} {}: {info}, runtime {dims:?}", v.name));
                     }
@@ -708,5 +807,9 @@ for d in sorted(os.listdir(root)):
         runtime.len(),
         wrong.len()
     );
-    assert!(wrong.is_empty(), "disagreements with onnxruntime:\n{}", wrong.join("\n"));
+    assert!(
+        wrong.is_empty(),
+        "disagreements with onnxruntime:\n{}",
+        wrong.join("\n")
+    );
 }

@@ -10,11 +10,16 @@ use super::{ConstTensor, Dim};
 /// Larger constants are not decoded (their shape is still known).
 pub const MAX_CONST_ELEMENTS: usize = 4096;
 
-/// The element count of fully known dimensions, when it fits.
+/// The element count of the dimensions of a small tensor: `None` when a dimension is
+/// negative or larger than [`MAX_CONST_ELEMENTS`] (even if another is 0: index lists are
+/// built per axis), or the product overflows.
 pub(crate) fn count(dims: &[i64]) -> Option<usize> {
     let mut n: usize = 1;
     for &d in dims {
-        n = n.checked_mul(usize::try_from(d).ok()?)?;
+        let d = usize::try_from(d)
+            .ok()
+            .filter(|&d| d <= MAX_CONST_ELEMENTS)?;
+        n = n.checked_mul(d)?;
     }
     Some(n)
 }
@@ -52,9 +57,11 @@ impl Elems {
                     .map(|&i| v.get(i).cloned())
                     .collect::<Option<_>>()?,
             ),
-            Elems::Floats(v) => {
-                Elems::Floats(idx.iter().map(|&i| v.get(i).copied()).collect::<Option<_>>()?)
-            }
+            Elems::Floats(v) => Elems::Floats(
+                idx.iter()
+                    .map(|&i| v.get(i).copied())
+                    .collect::<Option<_>>()?,
+            ),
         })
     }
 }
@@ -127,10 +134,10 @@ pub(crate) fn from_tensor(t: &TensorProto) -> Option<ConstTensor> {
             INT32 => ints(4, &|b| Some(i32::from_le_bytes(b.try_into().ok()?) as i64)),
             UINT32 => ints(4, &|b| Some(u32::from_le_bytes(b.try_into().ok()?) as i64)),
             INT64 => ints(8, &|b| Some(i64::from_le_bytes(b.try_into().ok()?))),
-            UINT64 => ints(8, &|b| i64::try_from(u64::from_le_bytes(b.try_into().ok()?)).ok()),
-            FLOAT => floats(4, &|b| {
-                f32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64
+            UINT64 => ints(8, &|b| {
+                i64::try_from(u64::from_le_bytes(b.try_into().ok()?)).ok()
             }),
+            FLOAT => floats(4, &|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64),
             DOUBLE => floats(8, &|b| {
                 f64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]])
             }),
@@ -146,7 +153,10 @@ pub(crate) fn from_tensor(t: &TensorProto) -> Option<ConstTensor> {
         INT32 | INT16 | INT8 | UINT16 | UINT8 => {
             (Some(t.int32_data.iter().map(|&x| x as i64).collect()), None)
         }
-        BOOL => (Some(t.int32_data.iter().map(|&x| (x != 0) as i64).collect()), None),
+        BOOL => (
+            Some(t.int32_data.iter().map(|&x| (x != 0) as i64).collect()),
+            None,
+        ),
         UINT32 | UINT64 => (
             Some(
                 t.uint64_data
@@ -162,7 +172,12 @@ pub(crate) fn from_tensor(t: &TensorProto) -> Option<ConstTensor> {
         ),
         BFLOAT16 => (
             None,
-            Some(t.int32_data.iter().map(|&x| bf16_to_f64(x as u16)).collect()),
+            Some(
+                t.int32_data
+                    .iter()
+                    .map(|&x| bf16_to_f64(x as u16))
+                    .collect(),
+            ),
         ),
         _ => return None,
     };
@@ -296,8 +311,12 @@ pub(crate) fn broadcast_index(inputs: &[&[i64]]) -> Option<(Vec<i64>, Vec<Vec<us
 pub(crate) fn gather_index(dims: &[i64], axis: usize, indices: &[usize]) -> Option<Vec<usize>> {
     let du = to_usize(dims)?;
     let d = *du.get(axis)?;
-    let outer: usize = du[..axis].iter().try_fold(1usize, |a, &x| a.checked_mul(x))?;
-    let inner: usize = du[axis + 1..].iter().try_fold(1usize, |a, &x| a.checked_mul(x))?;
+    let outer: usize = du[..axis]
+        .iter()
+        .try_fold(1usize, |a, &x| a.checked_mul(x))?;
+    let inner: usize = du[axis + 1..]
+        .iter()
+        .try_fold(1usize, |a, &x| a.checked_mul(x))?;
     let total = outer.checked_mul(indices.len())?.checked_mul(inner)?;
     if total > MAX_CONST_ELEMENTS || indices.iter().any(|&i| i >= d) {
         return None;
@@ -332,7 +351,10 @@ pub(crate) fn concat(parts: &[ValueData], axis: usize) -> Option<ValueData> {
     }
     *dims.get_mut(axis)? = total;
     let is_int = matches!(first.elems, Elems::Ints(_));
-    if parts.iter().any(|p| matches!(p.elems, Elems::Ints(_)) != is_int) {
+    if parts
+        .iter()
+        .any(|p| matches!(p.elems, Elems::Ints(_)) != is_int)
+    {
         return None;
     }
     let outer: usize = to_usize(&first.dims[..axis])?
@@ -382,7 +404,10 @@ pub(crate) fn select_index(dims: &[i64], picks: &[Vec<usize>]) -> Option<Vec<usi
 pub(crate) fn transpose_index(dims: &[i64], perm: &[usize]) -> Option<Vec<usize>> {
     let du = to_usize(dims)?;
     let st = strides(&du);
-    let out_dims: Vec<usize> = perm.iter().map(|&p| du.get(p).copied()).collect::<Option<_>>()?;
+    let out_dims: Vec<usize> = perm
+        .iter()
+        .map(|&p| du.get(p).copied())
+        .collect::<Option<_>>()?;
     let mut out = Vec::new();
     for_each_index(&out_dims, |idx| {
         out.push(idx.iter().enumerate().map(|(i, &x)| x * st[perm[i]]).sum())
@@ -435,7 +460,10 @@ mod tests {
         assert_eq!(m[0], vec![0, 0, 0, 1, 1, 1]);
         assert_eq!(m[1], vec![0, 1, 2, 0, 1, 2]);
         assert_eq!(gather_index(&[3, 2], 0, &[2, 0]).unwrap(), vec![4, 5, 0, 1]);
-        assert_eq!(transpose_index(&[2, 3], &[1, 0]).unwrap(), vec![0, 3, 1, 4, 2, 5]);
+        assert_eq!(
+            transpose_index(&[2, 3], &[1, 0]).unwrap(),
+            vec![0, 3, 1, 4, 2, 5]
+        );
         assert_eq!(select_index(&[4], &[vec![3, 1]]).unwrap(), vec![3, 1]);
     }
 }

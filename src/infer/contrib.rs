@@ -116,7 +116,9 @@ fn nhwc_shape(c: &Ctx, channels: Dim) -> Option<Vec<Dim>> {
     let n = xs.len() - 2;
     let mut out = vec![xs[0].clone()];
     match Window::read(c, n, None) {
-        Some(win) => out.extend((0..n).map(|i| win.out_dim(i, &xs[i + 1], c.node.op_type != "NhwcConv"))),
+        Some(win) => {
+            out.extend((0..n).map(|i| win.out_dim(i, &xs[i + 1], c.node.op_type != "NhwcConv")))
+        }
         None => out.extend(std::iter::repeat_n(Dim::Unknown, n)),
     }
     out.push(channels);
@@ -125,13 +127,19 @@ fn nhwc_shape(c: &Ctx, channels: Dim) -> Option<Vec<Dim>> {
 
 /// `NhwcConv(X [N, H, W, C], W [M, ...])`: `[N, oH, oW, M]` (kernel from `kernel_shape`).
 pub(crate) fn nhwc_conv(c: &Ctx) -> Vec<Out> {
-    let m = c.shape(1).and_then(|s| s.first().cloned()).unwrap_or(Dim::Unknown);
+    let m = c
+        .shape(1)
+        .and_then(|s| s.first().cloned())
+        .unwrap_or(Dim::Unknown);
     vec![Out::new(c.dtype(0), nhwc_shape(c, m))]
 }
 
 /// `NhwcMaxPool(X [N, H, W, C])`: `[N, oH, oW, C]`.
 pub(crate) fn nhwc_max_pool(c: &Ctx) -> Vec<Out> {
-    let ch = c.shape(0).and_then(|s| s.last().cloned()).unwrap_or(Dim::Unknown);
+    let ch = c
+        .shape(0)
+        .and_then(|s| s.last().cloned())
+        .unwrap_or(Dim::Unknown);
     vec![Out::new(c.dtype(0), nhwc_shape(c, ch))]
 }
 
@@ -192,7 +200,13 @@ pub(crate) fn nchwc_upsample(c: &Ctx) -> Vec<Out> {
         Some(sc) if sc.len() == s.len() => s
             .iter()
             .zip(sc)
-            .map(|(d, &k)| if k >= 1 { dims::mul(d, &Dim::Known(k)) } else { Dim::Unknown })
+            .map(|(d, &k)| {
+                if k >= 1 {
+                    dims::mul(d, &Dim::Known(k))
+                } else {
+                    Dim::Unknown
+                }
+            })
             .collect(),
         _ => vec![Dim::Unknown; s.len()],
     });
@@ -209,6 +223,7 @@ pub(crate) fn nchwc_block(g: &Graph) -> Option<i64> {
     const NCHWC: &str = "com.microsoft.nchwc";
     let mut candidates: Vec<i64> = vec![2, 4, 8, 16, 32, 64, 128];
     let mut evidence = false;
+    let mut first_dims: Option<std::collections::HashMap<crate::ir::ValueId, i64>> = None;
     for &id in &g.order {
         let n = g.node(id);
         if n.domain() != NCHWC || n.op_type != "ReorderOutput" {
@@ -217,20 +232,33 @@ pub(crate) fn nchwc_block(g: &Graph) -> Option<i64> {
         let Some(channels) = n.attr("channels").and_then(|a| a.proto.i) else {
             continue;
         };
-        let Some(Origin::Node { node: prod, .. }) = n.inputs.first().copied().flatten().map(|v| g.value(v).origin) else {
+        let Some(Origin::Node { node: prod, .. }) = n
+            .inputs
+            .first()
+            .copied()
+            .flatten()
+            .map(|v| g.value(v).origin)
+        else {
             continue;
         };
-        let Some(p) = g.nodes.node_weight(prod) else { continue };
+        let Some(p) = g.nodes.node_weight(prod) else {
+            continue;
+        };
         if p.domain() != NCHWC || p.op_type != "Conv" {
             continue;
         }
-        let Some(padded) = p
+        let first = first_dims.get_or_insert_with(|| {
+            g.initializers
+                .iter()
+                .filter_map(|i| Some((i.value, *i.tensor.dims.first()?)))
+                .collect()
+        });
+        let Some(&padded) = p
             .inputs
             .get(1)
             .copied()
             .flatten()
-            .and_then(|w| g.initializer(w))
-            .and_then(|t| t.dims.first().copied())
+            .and_then(|w| first.get(&w))
         else {
             continue;
         };

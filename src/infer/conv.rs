@@ -73,9 +73,9 @@ impl Window {
                 _ => Dim::Unknown,
             },
             "VALID" => match x {
-                Dim::Known(x) if *x >= ek => dims::opt_dim(
-                    dims::floor_div(x - ek, s).and_then(|q| q.checked_add(1)),
-                ),
+                Dim::Known(x) if *x >= ek => {
+                    dims::opt_dim(dims::floor_div(x - ek, s).and_then(|q| q.checked_add(1)))
+                }
                 Dim::Known(_) => Dim::Unknown,
                 other if s == 1 && ek == 1 => other.clone(),
                 _ => Dim::Unknown,
@@ -93,11 +93,16 @@ impl Window {
                             return Dim::Unknown;
                         }
                         if pool && self.ceil_mode {
-                            let Some(mut out) = dims::ceil_div(total - ek, s).and_then(|q| q.checked_add(1)) else {
+                            let Some(mut out) =
+                                dims::ceil_div(total - ek, s).and_then(|q| q.checked_add(1))
+                            else {
                                 return Dim::Unknown;
                             };
                             // The last window must start inside the input or its begin padding.
-                            if (out - 1).checked_mul(s).is_some_and(|st| Some(st) >= x.checked_add(pb)) {
+                            if (out - 1)
+                                .checked_mul(s)
+                                .is_some_and(|st| Some(st) >= x.checked_add(pb))
+                            {
                                 out -= 1;
                             }
                             known_dim(out)
@@ -125,7 +130,11 @@ fn spatial_rank(c: &Ctx, x: usize, w: Option<usize>) -> Option<usize> {
     c.rank(x)
         .and_then(|r| r.checked_sub(2))
         .or_else(|| w.and_then(|w| c.rank(w)?.checked_sub(2)))
-        .or_else(|| c.attr_ints("kernel_shape").map(<[i64]>::len).filter(|&n| n > 0))
+        .or_else(|| {
+            c.attr_ints("kernel_shape")
+                .map(<[i64]>::len)
+                .filter(|&n| n > 0)
+        })
 }
 
 /// Shape of a convolution: `[N, M, out...]`, X at input `x`, W at input `w`.
@@ -133,7 +142,10 @@ pub(crate) fn conv_shape(c: &Ctx, x: usize, w: usize) -> Option<Vec<Dim>> {
     let n = spatial_rank(c, x, Some(w))?;
     let xs = c.shape(x);
     let batch = xs.and_then(|s| s.first().cloned()).unwrap_or(Dim::Unknown);
-    let m = c.shape(w).and_then(|s| s.first().cloned()).unwrap_or(Dim::Unknown);
+    let m = c
+        .shape(w)
+        .and_then(|s| s.first().cloned())
+        .unwrap_or(Dim::Unknown);
     let mut out = vec![batch, m];
     match (Window::read(c, n, weight_kernel(c, w)), xs) {
         (Some(win), Some(xs)) if xs.len() == n + 2 => {
@@ -315,8 +327,14 @@ pub(crate) fn max_unpool(c: &Ctx) -> Vec<Out> {
 
 /// `MaxRoiPool(X, rois)`: `[num_rois, C, pooled_shape...]`.
 pub(crate) fn max_roi_pool(c: &Ctx) -> Vec<Out> {
-    let rois = c.shape(1).and_then(|s| s.first().cloned()).unwrap_or(Dim::Unknown);
-    let ch = c.shape(0).and_then(|s| s.get(1).cloned()).unwrap_or(Dim::Unknown);
+    let rois = c
+        .shape(1)
+        .and_then(|s| s.first().cloned())
+        .unwrap_or(Dim::Unknown);
+    let ch = c
+        .shape(0)
+        .and_then(|s| s.get(1).cloned())
+        .unwrap_or(Dim::Unknown);
     let shape = c.attr_ints("pooled_shape").map(|p| {
         let mut o = vec![rois, ch];
         o.extend(p.iter().map(|&d| known_dim(d)));

@@ -5,7 +5,6 @@
 
 use crate::tensor::dtype::{BOOL, DOUBLE, FLOAT};
 
-
 use super::consts::{self, broadcast_index, fit_int, is_float_type, is_int_type, round_float};
 use super::consts::{Elems, ValueData};
 use super::ctx::{Ctx, Out};
@@ -30,6 +29,9 @@ pub(crate) fn same_shape_bool(c: &Ctx) -> Vec<Out> {
     vec![Out::new(Some(BOOL), c.info(0).shape.clone())]
 }
 
+/// An elementwise scalar function for folding.
+type ScalarFn<'a> = &'a dyn Fn(&[S]) -> Option<S>;
+
 /// A scalar argument of folding.
 #[derive(Debug, Clone)]
 enum S {
@@ -40,7 +42,10 @@ enum S {
 /// Fold an elementwise operator over inputs `ins` whose contents are known. Integer results
 /// that `f` cannot compute become unknown elements; float results must all be computed.
 fn fold(c: &Ctx, ins: &[usize], out_dtype: i32, f: &dyn Fn(&[S]) -> Option<S>) -> Option<Out> {
-    let vals: Vec<ValueData> = ins.iter().map(|&i| c.value_data(i)).collect::<Option<_>>()?;
+    let vals: Vec<ValueData> = ins
+        .iter()
+        .map(|&i| c.value_data(i))
+        .collect::<Option<_>>()?;
     let dims: Vec<&[i64]> = vals.iter().map(|v| v.dims.as_slice()).collect();
     let (out_dims, maps) = broadcast_index(&dims)?;
     let n = consts::count(&out_dims)?;
@@ -85,7 +90,7 @@ fn broadcasting(
     c: &Ctx,
     out_dtype: Option<i32>,
     legacy_until: i64,
-    f: Option<&dyn Fn(&[S]) -> Option<S>>,
+    f: Option<ScalarFn>,
 ) -> Vec<Out> {
     let ins: Vec<usize> = (0..c.n_inputs()).filter(|&i| c.has(i)).collect();
     if ins.len() != c.n_inputs() || ins.is_empty() {
@@ -318,11 +323,7 @@ pub(crate) fn where_op(c: &Ctx) -> Vec<Out> {
 }
 
 /// A unary map with optional folding (integer / float).
-fn unary(
-    c: &Ctx,
-    fi: Option<fn(i64) -> Option<i64>>,
-    ff: Option<fn(f64) -> f64>,
-) -> Vec<Out> {
+fn unary(c: &Ctx, fi: Option<fn(i64) -> Option<i64>>, ff: Option<fn(f64) -> f64>) -> Vec<Out> {
     if let Some(t) = c.dtype(0) {
         let f = |a: &[S]| -> Option<S> {
             match a {
@@ -362,18 +363,26 @@ pub(crate) fn reciprocal(c: &Ctx) -> Vec<Out> {
     unary(c, None, Some(|x| 1.0 / x))
 }
 pub(crate) fn relu(c: &Ctx) -> Vec<Out> {
-    unary(c, Some(|x| Some(x.max(0))), Some(|x| if x < 0.0 { 0.0 } else { x }))
+    unary(
+        c,
+        Some(|x| Some(x.max(0))),
+        Some(|x| if x < 0.0 { 0.0 } else { x }),
+    )
 }
 pub(crate) fn sign(c: &Ctx) -> Vec<Out> {
-    unary(c, Some(|x| Some(x.signum())), Some(|x| {
-        if x > 0.0 {
-            1.0
-        } else if x < 0.0 {
-            -1.0
-        } else {
-            x
-        }
-    }))
+    unary(
+        c,
+        Some(|x| Some(x.signum())),
+        Some(|x| {
+            if x > 0.0 {
+                1.0
+            } else if x < 0.0 {
+                -1.0
+            } else {
+                x
+            }
+        }),
+    )
 }
 pub(crate) fn not(c: &Ctx) -> Vec<Out> {
     unary(c, Some(|x| Some((x == 0) as i64)), None)
@@ -425,7 +434,11 @@ pub(crate) fn cast_like(c: &Ctx) -> Vec<Out> {
 
 /// `Dropout`: output like X; the mask is bool from opset 10 (of X's type before).
 pub(crate) fn dropout(c: &Ctx) -> Vec<Out> {
-    let mask_t = if c.version() >= 10 { Some(BOOL) } else { c.dtype(0) };
+    let mask_t = if c.version() >= 10 {
+        Some(BOOL)
+    } else {
+        c.dtype(0)
+    };
     vec![
         Out::info(c.info(0).clone()),
         Out::new(mask_t, c.info(0).shape.clone()),
@@ -462,8 +475,16 @@ pub(crate) fn constant(c: &Ctx) -> Vec<Out> {
             data: None,
         }];
     }
-    if let Some(sp) = c.node.attr("sparse_value").and_then(|a| a.proto.sparse_tensor.as_ref()) {
-        let dtype = sp.values.as_ref().and_then(|v| v.data_type).filter(|&d| d > 0);
+    if let Some(sp) = c
+        .node
+        .attr("sparse_value")
+        .and_then(|a| a.proto.sparse_tensor.as_ref())
+    {
+        let dtype = sp
+            .values
+            .as_ref()
+            .and_then(|v| v.data_type)
+            .filter(|&d| d > 0);
         return vec![Out::info(super::TensorInfo::known(dtype, &sp.dims))];
     }
     if let Some(f) = c.attr_f("value_float") {
@@ -472,7 +493,11 @@ pub(crate) fn constant(c: &Ctx) -> Vec<Out> {
     if c.has_attr("value_floats") {
         let v = c.attr_floats("value_floats").unwrap_or(&[]);
         let n = i64::try_from(v.len()).unwrap_or(-1);
-        return out(FLOAT, vec![n], Some(Elems::Floats(v.iter().map(|&x| x as f64).collect())));
+        return out(
+            FLOAT,
+            vec![n],
+            Some(Elems::Floats(v.iter().map(|&x| x as f64).collect())),
+        );
     }
     if let Some(i) = c.attr_i("value_int") {
         return out(INT64, vec![], Some(Elems::Ints(vec![Dim::Known(i)])));
@@ -480,13 +505,20 @@ pub(crate) fn constant(c: &Ctx) -> Vec<Out> {
     if c.has_attr("value_ints") {
         let v = c.attr_ints("value_ints").unwrap_or(&[]);
         let n = i64::try_from(v.len()).unwrap_or(-1);
-        return out(INT64, vec![n], Some(Elems::Ints(v.iter().map(|&x| Dim::Known(x)).collect())));
+        return out(
+            INT64,
+            vec![n],
+            Some(Elems::Ints(v.iter().map(|&x| Dim::Known(x)).collect())),
+        );
     }
     if c.has_attr("value_string") {
         return out(STRING, vec![], None);
     }
     if c.has_attr("value_strings") {
-        let n = c.node.attr("value_strings").map_or(0, |a| a.proto.strings.len());
+        let n = c
+            .node
+            .attr("value_strings")
+            .map_or(0, |a| a.proto.strings.len());
         return out(STRING, vec![i64::try_from(n).unwrap_or(-1)], None);
     }
     vec![Out::default()]
@@ -499,7 +531,13 @@ pub(crate) fn quantize_linear(c: &Ctx) -> Vec<Out> {
         .attr_i("output_dtype")
         .filter(|&t| t > 0)
         .and_then(|t| i32::try_from(t).ok())
-        .or_else(|| if c.has(2) { c.dtype(2) } else { Some(crate::tensor::dtype::UINT8) });
+        .or_else(|| {
+            if c.has(2) {
+                c.dtype(2)
+            } else {
+                Some(crate::tensor::dtype::UINT8)
+            }
+        });
     vec![Out::new(t, c.info(0).shape.clone())]
 }
 

@@ -117,20 +117,38 @@ pub(crate) fn attention(c: &Ctx) -> Vec<Out> {
         _ => Dim::Unknown,
     };
     let total = if c.has(4) {
-        let past = c.shape(4).and_then(|p| p.get(2).cloned()).unwrap_or(Dim::Unknown);
+        let past = c
+            .shape(4)
+            .and_then(|p| p.get(2).cloned())
+            .unwrap_or(Dim::Unknown);
         dims::add(&past, &kv_seq)
     } else {
         kv_seq
     };
     let y = match q_3d {
-        Some(false) => Some(vec![batch.clone(), q_heads.clone(), q_seq.clone(), v_head.clone()]),
-        Some(true) => Some(vec![batch.clone(), q_seq.clone(), dims::mul(&q_heads, &v_head)]),
+        Some(false) => Some(vec![
+            batch.clone(),
+            q_heads.clone(),
+            q_seq.clone(),
+            v_head.clone(),
+        ]),
+        Some(true) => Some(vec![
+            batch.clone(),
+            q_seq.clone(),
+            dims::mul(&q_heads, &v_head),
+        ]),
         None => None,
     };
     vec![
         Out::new(c.dtype(0), y),
-        Out::new(c.dtype(1), Some(vec![batch.clone(), kv_heads.clone(), total.clone(), head])),
-        Out::new(c.dtype(2), Some(vec![batch.clone(), kv_heads, total.clone(), v_head])),
+        Out::new(
+            c.dtype(1),
+            Some(vec![batch.clone(), kv_heads.clone(), total.clone(), head]),
+        ),
+        Out::new(
+            c.dtype(2),
+            Some(vec![batch.clone(), kv_heads, total.clone(), v_head]),
+        ),
         Out::new(c.dtype(0), Some(vec![batch, q_heads, q_seq, total])),
     ]
 }

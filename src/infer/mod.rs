@@ -404,14 +404,20 @@ impl Facts {
                     && info.dtype.is_some_and(consts::is_int_type)
                     && match info.shape.as_deref() {
                         Some([]) => d.len() == 1,
-                        Some([n]) => n.known().and_then(|n| usize::try_from(n).ok()) == Some(d.len()),
+                        Some([n]) => {
+                            n.known().and_then(|n| usize::try_from(n).ok()) == Some(d.len())
+                        }
                         _ => false,
                     }
             })
             .or_else(|| {
                 let k = konst.as_ref()?;
                 (k.dims.len() <= 1)
-                    .then(|| k.ints.as_ref().map(|x| x.iter().map(|&i| Dim::Known(i)).collect()))
+                    .then(|| {
+                        k.ints
+                            .as_ref()
+                            .map(|x| x.iter().map(|&i| Dim::Known(i)).collect())
+                    })
                     .flatten()
             });
         let konst = konst.or_else(|| {

@@ -36,7 +36,11 @@ pub(crate) fn layer_norm(c: &Ctx) -> Vec<Out> {
         .attr_i("stash_type")
         .and_then(|t| i32::try_from(t).ok())
         .unwrap_or(FLOAT);
-    let stats_t = if c.node.domain() == "" { Some(stash) } else { None };
+    let stats_t = if c.node.domain() == "" {
+        Some(stash)
+    } else {
+        None
+    };
     vec![
         Out::info(c.info(0).clone()),
         Out::new(stats_t, stats_shape.clone()),

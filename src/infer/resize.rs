@@ -46,7 +46,11 @@ fn resize_shape(c: &Ctx) -> Option<Vec<Dim>> {
     let s = c.shape(0)?;
     let rank = s.len();
     let unknown = Some(vec![Dim::Unknown; rank]);
-    let (scales_at, sizes_at) = if c.version() < 11 { (1, None) } else { (2, Some(3)) };
+    let (scales_at, sizes_at) = if c.version() < 11 {
+        (1, None)
+    } else {
+        (2, Some(3))
+    };
     if let Some(sz) = sizes_at.filter(|&i| c.has(i)) {
         let Some(sizes) = c.data(sz).filter(|d| !d.is_empty()) else {
             // An empty or unknown `sizes`: scales decide if they are known.
@@ -76,8 +80,20 @@ fn resize_shape(c: &Ctx) -> Option<Vec<Dim>> {
                 _ => return unknown,
             }
         }
-        let pick = |a: f64, b: f64| if policy == "not_larger" { a.min(b) } else { a.max(b) };
-        let pick32 = |a: f32, b: f32| if policy == "not_larger" { a.min(b) } else { a.max(b) };
+        let pick = |a: f64, b: f64| {
+            if policy == "not_larger" {
+                a.min(b)
+            } else {
+                a.max(b)
+            }
+        };
+        let pick32 = |a: f32, b: f32| {
+            if policy == "not_larger" {
+                a.min(b)
+            } else {
+                a.max(b)
+            }
+        };
         let Some(s64) = ratios.iter().map(|r| r.0).reduce(pick) else {
             return unknown;
         };
@@ -89,7 +105,7 @@ fn resize_shape(c: &Ctx) -> Option<Vec<Dim>> {
             // round_int: nearest, halfway cases up.
             let r64 = (s64 * x as f64 + 0.5).floor();
             let r32 = (s32 * x as f32 + 0.5).floor() as f64;
-            out[a] = if r64 == r32 && r64.is_finite() && r64 >= 0.0 && r64 < 9.0e18 {
+            out[a] = if r64 == r32 && (0.0..9.0e18).contains(&r64) {
                 Dim::Known(r64 as i64)
             } else {
                 Dim::Unknown
@@ -105,9 +121,11 @@ fn scales_shape(c: &Ctx, s: &[Dim], at: usize) -> Option<Vec<Dim>> {
     let axes = resize_axes(c, s.len(), scales.len())?;
     if c.attr_s("coordinate_transformation_mode") == Some("tf_crop_and_resize") {
         // The size then depends on the roi too.
-        let full = c
-            .floats(1)
-            .is_some_and(|r| r.len() == 2 * scales.len() && r[..scales.len()].iter().all(|&x| x == 0.0) && r[scales.len()..].iter().all(|&x| x == 1.0));
+        let full = c.floats(1).is_some_and(|r| {
+            r.len() == 2 * scales.len()
+                && r[..scales.len()].iter().all(|&x| x == 0.0)
+                && r[scales.len()..].iter().all(|&x| x == 1.0)
+        });
         if !full {
             return None;
         }
@@ -124,7 +142,8 @@ pub(crate) fn resize(c: &Ctx) -> Vec<Out> {
 pub(crate) fn upsample(c: &Ctx) -> Vec<Out> {
     let shape = c.shape(0).map(|s| {
         let scales: Option<Vec<f64>> = if c.version() < 9 {
-            c.attr_floats("scales").map(|v| v.iter().map(|&x| x as f64).collect())
+            c.attr_floats("scales")
+                .map(|v| v.iter().map(|&x| x as f64).collect())
         } else {
             c.floats(1)
         };

@@ -18,7 +18,10 @@ pub(crate) fn recurrent(c: &Ctx) -> Vec<Out> {
     // hidden_size, else the last axis of R `[num_directions, gates * hidden, hidden]`.
     let hidden = match c.attr_i("hidden_size") {
         Some(h) => known_dim(h),
-        None => c.shape(2).and_then(|r| r.get(2).cloned()).unwrap_or(Dim::Unknown),
+        None => c
+            .shape(2)
+            .and_then(|r| r.get(2).cloned())
+            .unwrap_or(Dim::Unknown),
     };
     let (seq, batch) = match (c.shape(0), layout) {
         (Some([s, b, _]), 0) => (s.clone(), b.clone()),

@@ -38,7 +38,10 @@ pub(crate) fn shape(c: &Ctx) -> Vec<Out> {
     let d = s[start..end].to_vec();
     match ValueData::new(INT64, vec![len_i64(d.len())], Elems::Ints(d)) {
         Some(v) => vec![Out::from_data(v)],
-        None => vec![Out::new(Some(INT64), Some(vec![known_dim(len_i64(end - start))]))],
+        None => vec![Out::new(
+            Some(INT64),
+            Some(vec![known_dim(len_i64(end - start))]),
+        )],
     }
 }
 
@@ -102,7 +105,9 @@ fn reshape_dims(input: Option<&[Dim]>, target: &[Dim], allowzero: bool) -> Optio
     let mut has_zero = false;
     for (i, t) in target.iter().enumerate() {
         out.push(match t {
-            Dim::Known(0) if !allowzero => input.and_then(|s| s.get(i).cloned()).unwrap_or(Dim::Unknown),
+            Dim::Known(0) if !allowzero => input
+                .and_then(|s| s.get(i).cloned())
+                .unwrap_or(Dim::Unknown),
             Dim::Known(-1) => {
                 if infer_at.replace(i).is_some() {
                     return None;
@@ -141,7 +146,8 @@ pub(crate) fn reshape(c: &Ctx) -> Vec<Out> {
     let dtype = c.dtype(0);
     let allowzero = c.attr_i("allowzero").unwrap_or(0) != 0;
     let target: Option<Vec<Dim>> = if c.version() < 5 {
-        c.attr_ints("shape").map(|v| v.iter().map(|&x| Dim::Known(x)).collect())
+        c.attr_ints("shape")
+            .map(|v| v.iter().map(|&x| Dim::Known(x)).collect())
     } else {
         c.data(1)
     };
@@ -176,12 +182,19 @@ pub(crate) fn flatten(c: &Ctx) -> Vec<Out> {
     };
     let r = len_i64(s.len());
     let axis = c.attr_i("axis").unwrap_or(1);
-    let axis = if axis < 0 { axis.saturating_add(r) } else { axis };
+    let axis = if axis < 0 {
+        axis.saturating_add(r)
+    } else {
+        axis
+    };
     if !(0..=r).contains(&axis) {
         return vec![Out::new(dtype, Some(unknown_dims(2)))];
     }
     let (a, b) = s.split_at(axis as usize);
-    vec![Out::new(dtype, Some(vec![dims::product(a), dims::product(b)]))]
+    vec![Out::new(
+        dtype,
+        Some(vec![dims::product(a), dims::product(b)]),
+    )]
 }
 
 /// `Transpose` (default: reverse the dimensions).
@@ -189,7 +202,9 @@ pub(crate) fn transpose(c: &Ctx) -> Vec<Out> {
     let dtype = c.dtype(0);
     let perm_attr = c.attr_ints("perm");
     let Some(s) = c.shape(0) else {
-        let rank = perm_attr.map(|p| p.len()).filter(|&r| r > 0 && r <= MAX_RANK);
+        let rank = perm_attr
+            .map(|p| p.len())
+            .filter(|&r| r > 0 && r <= MAX_RANK);
         return vec![Out::new(dtype, rank.map(unknown_dims))];
     };
     let perm: Vec<usize> = match perm_attr {
@@ -209,7 +224,10 @@ pub(crate) fn transpose(c: &Ctx) -> Vec<Out> {
             }
         }
     }
-    vec![Out::new(dtype, Some(perm.iter().map(|&p| s[p].clone()).collect()))]
+    vec![Out::new(
+        dtype,
+        Some(perm.iter().map(|&p| s[p].clone()).collect()),
+    )]
 }
 
 /// `Concat` along `axis`.
@@ -273,7 +291,8 @@ pub(crate) fn split(c: &Ctx) -> Vec<Out> {
     };
     let d = &s[axis];
     let sizes: Option<Vec<Dim>> = if c.has_attr("split") {
-        c.attr_ints("split").map(|v| v.iter().map(|&x| known_dim(x)).collect())
+        c.attr_ints("split")
+            .map(|v| v.iter().map(|&x| known_dim(x)).collect())
     } else if c.has(1) {
         c.ints(1).map(|v| v.iter().map(|&x| known_dim(x)).collect())
     } else if let Some(k) = c.attr_i("num_outputs") {
@@ -297,6 +316,7 @@ pub(crate) fn split(c: &Ctx) -> Vec<Out> {
         }
     } else {
         match (d, n) {
+            (_, 0) => return Vec::new(),
             (_, 1) => Some(vec![d.clone()]),
             (Dim::Known(dv), _) => {
                 let k = len_i64(n);
@@ -361,18 +381,31 @@ pub(crate) fn slice(c: &Ctx) -> Vec<Out> {
     };
     let rank = s.len();
     let all_unknown = || vec![Out::new(dtype, Some(unknown_dims(rank)))];
-    let (starts, ends, axes, steps): (Option<Vec<Dim>>, Option<Vec<Dim>>, Option<Vec<i64>>, Option<Vec<i64>>) =
-        if c.version() < 10 {
-            let k = |n: &str| c.attr_ints(n).map(|v| v.iter().map(|&x| Dim::Known(x)).collect());
-            (k("starts"), k("ends"), c.attr_ints("axes").map(<[i64]>::to_vec), None)
-        } else {
-            (
-                c.data(1),
-                c.data(2),
-                if c.has(3) { c.ints(3) } else { None },
-                if c.has(4) { c.ints(4) } else { None },
-            )
+    type Args = (
+        Option<Vec<Dim>>,
+        Option<Vec<Dim>>,
+        Option<Vec<i64>>,
+        Option<Vec<i64>>,
+    );
+    let (starts, ends, axes, steps): Args = if c.version() < 10 {
+        let k = |n: &str| {
+            c.attr_ints(n)
+                .map(|v| v.iter().map(|&x| Dim::Known(x)).collect())
         };
+        (
+            k("starts"),
+            k("ends"),
+            c.attr_ints("axes").map(<[i64]>::to_vec),
+            None,
+        )
+    } else {
+        (
+            c.data(1),
+            c.data(2),
+            if c.has(3) { c.ints(3) } else { None },
+            if c.has(4) { c.ints(4) } else { None },
+        )
+    };
     let (Some(starts), Some(ends)) = (starts, ends) else {
         return all_unknown();
     };
@@ -397,13 +430,15 @@ pub(crate) fn slice(c: &Ctx) -> Vec<Out> {
         let ax = axes[i];
         let step = steps[i];
         out[ax] = match (&s[ax], &starts[i], &ends[i]) {
-            (Dim::Known(d), Dim::Known(st), Dim::Known(e)) => match slice_range(*d, *st, *e, step) {
-                Some((first, len)) => {
-                    picks[ax] = Some((first, len, step));
-                    Dim::Known(len)
+            (Dim::Known(d), Dim::Known(st), Dim::Known(e)) => {
+                match slice_range(*d, *st, *e, step) {
+                    Some((first, len)) => {
+                        picks[ax] = Some((first, len, step));
+                        Dim::Known(len)
+                    }
+                    None => Dim::Unknown,
                 }
-                None => Dim::Unknown,
-            },
+            }
             // The whole of a dimension that is not known.
             (d, Dim::Known(0), e)
                 if step == 1 && (e.known().is_some_and(|e| e >= SLICE_TO_END) || e == d) =>
@@ -426,7 +461,9 @@ pub(crate) fn slice(c: &Ctx) -> Vec<Out> {
                 .collect();
             if let Some(sel) = sel {
                 let d: Vec<i64> = sel.iter().map(|x| len_i64(x.len())).collect();
-                if let Some(e) = consts::select_index(&v.dims, &sel).and_then(|idx| v.elems.pick(&idx)) {
+                if let Some(e) =
+                    consts::select_index(&v.dims, &sel).and_then(|idx| v.elems.pick(&idx))
+                {
                     if let Some(v) = ValueData::new(v.dtype, d, e) {
                         return vec![Out::from_data(v)];
                     }
@@ -468,7 +505,10 @@ pub(crate) fn squeeze(c: &Ctx) -> Vec<Out> {
             let Some(axes) = norm_axes(&axes, s.len()) else {
                 return vec![Out::dtype(dtype)];
             };
-            if axes.iter().any(|&a| matches!(s[a], Dim::Known(k) if k != 1)) {
+            if axes
+                .iter()
+                .any(|&a| matches!(s[a], Dim::Known(k) if k != 1))
+            {
                 return vec![Out::dtype(dtype)];
             }
             s.iter()
@@ -548,12 +588,14 @@ pub(crate) fn gather(c: &Ctx) -> Vec<Out> {
                     (0..d).contains(&i).then_some(i as usize)
                 })
                 .collect();
-            let folded = norm.and_then(|n| consts::gather_index(&v.dims, axis, &n)).and_then(|src| {
-                let mut dd = v.dims[..axis].to_vec();
-                dd.extend_from_slice(&k.dims);
-                dd.extend_from_slice(&v.dims[axis + 1..]);
-                ValueData::new(v.dtype, dd, v.elems.pick(&src)?)
-            });
+            let folded = norm
+                .and_then(|n| consts::gather_index(&v.dims, axis, &n))
+                .and_then(|src| {
+                    let mut dd = v.dims[..axis].to_vec();
+                    dd.extend_from_slice(&k.dims);
+                    dd.extend_from_slice(&v.dims[axis + 1..]);
+                    ValueData::new(v.dtype, dd, v.elems.pick(&src)?)
+                });
             if let Some(f) = folded {
                 return vec![Out::from_data(f)];
             }
@@ -622,7 +664,10 @@ pub(crate) fn expand(c: &Ctx) -> Vec<Out> {
             }
         }
     }
-    vec![Out::new(dtype, dims::broadcast_shapes(&[c.shape(0), Some(&target)]))]
+    vec![Out::new(
+        dtype,
+        dims::broadcast_shapes(&[c.shape(0), Some(&target)]),
+    )]
 }
 
 /// `Tile`: each dimension times its repeat count.
@@ -633,7 +678,11 @@ pub(crate) fn tile(c: &Ctx) -> Vec<Out> {
     };
     match c.ints(1) {
         Some(r) if r.len() == s.len() && r.iter().all(|&x| x >= 0) => {
-            let out = s.iter().zip(&r).map(|(d, &k)| dims::mul(d, &Dim::Known(k))).collect();
+            let out = s
+                .iter()
+                .zip(&r)
+                .map(|(d, &k)| dims::mul(d, &Dim::Known(k)))
+                .collect();
             vec![Out::new(dtype, Some(out))]
         }
         _ => vec![Out::new(dtype, Some(unknown_dims(s.len())))],
@@ -681,7 +730,10 @@ pub(crate) fn pad(c: &Ctx) -> Vec<Out> {
 /// `ConstantOfShape`: a tensor of the requested shape filled with `value` (float 0 default).
 pub(crate) fn constant_of_shape(c: &Ctx) -> Vec<Out> {
     let value = c.attr_t("value");
-    let dtype = value.and_then(|t| t.data_type).filter(|&d| d > 0).unwrap_or(FLOAT);
+    let dtype = value
+        .and_then(|t| t.data_type)
+        .filter(|&d| d > 0)
+        .unwrap_or(FLOAT);
     let Some(d) = c.data(0) else {
         let rank = c.shape(0).and_then(|s| match s {
             [Dim::Known(k)] => usize::try_from(*k).ok().filter(|&k| k <= MAX_RANK),
@@ -700,7 +752,9 @@ pub(crate) fn constant_of_shape(c: &Ctx) -> Vec<Out> {
         if let Some(n) = consts::count(&dk).filter(|&n| n <= consts::MAX_CONST_ELEMENTS) {
             let fill = match value {
                 Some(t) => consts::from_tensor(t).and_then(|k| {
-                    if k.ints.as_ref().map_or(0, Vec::len) + k.floats.as_ref().map_or(0, Vec::len) != 1 {
+                    if k.ints.as_ref().map_or(0, Vec::len) + k.floats.as_ref().map_or(0, Vec::len)
+                        != 1
+                    {
                         return None;
                     }
                     Some(match (k.ints, k.floats) {
@@ -730,7 +784,9 @@ pub(crate) fn range(c: &Ctx) -> Vec<Out> {
                 let span = l.checked_sub(*s);
                 let n = match span {
                     Some(sp) if *d > 0 => dims::ceil_div(sp, *d),
-                    Some(sp) => sp.checked_neg().and_then(|sp| dims::ceil_div(sp, d.checked_neg()?)),
+                    Some(sp) => sp
+                        .checked_neg()
+                        .and_then(|sp| dims::ceil_div(sp, d.checked_neg()?)),
                     None => None,
                 };
                 n.map(|n| n.max(0))
@@ -758,7 +814,10 @@ pub(crate) fn range(c: &Ctx) -> Vec<Out> {
         if let ([s], [l], [d]) = (s.as_slice(), l.as_slice(), d.as_slice()) {
             let q = (l - s) / d;
             let r = q.ceil();
-            if q.is_finite() && (q == q.round() || (q - q.round()).abs() > 1e-6 * q.abs().max(1.0)) && r < 9.0e18 {
+            if q.is_finite()
+                && (q == q.round() || (q - q.round()).abs() > 1e-6 * q.abs().max(1.0))
+                && r < 9.0e18
+            {
                 return vec![Out::new(dtype, Some(vec![Dim::Known((r as i64).max(0))]))];
             }
         }
@@ -795,7 +854,13 @@ pub(crate) fn reduce(c: &Ctx) -> Vec<Out> {
             // Unknown axes: with keepdims every dimension is itself or 1, so a 1 stays.
             let shape = keep.then(|| {
                 s.iter()
-                    .map(|d| if *d == Dim::Known(1) { d.clone() } else { Dim::Unknown })
+                    .map(|d| {
+                        if *d == Dim::Known(1) {
+                            d.clone()
+                        } else {
+                            Dim::Unknown
+                        }
+                    })
                     .collect()
             });
             return vec![Out::new(dtype, shape)];
@@ -866,8 +931,17 @@ pub(crate) fn topk(c: &Ctx) -> Vec<Out> {
 pub(crate) fn one_hot(c: &Ctx) -> Vec<Out> {
     let dtype = c.dtype(2);
     let depth = c.ints(1).or_else(|| {
-        c.floats(1)
-            .map(|f| f.iter().map(|&x| if x.fract() == 0.0 && x.abs() < 9e18 { x as i64 } else { -1 }).collect())
+        c.floats(1).map(|f| {
+            f.iter()
+                .map(|&x| {
+                    if x.fract() == 0.0 && x.abs() < 9e18 {
+                        x as i64
+                    } else {
+                        -1
+                    }
+                })
+                .collect()
+        })
     });
     let depth = depth.and_then(|d| (d.len() == 1).then(|| d[0]));
     let shape = c.shape(0).and_then(|s| {
@@ -891,7 +965,12 @@ pub(crate) fn depth_to_space(c: &Ctx) -> Vec<Out> {
                 (Dim::Known(ch), Some(bb)) if ch % bb == 0 => Dim::Known(ch / bb),
                 _ => Dim::Unknown,
             };
-            Some(vec![n.clone(), cc, dims::mul(h, &Dim::Known(b)), dims::mul(w, &Dim::Known(b))])
+            Some(vec![
+                n.clone(),
+                cc,
+                dims::mul(h, &Dim::Known(b)),
+                dims::mul(w, &Dim::Known(b)),
+            ])
         }
         (Some(s), _) if s.len() == 4 => Some(unknown_dims(4)),
         _ => None,
@@ -909,7 +988,9 @@ pub(crate) fn space_to_depth(c: &Ctx) -> Vec<Out> {
     };
     let shape = match (c.shape(0), b) {
         (Some([n, ch, h, w]), Some(b)) => {
-            let cc = b.checked_mul(b).map_or(Dim::Unknown, |bb| dims::mul(ch, &Dim::Known(bb)));
+            let cc = b
+                .checked_mul(b)
+                .map_or(Dim::Unknown, |bb| dims::mul(ch, &Dim::Known(bb)));
             Some(vec![n.clone(), cc, div(h, b), div(w, b)])
         }
         (Some(s), _) if s.len() == 4 => Some(unknown_dims(4)),
@@ -920,13 +1001,18 @@ pub(crate) fn space_to_depth(c: &Ctx) -> Vec<Out> {
 
 /// `NonZero`: `[rank, ?]` int64.
 pub(crate) fn non_zero(c: &Ctx) -> Vec<Out> {
-    let shape = c.rank(0).map(|r| vec![Dim::Known(len_i64(r)), Dim::Unknown]);
+    let shape = c
+        .rank(0)
+        .map(|r| vec![Dim::Known(len_i64(r)), Dim::Unknown]);
     vec![Out::new(Some(INT64), shape)]
 }
 
 /// `NonMaxSuppression`: `[?, 3]` int64.
 pub(crate) fn non_max_suppression(_c: &Ctx) -> Vec<Out> {
-    vec![Out::new(Some(INT64), Some(vec![Dim::Unknown, Dim::Known(3)]))]
+    vec![Out::new(
+        Some(INT64),
+        Some(vec![Dim::Unknown, Dim::Known(3)]),
+    )]
 }
 
 /// `Compress`: the selected axis becomes unknown (flattened to 1-D without an axis).
@@ -997,7 +1083,13 @@ pub(crate) fn affine_grid(c: &Ctx) -> Vec<Out> {
     let dtype = c.dtype(0);
     let shape = c.data(1).and_then(|d| match d.as_slice() {
         [n, _c, h, w] => Some(vec![n.clone(), h.clone(), w.clone(), Dim::Known(2)]),
-        [n, _c, dd, h, w] => Some(vec![n.clone(), dd.clone(), h.clone(), w.clone(), Dim::Known(3)]),
+        [n, _c, dd, h, w] => Some(vec![
+            n.clone(),
+            dd.clone(),
+            h.clone(),
+            w.clone(),
+            Dim::Known(3),
+        ]),
         _ => None,
     });
     let shape = shape.map(|s| {
@@ -1039,12 +1131,18 @@ pub(crate) fn center_crop_pad(c: &Ctx) -> Vec<Out> {
 
 /// `RoiAlign(X, rois, batch_indices)`: `[num_rois, C, output_height, output_width]`.
 pub(crate) fn roi_align(c: &Ctx) -> Vec<Out> {
-    let rois = c.shape(1).and_then(|s| s.first().cloned()).unwrap_or(Dim::Unknown);
+    let rois = c
+        .shape(1)
+        .and_then(|s| s.first().cloned())
+        .unwrap_or(Dim::Unknown);
     let rois = match c.shape(2).and_then(|s| s.first()) {
         Some(b) => dims::unify(&rois, b),
         None => rois,
     };
-    let ch = c.shape(0).and_then(|s| s.get(1).cloned()).unwrap_or(Dim::Unknown);
+    let ch = c
+        .shape(0)
+        .and_then(|s| s.get(1).cloned())
+        .unwrap_or(Dim::Unknown);
     let h = known_dim(c.attr_i("output_height").unwrap_or(1));
     let w = known_dim(c.attr_i("output_width").unwrap_or(1));
     vec![Out::new(c.dtype(0), Some(vec![rois, ch, h, w]))]
@@ -1161,4 +1259,3 @@ pub(crate) fn if_op(c: &Ctx) -> Vec<Out> {
         }
     }
 }
-
