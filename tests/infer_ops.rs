@@ -704,3 +704,78 @@ fn malformed_models_give_unknowns_not_panics() {
     assert!(cos.numel().is_none(), "{cos}");
     assert!(facts.const_value(id(&m, "cos")).is_none());
 }
+
+#[test]
+fn torch_expand_pattern_where_equal_minus_one() {
+    // Where(Equal(target, -1), 1, target) before Expand, with a symbolic batch in target.
+    let m = G::new(13)
+        .input("x", F, &[S("N"), K(7)])
+        .input("y", F, &[K(1), K(5)])
+        .init(t_i64("zero", &[1], &[0]))
+        .init(t_i64("m1", &[1], &[-1]))
+        .init(t_i64("mm", &[2], &[-1, -1]))
+        .init(t_i64("ones", &[2], &[1, 1]))
+        .node(node("Shape", &["x"], &["s"], vec![]))
+        .node(node("Gather", &["s", "zero"], &["n"], vec![]))
+        .node(node("Concat", &["n", "m1"], &["t"], vec![ai("axis", 0)]))
+        .node(node("Equal", &["t", "mm"], &["eq"], vec![]))
+        .node(node("Where", &["eq", "ones", "t"], &["w"], vec![]))
+        .node(node("Expand", &["y", "w"], &["e"], vec![]))
+        .output("e")
+        .build();
+    let facts = infer_model(&m, &InferOptions::default());
+    let eq = facts.const_value(id(&m, "eq")).expect("a size is never -1");
+    assert_eq!(eq.ints.as_deref(), Some(&[0, 1][..]));
+    assert_eq!(facts.shape_data(id(&m, "w")), Some(&[sym("N"), k(1)][..]));
+    assert_eq!(facts.info(id(&m, "e")).shape, Some(vec![sym("N"), k(5)]));
+}
+
+/// An `If` whose branches are both `depth - 1` levels of the same, on a runtime condition.
+fn nested_if(depth: usize) -> GraphProto {
+    let mut g = GraphProto {
+        name: Some(format!("b{depth}")),
+        node: vec![node("Identity", &["x"], &["y"], vec![])],
+        output: vec![vi("y", F, Some(&[K(2)]))],
+        ..Default::default()
+    };
+    if depth > 0 {
+        let sub = nested_if(depth - 1);
+        let attr = |name: &str| AttributeProto {
+            name: Some(name.into()),
+            g: Some(sub.clone()),
+            r#type: Some(AttributeType::Graph as i32),
+            ..Default::default()
+        };
+        g.node = vec![node(
+            "If",
+            &["cond"],
+            &["y"],
+            vec![attr("then_branch"), attr("else_branch")],
+        )];
+    }
+    g
+}
+
+#[test]
+fn nested_branches_are_bounded() {
+    let top = nested_if(16);
+    let p = ModelProto {
+        ir_version: Some(8),
+        opset_import: vec![OperatorSetIdProto {
+            domain: Some(String::new()),
+            version: Some(13),
+        }],
+        graph: Some(GraphProto {
+            input: vec![vi("x", F, Some(&[K(2)])), vi("cond", 9, Some(&[]))],
+            ..top
+        }),
+        ..Default::default()
+    };
+    let m = onnx_safeify::import::import_model(p, None).expect("import");
+    let t = std::time::Instant::now();
+    let facts = infer_model(&m, &InferOptions::default());
+    eprintln!("nested If inference took {:?}", t.elapsed());
+    assert!(t.elapsed().as_secs() < 20, "took {:?}", t.elapsed());
+    // The declared output still speaks.
+    assert_eq!(facts.info(id(&m, "y")).dims_known(), Some(vec![2]));
+}

@@ -94,6 +94,8 @@ pub(crate) struct Env<'a> {
     pub opts: &'a InferOptions,
     /// Value ids by name (built when a subgraph first needs them).
     pub names: std::cell::OnceCell<HashMap<&'a str, ValueId>>,
+    /// Subgraph nodes that may still be inferred (shared by every nesting level).
+    pub budget: &'a std::cell::Cell<usize>,
 }
 
 static UNKNOWN: TensorInfo = TensorInfo {
@@ -259,15 +261,30 @@ impl Ctx<'_, '_> {
         })
     }
 
-    /// Infer a subgraph of this node, its outer-scope values resolved here.
-    pub fn infer_subgraph(&self, g: &Graph) -> Facts {
+    /// Infer a subgraph of this node, its outer-scope values resolved here (`None` when
+    /// the subgraph budget is spent).
+    pub fn infer_subgraph(&self, g: &Graph) -> Option<Facts> {
+        let left = self
+            .env
+            .budget
+            .get()
+            .checked_sub(g.node_count().saturating_add(16))?;
+        self.env.budget.set(left);
         let outer = |name: &str| self.seed(name);
-        super::infer_scoped(self.env.model, g, self.env.opts, Some(&outer))
+        Some(super::infer_scoped(
+            self.env.model,
+            g,
+            self.env.opts,
+            Some(&outer),
+            self.env.budget,
+        ))
     }
 
-    /// The facts of a subgraph's outputs, as node outputs.
+    /// The facts of a subgraph's outputs, as node outputs (unknown past the budget).
     pub fn subgraph_outputs(&self, g: &Graph) -> Vec<Out> {
-        let f = self.infer_subgraph(g);
+        let Some(f) = self.infer_subgraph(g) else {
+            return Vec::new();
+        };
         g.outputs
             .iter()
             .map(|o| Out {

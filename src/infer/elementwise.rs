@@ -205,6 +205,9 @@ fn compare(c: &Ctx, op: &'static str) -> Vec<Out> {
                     _ => return None,
                 },
                 (Dim::Sym(s), Dim::Sym(t)) if s == t => matches!(op, "==" | "<=" | ">="),
+                // A size is never negative (exporters test `shape == -1`).
+                (Dim::Sym(_), Dim::Known(q)) if *q < 0 => matches!(op, ">" | ">="),
+                (Dim::Known(p), Dim::Sym(_)) if *p < 0 => matches!(op, "<" | "<="),
                 _ => return None,
             }
         } else {

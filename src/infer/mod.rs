@@ -214,8 +214,13 @@ pub fn infer_model(model: &Model, opts: &InferOptions) -> Facts {
 
 /// Infer the values of `graph` (the model's main graph; the model gives the opsets).
 pub fn infer_graph(model: &Model, graph: &Graph, opts: &InferOptions) -> Facts {
-    infer_scoped(model, graph, opts, None)
+    let budget = std::cell::Cell::new(SUBGRAPH_BUDGET);
+    infer_scoped(model, graph, opts, None, &budget)
 }
+
+/// Subgraph inference (the branches of `If`) is bounded: at most this much work in all
+/// (nodes, plus a fixed cost per subgraph), so nested branches cannot make it explode.
+const SUBGRAPH_BUDGET: usize = 200_000;
 
 /// What a subgraph knows of a value of an enclosing graph.
 pub(crate) struct Seed {
@@ -234,6 +239,7 @@ pub(crate) fn infer_scoped(
     graph: &Graph,
     opts: &InferOptions,
     outer: Option<OuterScope>,
+    budget: &std::cell::Cell<usize>,
 ) -> Facts {
     let n = graph.values.len();
     let mut facts = Facts {
@@ -336,6 +342,7 @@ pub(crate) fn infer_scoped(
         graph,
         opts,
         names: Default::default(),
+        budget,
     };
     for id in order {
         let Some(node) = graph.nodes.node_weight(id) else {
