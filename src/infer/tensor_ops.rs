@@ -493,6 +493,14 @@ fn axes_arg(c: &Ctx) -> Result<Option<Vec<i64>>, ()> {
     Ok(None)
 }
 
+/// The number of axes in an axes input whose values are not known.
+fn axes_count(c: &Ctx) -> Option<usize> {
+    match c.shape(1)? {
+        [Dim::Known(k)] => usize::try_from(*k).ok(),
+        _ => None,
+    }
+}
+
 /// `Squeeze`.
 pub(crate) fn squeeze(c: &Ctx) -> Vec<Out> {
     let dtype = c.dtype(0);
@@ -500,7 +508,11 @@ pub(crate) fn squeeze(c: &Ctx) -> Vec<Out> {
         return vec![Out::dtype(dtype)];
     };
     let out: Vec<Dim> = match axes_arg(c) {
-        Err(()) => return vec![Out::dtype(dtype)],
+        // Axes not known, their count is: the rank is.
+        Err(()) => {
+            let rank = axes_count(c).and_then(|k| s.len().checked_sub(k));
+            return vec![Out::new(dtype, rank.map(unknown_dims))];
+        }
         Ok(Some(axes)) if !axes.is_empty() => {
             let Some(axes) = norm_axes(&axes, s.len()) else {
                 return vec![Out::dtype(dtype)];
@@ -536,7 +548,14 @@ pub(crate) fn unsqueeze(c: &Ctx) -> Vec<Out> {
     let dtype = c.dtype(0);
     let axes = match axes_arg(c) {
         Ok(Some(a)) => a,
-        _ => return vec![Out::dtype(dtype)],
+        Err(()) => {
+            let rank = match (axes_count(c), c.rank(0)) {
+                (Some(k), Some(r)) => r.checked_add(k).filter(|&r| r <= MAX_RANK),
+                _ => None,
+            };
+            return vec![Out::new(dtype, rank.map(unknown_dims))];
+        }
+        Ok(None) => return vec![Out::dtype(dtype)],
     };
     let Some(s) = c.shape(0) else {
         return vec![Out::dtype(dtype)];
