@@ -36,13 +36,25 @@ fn corpus() -> Option<PathBuf> {
     );
 }
 
-/// The Python of the project's virtual environment (with onnx and onnxruntime).
+/// The Python of the project's virtual environment (with onnx and onnxruntime), found
+/// where the corpus is; like the corpus, its absence fails the test unless allowed.
 fn venv_python() -> Option<PathBuf> {
     let p = std::env::var_os("ONNX_SAFEIFY_VENV")
         .map(PathBuf::from)
         .unwrap_or_else(|| home().join(".cache/onnx-safeify/venv"))
         .join("bin/python");
-    p.is_file().then_some(p)
+    if p.is_file() {
+        return Some(p);
+    }
+    if std::env::var("ONNX_SAFEIFY_ALLOW_MISSING_CORPUS").as_deref() == Ok("1") {
+        eprintln!("{} missing: test skipped", p.display());
+        return None;
+    }
+    panic!(
+        "the corpus virtual environment is missing: no {} (set ONNX_SAFEIFY_VENV, or \
+         ONNX_SAFEIFY_ALLOW_MISSING_CORPUS=1 to skip these tests)",
+        p.display()
+    );
 }
 
 /// A declared tensor type as plain (dtype, dims) where every dim is known.
@@ -348,7 +360,7 @@ fn name_of_dims(g: &Graph, input: usize) -> Vec<String> {
 fn ppocr_agrees_with_onnx_shape_inference() {
     let Some(dir) = corpus() else { return };
     if venv_python().is_none() {
-        panic!("the venv python (~/.cache/onnx-safeify/venv) is needed for this test");
+        return;
     }
     let cases: &[(&str, [i64; 4])] = &[
         (
@@ -522,7 +534,7 @@ fn onnxruntime_shapes(
     path: &Path,
     shapes: &[Vec<i64>],
 ) -> Option<BTreeMap<String, (i32, Vec<i64>)>> {
-    let py = venv_python().expect("the venv python (~/.cache/onnx-safeify/venv) is needed");
+    let py = venv_python().expect("checked by the caller");
     let script = r#"
 import sys, onnx, numpy as np, onnxruntime as ort
 from onnx import helper
@@ -651,6 +663,9 @@ fn check_against_runtime(path: &Path, shapes: &[Vec<i64>]) -> Option<(usize, usi
 #[test]
 fn node_outputs_agree_with_onnxruntime() {
     let Some(dir) = corpus() else { return };
+    if venv_python().is_none() {
+        return;
+    }
     let mut cases: Vec<(PathBuf, Vec<Vec<i64>>)> = Vec::new();
     for f in ["real", "ort_optimized"] {
         let mut files = Vec::new();
@@ -696,7 +711,7 @@ fn node_outputs_agree_with_onnxruntime() {
 #[test]
 fn node_test_intermediates_agree_with_onnxruntime() {
     let Some(dir) = corpus() else { return };
-    let py = venv_python().expect("the venv python (~/.cache/onnx-safeify/venv) is needed");
+    let Some(py) = venv_python() else { return };
     let root = dir.join("onnx_node_tests_1.19.1");
     // Every node output of every node test, computed by onnxruntime on the test's inputs.
     let script = r#"
