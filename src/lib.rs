@@ -9,6 +9,7 @@ pub mod doctor;
 pub mod error;
 pub mod export;
 pub mod import;
+pub mod infer;
 pub mod inspect;
 pub mod io;
 pub mod ir;

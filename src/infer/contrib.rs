@@ -1,0 +1,272 @@
+//! ONNX Runtime contrib operators (`com.microsoft`) and the NCHWc layout operators
+//! (`com.microsoft.nchwc`) its optimizer writes. Shapes follow the ONNX Runtime contrib
+//! operator docs (ContribOperators.md) where they state them; what they leave open stays
+//! unknown.
+//!
+//! NCHWc: ONNX Runtime keeps blocked tensors as 4-D `[N, C_padded, H, W]` tensors whose
+//! channel count is rounded up to the block size of the machine that optimized the model
+//! (8 or 16). An nchwc `Conv` writes `W[0]` (already padded) channels; `ReorderOutput`
+//! restores the logical count from its `channels` attribute (NHWC with `channels_last`);
+//! `ReorderInput` pads to the block size, which the file does not record: it is taken from
+//! the model's own evidence (an nchwc `Conv` writing `W[0]` channels read back by a
+//! `ReorderOutput` of `channels` logical ones pins the block down when exactly one
+//! candidate size rounds one to the other), else a count that is a multiple of 16 (so of
+//! every block size ONNX Runtime uses) is kept, and any other is unknown.
+//! Pooling and upsampling keep the (padded) channel count.
+
+use super::conv::{self, Window};
+use super::ctx::{Ctx, Out};
+use super::dims;
+use super::matmul::{gemm_shape, matmul_shape};
+use super::Dim;
+use crate::ir::{Graph, Origin};
+
+/// `FusedConv(X, W, B, Z)`: a Conv.
+pub(crate) fn fused_conv(c: &Ctx) -> Vec<Out> {
+    conv::conv(c)
+}
+
+/// `FusedGemm`: a Gemm.
+pub(crate) fn fused_gemm(c: &Ctx) -> Vec<Out> {
+    vec![Out::new(c.dtype(0), gemm_shape(c))]
+}
+
+/// `FusedMatMul(A, B)`: `alpha * op(A) @ op(B)` with transA/transB on the last two axes;
+/// the batch transposes (transBatchA/B) are left unknown.
+pub(crate) fn fused_matmul(c: &Ctx) -> Vec<Out> {
+    let dtype = c.dtype(0);
+    let tba = c.attr_i("transBatchA").unwrap_or(0) != 0;
+    let tbb = c.attr_i("transBatchB").unwrap_or(0) != 0;
+    let ta = c.attr_i("transA").unwrap_or(0) != 0;
+    let tb = c.attr_i("transB").unwrap_or(0) != 0;
+    let shape = match (c.shape(0), c.shape(1)) {
+        (Some(a), Some(b)) if !tba && !tbb => {
+            // A transposed 1-D operand is not defined: leave it.
+            if (ta && a.len() < 2) || (tb && b.len() < 2) {
+                None
+            } else {
+                matmul_shape(a, b, ta, tb)
+            }
+        }
+        _ => None,
+    };
+    vec![Out::new(dtype, shape)]
+}
+
+/// Ops whose single output is like input 0: Gelu, FastGelu, BiasGelu, QuickGelu, BiasAdd,
+/// BiasSoftmax, RotaryEmbedding...
+pub(crate) fn like_input0(c: &Ctx) -> Vec<Out> {
+    vec![Out::info(c.info(0).clone())]
+}
+
+/// `SkipLayerNormalization` / `SkipSimplifiedLayerNormalization`: output 0 and the
+/// `input_skip_bias_sum` output (3) are like the input; the statistics are left unknown.
+pub(crate) fn skip_layer_norm(c: &Ctx) -> Vec<Out> {
+    let x = c.info(0).clone();
+    let mut out = vec![Out::info(x.clone()), Out::default(), Out::default()];
+    if c.n_outputs() > 3 {
+        out.push(Out::info(x));
+    }
+    out
+}
+
+/// `SimplifiedLayerNormalization(X, scale)`: Y like X.
+pub(crate) fn simplified_layer_norm(c: &Ctx) -> Vec<Out> {
+    vec![Out::info(c.info(0).clone())]
+}
+
+/// `Attention(input [B, S, in_hidden], weights [in_hidden, q + k + v], ...)`: output
+/// `[B, S, v_hidden]`, `v_hidden` from `qkv_hidden_sizes` or a third of `weights[1]`.
+pub(crate) fn attention(c: &Ctx) -> Vec<Out> {
+    let dtype = c.dtype(0);
+    let v_hidden = match c.attr_ints("qkv_hidden_sizes").filter(|v| !v.is_empty()) {
+        Some([_, _, v]) => dims::known_dim(*v),
+        Some(_) => Dim::Unknown,
+        None => match c.shape(1) {
+            Some([_, Dim::Known(w)]) if w % 3 == 0 => Dim::Known(w / 3),
+            _ => Dim::Unknown,
+        },
+    };
+    let shape = match c.shape(0) {
+        Some([b, s, _]) => Some(vec![b.clone(), s.clone(), v_hidden]),
+        _ => None,
+    };
+    vec![Out::new(dtype, shape)]
+}
+
+/// `MultiHeadAttention(query, key, value, ...)`: output `[B, S, v_hidden]` for a 3-D query,
+/// with `v_hidden` from a 3-D value (`[B, L, v_hidden]`) or a 4-D one (`[B, N, L, H]`).
+pub(crate) fn multi_head_attention(c: &Ctx) -> Vec<Out> {
+    let dtype = c.dtype(0);
+    let shape = match (c.shape(0), c.shape(2)) {
+        (Some([b, s, _]), Some([_, _, v])) => Some(vec![b.clone(), s.clone(), v.clone()]),
+        (Some([b, s, _]), Some([_, n, _, h])) => Some(vec![b.clone(), s.clone(), dims::mul(n, h)]),
+        (Some([_, _, _]), _) => Some(vec![Dim::Unknown; 3]),
+        _ => None,
+    };
+    vec![Out::new(dtype, shape)]
+}
+
+/// The NHWC window ops: `X [N, spatial..., C]`.
+fn nhwc_shape(c: &Ctx, channels: Dim) -> Option<Vec<Dim>> {
+    let xs = c.shape(0)?;
+    if xs.len() < 3 {
+        return None;
+    }
+    let n = xs.len() - 2;
+    let mut out = vec![xs[0].clone()];
+    match Window::read(c, n, None) {
+        Some(win) => {
+            out.extend((0..n).map(|i| win.out_dim(i, &xs[i + 1], c.node.op_type != "NhwcConv")))
+        }
+        None => out.extend(std::iter::repeat_n(Dim::Unknown, n)),
+    }
+    out.push(channels);
+    Some(out)
+}
+
+/// `NhwcConv(X [N, H, W, C], W [M, ...])`: `[N, oH, oW, M]` (kernel from `kernel_shape`).
+pub(crate) fn nhwc_conv(c: &Ctx) -> Vec<Out> {
+    let m = c
+        .shape(1)
+        .and_then(|s| s.first().cloned())
+        .unwrap_or(Dim::Unknown);
+    vec![Out::new(c.dtype(0), nhwc_shape(c, m))]
+}
+
+/// `NhwcMaxPool(X [N, H, W, C])`: `[N, oH, oW, C]`.
+pub(crate) fn nhwc_max_pool(c: &Ctx) -> Vec<Out> {
+    let ch = c
+        .shape(0)
+        .and_then(|s| s.last().cloned())
+        .unwrap_or(Dim::Unknown);
+    vec![Out::new(c.dtype(0), nhwc_shape(c, ch))]
+}
+
+/// nchwc `Conv(X, W, B, Sum)`: `[N, W[0], out...]`.
+pub(crate) fn nchwc_conv(c: &Ctx) -> Vec<Out> {
+    conv::conv(c)
+}
+
+/// nchwc `ReorderInput`: `[N, C, H, W]` (or NHWC with `channels_last`) to blocked NCHW
+/// with the channels rounded up to the (unrecorded) block size.
+pub(crate) fn reorder_input(c: &Ctx) -> Vec<Out> {
+    let last = c.attr_i("channels_last").unwrap_or(0) != 0;
+    let shape = c.shape(0).map(|s| {
+        if s.len() < 3 {
+            return vec![Dim::Unknown; s.len()];
+        }
+        let (ch, spatial): (&Dim, Vec<Dim>) = if last {
+            (&s[s.len() - 1], s[1..s.len() - 1].to_vec())
+        } else {
+            (&s[1], s[2..].to_vec())
+        };
+        let ch = match (ch, c.env.nchwc_block) {
+            (Dim::Known(k), Some(b)) => dims::opt_dim(round_up(*k, b)),
+            (Dim::Known(k), None) if k % 16 == 0 => Dim::Known(*k),
+            _ => Dim::Unknown,
+        };
+        let mut o = vec![s[0].clone(), ch];
+        o.extend(spatial);
+        o
+    });
+    vec![Out::new(c.dtype(0), shape)]
+}
+
+/// nchwc `ReorderOutput`: back to `channels` logical channels (NHWC with `channels_last`).
+pub(crate) fn reorder_output(c: &Ctx) -> Vec<Out> {
+    let last = c.attr_i("channels_last").unwrap_or(0) != 0;
+    let ch = c.attr_i("channels").map_or(Dim::Unknown, dims::known_dim);
+    let shape = c.shape(0).map(|s| {
+        if s.len() < 3 {
+            return vec![Dim::Unknown; s.len()];
+        }
+        let mut o = vec![s[0].clone()];
+        if last {
+            o.extend_from_slice(&s[2..]);
+            o.push(ch.clone());
+        } else {
+            o.push(ch.clone());
+            o.extend_from_slice(&s[2..]);
+        }
+        o
+    });
+    vec![Out::new(c.dtype(0), shape)]
+}
+
+/// nchwc `Upsample`: integer `scales` per axis.
+pub(crate) fn nchwc_upsample(c: &Ctx) -> Vec<Out> {
+    let shape = c.shape(0).map(|s| match c.attr_ints("scales") {
+        Some(sc) if sc.len() == s.len() => s
+            .iter()
+            .zip(sc)
+            .map(|(d, &k)| {
+                if k >= 1 {
+                    dims::mul(d, &Dim::Known(k))
+                } else {
+                    Dim::Unknown
+                }
+            })
+            .collect(),
+        _ => vec![Dim::Unknown; s.len()],
+    });
+    vec![Out::new(c.dtype(0), shape)]
+}
+
+fn round_up(x: i64, b: i64) -> Option<i64> {
+    dims::ceil_div(x, b)?.checked_mul(b)
+}
+
+/// The NCHWc block size a model was optimized for, when its nchwc `Conv` -> `ReorderOutput`
+/// pairs leave exactly one candidate.
+pub(crate) fn nchwc_block(g: &Graph) -> Option<i64> {
+    const NCHWC: &str = "com.microsoft.nchwc";
+    let mut candidates: Vec<i64> = vec![2, 4, 8, 16, 32, 64, 128];
+    let mut evidence = false;
+    let mut first_dims: Option<std::collections::HashMap<crate::ir::ValueId, i64>> = None;
+    for &id in &g.order {
+        let n = g.node(id);
+        if n.domain() != NCHWC || n.op_type != "ReorderOutput" {
+            continue;
+        }
+        let Some(channels) = n.attr("channels").and_then(|a| a.proto.i) else {
+            continue;
+        };
+        let Some(Origin::Node { node: prod, .. }) = n
+            .inputs
+            .first()
+            .copied()
+            .flatten()
+            .map(|v| g.value(v).origin)
+        else {
+            continue;
+        };
+        let Some(p) = g.nodes.node_weight(prod) else {
+            continue;
+        };
+        if p.domain() != NCHWC || p.op_type != "Conv" {
+            continue;
+        }
+        let first = first_dims.get_or_insert_with(|| {
+            g.initializers
+                .iter()
+                .filter_map(|i| Some((i.value, *i.tensor.dims.first()?)))
+                .collect()
+        });
+        let Some(&padded) = p
+            .inputs
+            .get(1)
+            .copied()
+            .flatten()
+            .and_then(|w| first.get(&w))
+        else {
+            continue;
+        };
+        evidence = true;
+        candidates.retain(|&b| round_up(channels, b) == Some(padded));
+    }
+    match candidates.as_slice() {
+        [b] if evidence => Some(*b),
+        _ => None,
+    }
+}

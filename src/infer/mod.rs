@@ -1,0 +1,469 @@
+//! Shape and element-type inference, good enough for rule predicates.
+//!
+//! Facts are computed for the values of one graph, in topological order: declarations
+//! (graph inputs, `value_info`, graph outputs) are read first, initializers and `Constant`
+//! nodes give exact shapes and (when small) their contents, and one function per operator
+//! (one module per op family, registered in [`table`]) derives each node's outputs from its
+//! inputs. Small integer tensors that hold shapes (`Shape -> Gather -> Concat -> Reshape`
+//! chains) are tracked element by element, symbolically ([`Facts::shape_data`]), so that a
+//! `Reshape` whose target is computed from a dynamic batch size still gets a static shape.
+//!
+//! Rules: unknown stays unknown (a dimension is never guessed); symbolic dimensions keep
+//! their names where the operator provably preserves them; every number read from the file
+//! is checked (no overflow, no division by zero, no allocation sized by the file's claims);
+//! nothing here panics, however malformed the model. Where a declaration and inference
+//! disagree on a known dimension or element type, the declaration wins and the disagreement
+//! is recorded in [`Facts::conflicts`].
+
+mod consts;
+mod contrib;
+mod conv;
+mod ctx;
+mod dims;
+mod elementwise;
+mod matmul;
+mod norm;
+mod resize;
+mod rnn;
+mod table;
+mod tensor_ops;
+
+use std::collections::HashMap;
+
+use crate::ir::{Graph, Model, Origin, ValueId};
+use crate::proto::{tensor_shape_proto::dimension, type_proto, ValueInfoProto};
+
+pub use consts::MAX_CONST_ELEMENTS;
+pub use table::known_ops;
+
+/// One dimension of a tensor shape.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Dim {
+    /// A fixed size (never negative).
+    Known(i64),
+    /// A named size that is only known at run time (`dim_param`).
+    Sym(String),
+    /// Nothing is known.
+    Unknown,
+}
+
+impl Dim {
+    /// The size, when known.
+    pub fn known(&self) -> Option<i64> {
+        match self {
+            Dim::Known(k) => Some(*k),
+            _ => None,
+        }
+    }
+    pub fn is_known(&self) -> bool {
+        matches!(self, Dim::Known(_))
+    }
+}
+
+impl std::fmt::Display for Dim {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Dim::Known(k) => write!(f, "{k}"),
+            Dim::Sym(s) => write!(f, "{s}"),
+            Dim::Unknown => write!(f, "?"),
+        }
+    }
+}
+
+/// What is known of a tensor: its element type and its shape.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TensorInfo {
+    /// `TensorProto.DataType` number, when known.
+    pub dtype: Option<i32>,
+    /// The dimensions; `None` when even the rank is unknown.
+    pub shape: Option<Vec<Dim>>,
+}
+
+impl TensorInfo {
+    pub fn new(dtype: Option<i32>, shape: Option<Vec<Dim>>) -> Self {
+        TensorInfo { dtype, shape }
+    }
+    /// A tensor of fully known dimensions.
+    pub fn known(dtype: Option<i32>, dims: &[i64]) -> Self {
+        TensorInfo {
+            dtype,
+            shape: Some(dims.iter().map(|&d| dims::known_dim(d)).collect()),
+        }
+    }
+    pub fn rank(&self) -> Option<usize> {
+        self.shape.as_ref().map(|s| s.len())
+    }
+    /// All dimensions, when every one is known.
+    pub fn dims_known(&self) -> Option<Vec<i64>> {
+        self.shape.as_ref()?.iter().map(Dim::known).collect()
+    }
+    /// The element count, when every dimension is known (and the product fits).
+    pub fn numel(&self) -> Option<u64> {
+        let mut n: u64 = 1;
+        for d in self.shape.as_ref()? {
+            n = n.checked_mul(u64::try_from(d.known()?).ok()?)?;
+        }
+        Some(n)
+    }
+}
+
+impl std::fmt::Display for TensorInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.dtype {
+            Some(t) => write!(f, "{}", crate::tensor::dtype_name(t))?,
+            None => write!(f, "?")?,
+        }
+        match &self.shape {
+            None => write!(f, "[*]"),
+            Some(s) => {
+                write!(f, "[")?;
+                for (i, d) in s.iter().enumerate() {
+                    if i > 0 {
+                        write!(f, ", ")?;
+                    }
+                    write!(f, "{d}")?;
+                }
+                write!(f, "]")
+            }
+        }
+    }
+}
+
+/// The contents of a small constant tensor (at most [`MAX_CONST_ELEMENTS`] elements).
+/// `ints` is set for integer and bool element types, `floats` for floating-point ones.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConstTensor {
+    pub dtype: i32,
+    pub dims: Vec<i64>,
+    pub ints: Option<Vec<i64>>,
+    pub floats: Option<Vec<f64>>,
+}
+
+/// Options of inference.
+#[derive(Debug, Clone, Default)]
+pub struct InferOptions {
+    /// Values for symbolic dimensions (`--dim NAME=VALUE`): a declared `dim_param` of this
+    /// name is taken as that fixed size.
+    pub dims: HashMap<String, i64>,
+    /// Do not read the declared types of the graph outputs (tests use this to compare what
+    /// inference derives with what the file claims).
+    pub ignore_output_decls: bool,
+}
+
+/// A disagreement between a declaration and inference (the declaration was kept).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Conflict {
+    pub value: ValueId,
+    pub declared: TensorInfo,
+    pub inferred: TensorInfo,
+}
+
+/// What inference established about the values of one graph, indexed by [`ValueId`].
+#[derive(Debug, Clone, Default)]
+pub struct Facts {
+    infos: Vec<TensorInfo>,
+    consts: Vec<Option<ConstTensor>>,
+    constant: Vec<bool>,
+    data: Vec<Option<Vec<Dim>>>,
+    conflicts: Vec<Conflict>,
+}
+
+static UNKNOWN: TensorInfo = TensorInfo {
+    dtype: None,
+    shape: None,
+};
+
+impl Facts {
+    /// The element type and shape of a value (all unknown for a value this graph lacks).
+    pub fn info(&self, v: ValueId) -> &TensorInfo {
+        self.infos.get(v.index()).unwrap_or(&UNKNOWN)
+    }
+    /// The contents of a small constant value: an initializer, a `Constant` output, or a
+    /// folded computation on them (`Shape` of a static tensor, `Gather`, `Concat`...).
+    pub fn const_value(&self, v: ValueId) -> Option<&ConstTensor> {
+        self.consts.get(v.index()).and_then(Option::as_ref)
+    }
+    /// Whether a value is an initializer (that a caller cannot override) or the output of a
+    /// `Constant` node, whatever its size.
+    pub fn is_constant(&self, v: ValueId) -> bool {
+        self.constant.get(v.index()).copied().unwrap_or(false)
+    }
+    /// The elements of a small integer tensor (rank 0 or 1) as dimensions: what a shape
+    /// computation holds, e.g. `[N, 64, -1]` for `Concat(Gather(Shape(x), 0), [64], [-1])`.
+    /// A `Known` element is a plain integer value (which may be negative).
+    pub fn shape_data(&self, v: ValueId) -> Option<&[Dim]> {
+        self.data.get(v.index()).and_then(Option::as_deref)
+    }
+    /// Declarations that inference contradicted (the declarations were kept).
+    pub fn conflicts(&self) -> &[Conflict] {
+        &self.conflicts
+    }
+    /// The number of values covered.
+    pub fn len(&self) -> usize {
+        self.infos.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.infos.is_empty()
+    }
+}
+
+/// Infer the main graph of a model.
+pub fn infer_model(model: &Model, opts: &InferOptions) -> Facts {
+    infer_graph(model, &model.graph, opts)
+}
+
+/// Infer the values of `graph` (the model's main graph; the model gives the opsets).
+pub fn infer_graph(model: &Model, graph: &Graph, opts: &InferOptions) -> Facts {
+    let budget = std::cell::Cell::new(SUBGRAPH_BUDGET);
+    infer_scoped(model, graph, opts, None, &budget)
+}
+
+/// Subgraph inference (the branches of `If`) is bounded: at most this much work in all
+/// (nodes, plus a fixed cost per subgraph), so nested branches cannot make it explode.
+const SUBGRAPH_BUDGET: usize = 200_000;
+
+/// What a subgraph knows of a value of an enclosing graph.
+pub(crate) struct Seed {
+    pub info: TensorInfo,
+    pub konst: Option<ConstTensor>,
+    pub data: Option<Vec<Dim>>,
+    pub constant: bool,
+}
+
+/// Resolves a name of an enclosing scope.
+pub(crate) type OuterScope<'a> = &'a dyn Fn(&str) -> Option<Seed>;
+
+/// Infer a graph whose outer-scope values are resolved by `outer` (subgraphs).
+pub(crate) fn infer_scoped(
+    model: &Model,
+    graph: &Graph,
+    opts: &InferOptions,
+    outer: Option<OuterScope>,
+    budget: &std::cell::Cell<usize>,
+) -> Facts {
+    let n = graph.values.len();
+    let mut facts = Facts {
+        infos: vec![TensorInfo::default(); n],
+        consts: vec![None; n],
+        constant: vec![false; n],
+        data: vec![None; n],
+        conflicts: Vec::new(),
+    };
+
+    // Declarations: inputs, value_info, then outputs (the first declaration of a value wins).
+    let mut declared: Vec<Option<TensorInfo>> = vec![None; n];
+    let decls = graph
+        .inputs
+        .iter()
+        .chain(graph.value_info.iter())
+        .chain(graph.outputs.iter().filter(|_| !opts.ignore_output_decls));
+    for vi in decls {
+        if let Some(slot) = declared.get_mut(vi.value.index()) {
+            if slot.is_none() {
+                *slot = declared_info(&vi.proto, &opts.dims);
+            }
+        }
+    }
+
+    // Before IR version 4 every initializer is also a graph input: a default value a caller
+    // could override in principle, but in practice the only way such files stored weights.
+    let old_ir = model.ir_version.is_some_and(|v| v < 4);
+    for init in &graph.initializers {
+        let v = init.value;
+        if v.index() >= n {
+            continue;
+        }
+        let t = &init.tensor;
+        let info = TensorInfo {
+            dtype: t.data_type.filter(|&d| d > 0),
+            shape: Some(t.dims.iter().map(|&d| dims::known_dim(d)).collect()),
+        };
+        let overridable = graph.value(v).origin == Origin::Input && !old_ir;
+        if !overridable {
+            facts.constant[v.index()] = true;
+            facts.consts[v.index()] = consts::from_tensor(t);
+        }
+        let info = if overridable {
+            // The caller may feed another tensor: only the declaration speaks for it.
+            declared[v.index()].clone().unwrap_or(info)
+        } else {
+            info
+        };
+        facts.set(v, info, declared[v.index()].as_ref());
+    }
+    for sp in &graph.sparse_initializers {
+        let v = sp.value;
+        if v.index() >= n {
+            continue;
+        }
+        let dtype = sp
+            .tensor
+            .values
+            .as_ref()
+            .and_then(|t| t.data_type)
+            .filter(|&d| d > 0);
+        let info = TensorInfo {
+            dtype,
+            shape: Some(sp.tensor.dims.iter().map(|&d| dims::known_dim(d)).collect()),
+        };
+        facts.constant[v.index()] = graph.value(v).origin != Origin::Input || old_ir;
+        facts.set(v, info, declared[v.index()].as_ref());
+    }
+    // Values of an enclosing graph: what it knows.
+    if let Some(outer) = outer {
+        for (i, v) in graph.values.iter().enumerate() {
+            if v.origin != Origin::OuterScope {
+                continue;
+            }
+            if let Some(seed) = outer(&v.name) {
+                let id = ValueId(i as u32);
+                facts.set(id, seed.info, declared[i].as_ref());
+                facts.constant[i] = seed.constant;
+                facts.consts[i] = seed.konst;
+                facts.data[i] = seed.data;
+            }
+        }
+    }
+    // Everything else declared (graph inputs, values of outer scope...) starts from its
+    // declaration; node outputs are refined below.
+    for (i, d) in declared.iter().enumerate() {
+        if let Some(d) = d {
+            if facts.infos[i] == TensorInfo::default() {
+                facts.infos[i] = d.clone();
+            }
+        }
+    }
+
+    let order = graph.topo_order().unwrap_or_else(|_| graph.order.clone());
+    let ops = table::table();
+    let env = ctx::Env {
+        nchwc_block: contrib::nchwc_block(graph),
+        model,
+        graph,
+        opts,
+        names: Default::default(),
+        budget,
+    };
+    for id in order {
+        let Some(node) = graph.nodes.node_weight(id) else {
+            continue;
+        };
+        let opset = model.opset(node.domain());
+        let outs = match ops.get(&(node.domain(), node.op_type.as_str())) {
+            Some(f) => {
+                let c = ctx::Ctx::new(node, opset, &facts, &env);
+                f(&c)
+            }
+            None => Vec::new(),
+        };
+        let is_constant_node = node.domain() == "" && node.op_type == "Constant";
+        let mut outs = outs.into_iter();
+        for v in node.outputs.iter() {
+            let out = outs.next().unwrap_or_default();
+            let Some(v) = *v else { continue };
+            if v.index() >= n {
+                continue;
+            }
+            facts.store(v, out, declared[v.index()].as_ref());
+            if is_constant_node {
+                facts.constant[v.index()] = true;
+            }
+        }
+    }
+    facts
+}
+
+impl Facts {
+    /// Record an inferred info, merged with the declaration.
+    fn set(&mut self, v: ValueId, inferred: TensorInfo, declared: Option<&TensorInfo>) {
+        let merged = match declared {
+            Some(d) => {
+                let (m, conflict) = dims::merge_declared(d, &inferred);
+                if conflict {
+                    self.conflicts.push(Conflict {
+                        value: v,
+                        declared: d.clone(),
+                        inferred: inferred.clone(),
+                    });
+                }
+                m
+            }
+            None => inferred,
+        };
+        self.infos[v.index()] = merged;
+    }
+
+    /// Record a node output: its info, and its contents when they were folded.
+    fn store(&mut self, v: ValueId, out: ctx::Out, declared: Option<&TensorInfo>) {
+        let ctx::Out { info, konst, data } = out;
+        self.set(v, info, declared);
+        let info = &self.infos[v.index()];
+        // Keep folded contents only when they agree with the final info.
+        let konst = konst.filter(|k| {
+            info.dims_known().as_deref() == Some(k.dims.as_slice())
+                && info.dtype == Some(k.dtype)
+                && k.ints.as_ref().map_or(0, |x| x.len()) + k.floats.as_ref().map_or(0, |x| x.len())
+                    == consts::count(&k.dims).unwrap_or(usize::MAX)
+        });
+        let data = data
+            .filter(|d| {
+                d.len() <= consts::MAX_CONST_ELEMENTS
+                    && info.dtype.is_some_and(consts::is_int_type)
+                    && match info.shape.as_deref() {
+                        Some([]) => d.len() == 1,
+                        Some([n]) => {
+                            n.known().and_then(|n| usize::try_from(n).ok()) == Some(d.len())
+                        }
+                        _ => false,
+                    }
+            })
+            .or_else(|| {
+                let k = konst.as_ref()?;
+                (k.dims.len() <= 1)
+                    .then(|| {
+                        k.ints
+                            .as_ref()
+                            .map(|x| x.iter().map(|&i| Dim::Known(i)).collect())
+                    })
+                    .flatten()
+            });
+        let konst = konst.or_else(|| {
+            let d = data.as_ref()?;
+            let ints: Option<Vec<i64>> = d.iter().map(Dim::known).collect();
+            Some(ConstTensor {
+                dtype: info.dtype?,
+                dims: info.dims_known()?,
+                ints: Some(ints?),
+                floats: None,
+            })
+        });
+        self.consts[v.index()] = konst;
+        self.data[v.index()] = data;
+    }
+}
+
+/// The info a declaration gives (tensor and sparse tensor types only).
+fn declared_info(p: &ValueInfoProto, overrides: &HashMap<String, i64>) -> Option<TensorInfo> {
+    let (elem, shape) = match p.r#type.as_ref()?.value.as_ref()? {
+        type_proto::Value::TensorType(t) => (t.elem_type, t.shape.as_ref()),
+        type_proto::Value::SparseTensorType(t) => (t.elem_type, t.shape.as_ref()),
+        _ => return None,
+    };
+    let dtype = elem.filter(|&e| e > 0);
+    let shape = shape.map(|s| {
+        s.dim
+            .iter()
+            .map(|d| match &d.value {
+                Some(dimension::Value::DimValue(v)) => dims::known_dim(*v),
+                Some(dimension::Value::DimParam(name)) => match overrides.get(name) {
+                    Some(&v) => dims::known_dim(v),
+                    // "?" is what several exporters write for "no name": no symbol at all.
+                    None if name.is_empty() || name == "?" => Dim::Unknown,
+                    None => Dim::Sym(name.clone()),
+                },
+                None => Dim::Unknown,
+            })
+            .collect()
+    });
+    Some(TensorInfo { dtype, shape })
+}

@@ -1,0 +1,260 @@
+//! The one table of operators inference knows: `(domain, op_type) -> function`.
+//! Adding an operator: write its function in its family's module, add a line here.
+
+use std::collections::HashMap;
+
+use super::ctx::InferFn;
+use super::{contrib, conv, elementwise as ew, matmul, norm, resize, rnn, tensor_ops as t};
+
+const ONNX: &str = "";
+const ML: &str = "ai.onnx.ml";
+const MS: &str = "com.microsoft";
+const NCHWC: &str = "com.microsoft.nchwc";
+
+/// Unary maps whose output has the input's type and shape (no folding).
+const SAME: &[&str] = &[
+    "Sigmoid",
+    "Tanh",
+    "Exp",
+    "Log",
+    "Sin",
+    "Cos",
+    "Tan",
+    "Asin",
+    "Acos",
+    "Atan",
+    "Sinh",
+    "Cosh",
+    "Asinh",
+    "Acosh",
+    "Atanh",
+    "Erf",
+    "Softplus",
+    "Softsign",
+    "Elu",
+    "Selu",
+    "Celu",
+    "LeakyRelu",
+    "ThresholdedRelu",
+    "HardSigmoid",
+    "HardSwish",
+    "Mish",
+    "Gelu",
+    "Swish",
+    "Shrink",
+    "Softmax",
+    "LogSoftmax",
+    "Hardmax",
+    "LpNormalization",
+    "MeanVarianceNormalization",
+    "LRN",
+    "BitwiseNot",
+    "CumSum",
+    "Trilu",
+    "Clip",
+    "ReverseSequence",
+    "Scatter",
+    "ScatterElements",
+    "ScatterND",
+    "TensorScatter",
+    "RotaryEmbedding",
+];
+
+const REDUCE: &[&str] = &[
+    "ReduceSum",
+    "ReduceMean",
+    "ReduceMax",
+    "ReduceMin",
+    "ReduceProd",
+    "ReduceL1",
+    "ReduceL2",
+    "ReduceLogSum",
+    "ReduceLogSumExp",
+    "ReduceSumSquare",
+];
+
+pub(crate) fn table() -> HashMap<(&'static str, &'static str), InferFn> {
+    let mut m: HashMap<(&'static str, &'static str), InferFn> = HashMap::new();
+    for &op in SAME {
+        m.insert((ONNX, op), ew::same);
+    }
+    for &op in REDUCE {
+        m.insert((ONNX, op), t::reduce);
+    }
+    let onnx: &[(&str, InferFn)] = &[
+        // elementwise.rs
+        ("Identity", ew::identity),
+        ("Constant", ew::constant),
+        ("Neg", ew::neg),
+        ("Abs", ew::abs),
+        ("Floor", ew::floor),
+        ("Ceil", ew::ceil),
+        ("Round", ew::round),
+        ("Sqrt", ew::sqrt),
+        ("Reciprocal", ew::reciprocal),
+        ("Relu", ew::relu),
+        ("Sign", ew::sign),
+        ("Not", ew::not),
+        ("IsNaN", ew::same_shape_bool),
+        ("IsInf", ew::same_shape_bool),
+        ("Add", ew::add),
+        ("Sub", ew::sub),
+        ("Mul", ew::mul),
+        ("Div", ew::div),
+        ("Mod", ew::modulo),
+        ("Pow", ew::binary_same_type),
+        ("BitShift", ew::binary_same_type),
+        ("PRelu", ew::prelu),
+        ("Equal", ew::equal),
+        ("Less", ew::less),
+        ("Greater", ew::greater),
+        ("LessOrEqual", ew::less_or_equal),
+        ("GreaterOrEqual", ew::greater_or_equal),
+        ("And", ew::and),
+        ("Or", ew::or),
+        ("Xor", ew::xor),
+        ("BitwiseAnd", ew::bitwise),
+        ("BitwiseOr", ew::bitwise),
+        ("BitwiseXor", ew::bitwise),
+        ("Max", ew::max),
+        ("Min", ew::min),
+        ("Sum", ew::variadic),
+        ("Mean", ew::variadic),
+        ("Where", ew::where_op),
+        ("Cast", ew::cast),
+        ("CastLike", ew::cast_like),
+        ("Dropout", ew::dropout),
+        ("EyeLike", ew::like_with_dtype_attr),
+        ("RandomUniformLike", ew::like_with_dtype_attr),
+        ("RandomNormalLike", ew::like_with_dtype_attr),
+        ("Bernoulli", ew::like_with_dtype_attr),
+        ("RandomUniform", ew::random),
+        ("RandomNormal", ew::random),
+        ("QuantizeLinear", ew::quantize_linear),
+        ("DequantizeLinear", ew::dequantize_linear),
+        ("DynamicQuantizeLinear", ew::dynamic_quantize_linear),
+        ("SoftmaxCrossEntropyLoss", ew::loss),
+        ("NegativeLogLikelihoodLoss", ew::loss),
+        // tensor_ops.rs
+        ("Shape", t::shape),
+        ("Size", t::size),
+        ("Reshape", t::reshape),
+        ("Flatten", t::flatten),
+        ("Transpose", t::transpose),
+        ("Concat", t::concat),
+        ("Split", t::split),
+        ("Slice", t::slice),
+        ("Squeeze", t::squeeze),
+        ("Unsqueeze", t::unsqueeze),
+        ("Gather", t::gather),
+        ("GatherElements", t::gather_elements),
+        ("GatherND", t::gather_nd),
+        ("Expand", t::expand),
+        ("Tile", t::tile),
+        ("Pad", t::pad),
+        ("ConstantOfShape", t::constant_of_shape),
+        ("Range", t::range),
+        ("ArgMax", t::arg_reduce),
+        ("ArgMin", t::arg_reduce),
+        ("TopK", t::topk),
+        ("OneHot", t::one_hot),
+        ("DepthToSpace", t::depth_to_space),
+        ("SpaceToDepth", t::space_to_depth),
+        ("NonZero", t::non_zero),
+        ("NonMaxSuppression", t::non_max_suppression),
+        ("Compress", t::compress),
+        ("Unique", t::unique),
+        ("Det", t::det),
+        ("GridSample", t::grid_sample),
+        ("AffineGrid", t::affine_grid),
+        ("CenterCropPad", t::center_crop_pad),
+        ("RoiAlign", t::roi_align),
+        ("Einsum", t::einsum),
+        ("If", t::if_op),
+        ("RegexFullMatch", ew::same_shape_bool),
+        // conv.rs
+        ("Conv", conv::conv),
+        ("ConvInteger", conv::conv_integer),
+        ("QLinearConv", conv::qlinear_conv),
+        ("DeformConv", conv::conv),
+        ("ConvTranspose", conv::conv_transpose),
+        ("MaxPool", conv::pool),
+        ("AveragePool", conv::pool),
+        ("LpPool", conv::pool),
+        ("GlobalAveragePool", conv::global_pool),
+        ("GlobalMaxPool", conv::global_pool),
+        ("GlobalLpPool", conv::global_pool),
+        ("MaxUnpool", conv::max_unpool),
+        ("MaxRoiPool", conv::max_roi_pool),
+        // matmul.rs
+        ("MatMul", matmul::matmul),
+        ("MatMulInteger", matmul::matmul_integer),
+        ("QLinearMatMul", matmul::qlinear_matmul),
+        ("Gemm", matmul::gemm),
+        ("Attention", matmul::attention),
+        // rnn.rs
+        ("RNN", rnn::recurrent),
+        ("GRU", rnn::recurrent),
+        ("LSTM", rnn::recurrent),
+        // norm.rs
+        ("BatchNormalization", norm::batch_norm),
+        ("LayerNormalization", norm::layer_norm),
+        ("InstanceNormalization", norm::like_x),
+        ("GroupNormalization", norm::like_x),
+        ("RMSNormalization", norm::like_x),
+        // resize.rs
+        ("Resize", resize::resize),
+        ("Upsample", resize::upsample),
+    ];
+    for &(op, f) in onnx {
+        m.insert((ONNX, op), f);
+    }
+    m.insert((ML, "Binarizer"), ew::same);
+    let ms: &[(&str, InferFn)] = &[
+        ("FusedConv", contrib::fused_conv),
+        ("FusedGemm", contrib::fused_gemm),
+        ("FusedMatMul", contrib::fused_matmul),
+        ("Gelu", contrib::like_input0),
+        ("BiasGelu", contrib::like_input0),
+        ("FastGelu", contrib::like_input0),
+        ("QuickGelu", contrib::like_input0),
+        ("BiasAdd", contrib::like_input0),
+        ("BiasSoftmax", contrib::like_input0),
+        ("RotaryEmbedding", contrib::like_input0),
+        ("SkipLayerNormalization", contrib::skip_layer_norm),
+        ("SkipSimplifiedLayerNormalization", contrib::skip_layer_norm),
+        (
+            "SimplifiedLayerNormalization",
+            contrib::simplified_layer_norm,
+        ),
+        ("LayerNormalization", norm::layer_norm),
+        ("Attention", contrib::attention),
+        ("MultiHeadAttention", contrib::multi_head_attention),
+        ("NhwcConv", contrib::nhwc_conv),
+        ("NhwcMaxPool", contrib::nhwc_max_pool),
+    ];
+    for &(op, f) in ms {
+        m.insert((MS, op), f);
+    }
+    let nchwc: &[(&str, InferFn)] = &[
+        ("Conv", contrib::nchwc_conv),
+        ("ReorderInput", contrib::reorder_input),
+        ("ReorderOutput", contrib::reorder_output),
+        ("MaxPool", conv::pool),
+        ("AveragePool", conv::pool),
+        ("GlobalAveragePool", conv::global_pool),
+        ("GlobalMaxPool", conv::global_pool),
+        ("Upsample", contrib::nchwc_upsample),
+    ];
+    for &(op, f) in nchwc {
+        m.insert((NCHWC, op), f);
+    }
+    m
+}
+
+/// The operators inference knows, as `(domain, op_type)` pairs (sorted).
+pub fn known_ops() -> Vec<(&'static str, &'static str)> {
+    let mut v: Vec<_> = table().into_keys().collect();
+    v.sort_unstable();
+    v
+}
