@@ -6,6 +6,7 @@
 //! → [`io::save`] (streamed, atomic write).
 
 pub mod doctor;
+pub mod engine;
 pub mod error;
 pub mod export;
 pub mod import;

@@ -76,7 +76,10 @@ fn rx580_extends_directml() {
     );
     assert_eq!(
         t.rule("barrier-heavy-dispatch").unwrap().action,
-        Action::Barrier { budget: 1e9 }
+        Action::Barrier {
+            budget: 1e9,
+            dims: vec![("batch".into(), 1), ("spatial".into(), 960)]
+        }
     );
     assert_eq!(t.rule("unfuse-contrib").unwrap().action, Action::Unfuse);
     for id in [

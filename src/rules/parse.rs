@@ -1010,14 +1010,34 @@ impl<'a> P<'a> {
                         Some(Action::Cast { from, to })
                     }
                     "barrier" => {
-                        let f = self.fields(params, "`barrier`", &["budget"])?;
+                        let f = self.fields(params, "`barrier`", &["budget", "dims"])?;
                         let (_, v) = self.require(params, &f, "budget", "`barrier`")?;
                         let b = self.num(v, "`budget`")?.as_f64();
                         if b <= 0.0 {
                             self.err(v.loc, "`budget` must be greater than 0");
                             return None;
                         }
-                        Some(Action::Barrier { budget: b })
+                        let mut dims = Vec::new();
+                        if let Some((_, d)) = field(&f, "dims") {
+                            let Some(m) = d.as_map() else {
+                                self.type_err(d, "`dims`", "a map of dim names to sizes");
+                                return None;
+                            };
+                            for (k, v) in m {
+                                let (Some(name), Some(Num::Int(size))) =
+                                    (k.as_str(), self.num(v, "a dim size"))
+                                else {
+                                    self.err(v.loc, "a dim size must be a positive integer");
+                                    return None;
+                                };
+                                if size < 1 {
+                                    self.err(v.loc, "a dim size must be a positive integer");
+                                    return None;
+                                }
+                                dims.push((name.to_string(), size));
+                            }
+                        }
+                        Some(Action::Barrier { budget: b, dims })
                     }
                     other => {
                         unknown(self, other, k.loc);

@@ -46,7 +46,9 @@ pub enum Action {
     Cast { from: i32, to: i32 },
     /// Insert partition barriers so that no fused run of matched nodes exceeds `budget`
     /// work units (estimated FLOPs, see the `work` fact).
-    Barrier { budget: f64 },
+    /// `dims`: default sizes for symbolic dims when estimating work: a dim name, or `batch`
+    /// (axis 0 of a graph input), `spatial` (axes 2.. of a rank-4 graph input), `default`.
+    Barrier { budget: f64, dims: Vec<(String, i64)> },
     /// Refuse to compile: the model cannot be made safe for this target.
     Deny,
 }
@@ -81,12 +83,13 @@ impl fmt::Display for Action {
                     dtype_name(*to)
                 )
             }
-            Action::Barrier { budget } => {
-                write!(
-                    f,
-                    "barrier {{budget: {}}}",
-                    super::pattern::Num::Float(*budget)
-                )
+            Action::Barrier { budget, dims } => {
+                write!(f, "barrier {{budget: {}", super::pattern::Num::Float(*budget))?;
+                if !dims.is_empty() {
+                    let d: Vec<String> = dims.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+                    write!(f, ", dims: {{{}}}", d.join(", "))?;
+                }
+                f.write_str("}")
             }
             other => f.write_str(other.name()),
         }

@@ -1,0 +1,592 @@
+//! The compiler's driver: infer facts, match the target's rules, apply their actions as
+//! patches, repeat to a fixpoint (bounded), then check that no rule still fires.
+//!
+//! `check` and `compile` share one notion of "a rule fires": a match whose action is not
+//! already satisfied (a `cpu` node already annotated, a `barrier` whose pieces fit).
+
+use std::collections::{BTreeMap, HashSet};
+
+use crate::infer::{Dim, Facts, InferOptions};
+use crate::ir::{Graph, Model, NodeId, ValueId};
+use crate::rewrite::barrier;
+use crate::rewrite::cast::{cast_node, CastSpec};
+use crate::rewrite::cpu::{self, DEFAULT_ANNOTATION, LAYER_ANN_KEY};
+use crate::rewrite::split::{split_conv, SplitAxis as RwAxis, SplitOutcome};
+use crate::rewrite::work::ShapeSource;
+use crate::rules::facts::{FactDim, ValueFacts};
+use crate::rules::matcher::{Match, Matcher, Opsets};
+use crate::rules::schema::{Action, SplitAxis, Target};
+
+/// How to compile.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Sizes for symbolic dims (`--dim NAME=VALUE`); they win over rule defaults.
+    pub dims: BTreeMap<String, i64>,
+    /// The `layer_ann` value written by `cpu` and `barrier`.
+    pub annotation: String,
+    /// Upper bound on match-and-rewrite rounds.
+    pub max_iterations: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            dims: BTreeMap::new(),
+            annotation: DEFAULT_ANNOTATION.to_string(),
+            max_iterations: 32,
+        }
+    }
+}
+
+/// Why a finding is there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FindingKind {
+    /// The rule would rewrite this node.
+    Fires,
+    /// The rule says no safe rewrite exists (`deny`).
+    Denied,
+    /// The rule's action cannot be applied to this node (the reason says why).
+    Unsupported,
+    /// A GPU piece's estimated work is over the barrier budget.
+    OverBudget,
+}
+
+impl FindingKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FindingKind::Fires => "fires",
+            FindingKind::Denied => "denied",
+            FindingKind::Unsupported => "unsupported",
+            FindingKind::OverBudget => "over-budget",
+        }
+    }
+}
+
+/// One rule firing on one node.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Finding {
+    pub node: String,
+    pub op: String,
+    pub rule: String,
+    pub action: String,
+    pub why: String,
+    pub evidence: Vec<String>,
+    pub kind: FindingKind,
+    pub reason: Option<String>,
+}
+
+/// One rewrite that was applied.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Applied {
+    pub rule: String,
+    pub action: String,
+    pub node: String,
+    pub op: String,
+    /// Nodes created (for `cpu`: nodes annotated).
+    pub nodes: usize,
+}
+
+/// What a compile did.
+#[derive(Debug, Clone, Default)]
+pub struct Report {
+    pub target: String,
+    pub applied: Vec<Applied>,
+    /// Findings left after the last round (denied, unsupported, or not converged).
+    pub remaining: Vec<Finding>,
+    pub iterations: usize,
+    /// GPU pieces between clean cuts, with their estimated work, when a barrier rule is active.
+    pub pieces: Vec<barrier::Piece>,
+    /// Nodes carrying the CPU annotation in the output.
+    pub pinned: Vec<String>,
+    pub annotation: String,
+}
+
+/// `infer::Facts` seen through the interfaces the matcher and the rewrites use.
+pub struct FactView<'a>(pub &'a Facts);
+
+impl ValueFacts for FactView<'_> {
+    fn dtype(&self, v: ValueId) -> Option<i32> {
+        self.0.info(v).dtype
+    }
+    fn shape(&self, v: ValueId) -> Option<Vec<FactDim>> {
+        self.0.info(v).shape.as_ref().map(|s| {
+            s.iter()
+                .map(|d| match d {
+                    Dim::Known(k) => FactDim::Known(*k),
+                    Dim::Sym(n) => FactDim::Sym(n.clone()),
+                    Dim::Unknown => FactDim::Unknown,
+                })
+                .collect()
+        })
+    }
+    fn const_ints(&self, v: ValueId) -> Option<Vec<i64>> {
+        self.0.const_value(v).and_then(|c| c.ints.clone())
+    }
+    fn is_constant(&self, v: ValueId) -> bool {
+        self.0.is_constant(v)
+    }
+}
+
+impl ShapeSource for FactView<'_> {
+    fn dims(&self, v: ValueId) -> Option<Vec<i64>> {
+        self.0.info(v).dims_known()
+    }
+    fn dtype(&self, v: ValueId) -> Option<i32> {
+        self.0.info(v).dtype
+    }
+}
+
+/// Sizes for the graph inputs' symbolic dims: `--dim` first, then the defaults of the target's
+/// barrier rules (`batch`: axis 0, `spatial`: axes 2.. of rank-4 inputs, `default`: any other,
+/// or a dim's own name).
+pub fn dim_sizes(model: &Model, target: &Target, opts: &Options) -> BTreeMap<String, i64> {
+    let mut out = opts.dims.clone();
+    let mut defaults: BTreeMap<String, i64> = BTreeMap::new();
+    for r in &target.rules {
+        if let Action::Barrier { dims, .. } = &r.action {
+            for (k, v) in dims {
+                defaults.entry(k.clone()).or_insert(*v);
+            }
+        }
+    }
+    if defaults.is_empty() {
+        return out;
+    }
+    let g = &model.graph;
+    for i in &g.inputs {
+        if g.initializer(i.value).is_some() {
+            continue;
+        }
+        let Some(crate::proto::type_proto::Value::TensorType(t)) =
+            i.proto.r#type.as_ref().and_then(|t| t.value.as_ref())
+        else {
+            continue;
+        };
+        let Some(shape) = &t.shape else { continue };
+        let rank = shape.dim.len();
+        for (axis, d) in shape.dim.iter().enumerate() {
+            let Some(crate::proto::tensor_shape_proto::dimension::Value::DimParam(name)) = &d.value
+            else {
+                continue;
+            };
+            if name.is_empty() || out.contains_key(name) {
+                continue;
+            }
+            let by_role = if axis == 0 {
+                defaults.get("batch")
+            } else if rank == 4 && axis >= 2 {
+                defaults.get("spatial")
+            } else {
+                None
+            };
+            if let Some(v) = defaults.get(name).or(by_role).or(defaults.get("default")) {
+                out.insert(name.clone(), *v);
+            }
+        }
+    }
+    out
+}
+
+fn infer(model: &Model, dims: &BTreeMap<String, i64>) -> Facts {
+    let opts = InferOptions {
+        dims: dims.iter().map(|(k, v)| (k.clone(), *v)).collect(),
+        ..Default::default()
+    };
+    crate::infer::infer_model(model, &opts)
+}
+
+fn finding(target: &Target, g: &Graph, m: &Match, kind: FindingKind, reason: Option<String>) -> Finding {
+    let rule = &target.rules[m.rule];
+    let node = g.node(m.node);
+    Finding {
+        node: node.name().to_string(),
+        op: op_label(g, m.node),
+        rule: rule.id.clone(),
+        action: rule.action.to_string(),
+        why: rule.why.clone(),
+        evidence: rule.evidence.clone(),
+        kind,
+        reason,
+    }
+}
+
+fn op_label(g: &Graph, n: NodeId) -> String {
+    let node = g.node(n);
+    if node.domain().is_empty() {
+        node.op_type.clone()
+    } else {
+        format!("{}::{}", node.domain(), node.op_type)
+    }
+}
+
+/// The smallest budget among the target's barrier rules that match some node, with its rule.
+fn barrier_rule(target: &Target, matches: &[Match]) -> Option<(usize, u64)> {
+    matches
+        .iter()
+        .filter_map(|m| match &target.rules[m.rule].action {
+            Action::Barrier { budget, .. } => Some((m.rule, budget.clamp(1.0, u64::MAX as f64) as u64)),
+            _ => None,
+        })
+        .min_by_key(|&(r, b)| (b, r))
+}
+
+/// Findings of `target` on `model`: every rule that would still do something.
+pub fn check(model: &Model, target: &Target, opts: &Options) -> Vec<Finding> {
+    let dims = dim_sizes(model, target, opts);
+    let facts = infer(model, &dims);
+    let view = FactView(&facts);
+    let opsets = Opsets::from_model(model);
+    let g = &model.graph;
+    let matches = Matcher::new(g, &view, &opsets).find(target);
+    let mut out = Vec::new();
+    for m in &matches {
+        match &target.rules[m.rule].action {
+            Action::Cpu if cpu::is_pinned(g, m.node, &opts.annotation) => {}
+            Action::Barrier { .. } => {}
+            Action::Deny => out.push(finding(target, g, m, FindingKind::Denied, None)),
+            _ => out.push(finding(target, g, m, FindingKind::Fires, None)),
+        }
+    }
+    if let Some((ri, budget)) = barrier_rule(target, &matches) {
+        out.extend(barrier_findings(target, g, &view, ri, budget));
+    }
+    out
+}
+
+fn barrier_findings(target: &Target, g: &Graph, view: &FactView, ri: usize, budget: u64) -> Vec<Finding> {
+    let rule = &target.rules[ri];
+    let mk = |node: String, reason: String| Finding {
+        node,
+        op: String::new(),
+        rule: rule.id.clone(),
+        action: rule.action.to_string(),
+        why: rule.why.clone(),
+        evidence: rule.evidence.clone(),
+        kind: FindingKind::OverBudget,
+        reason: Some(reason),
+    };
+    match barrier::pieces(g, view) {
+        Ok(pieces) => pieces
+            .into_iter()
+            .filter(|p| p.work > budget && p.nodes > 1)
+            .map(|p| {
+                mk(
+                    p.first.clone(),
+                    format!(
+                        "a GPU piece of {} nodes from here is estimated at {:.3e} work units, over the budget {:.3e}",
+                        p.nodes, p.work as f64, budget as f64
+                    ),
+                )
+            })
+            .collect(),
+        Err(e) => vec![mk(String::new(), e)],
+    }
+}
+
+/// Rewrite `model` for `target` until no rule fires (or only denials/unsupported remain).
+pub fn compile(model: &mut Model, target: &Target, opts: &Options) -> Report {
+    let mut report = Report {
+        target: target.name.clone(),
+        annotation: opts.annotation.clone(),
+        ..Report::default()
+    };
+    let dims = dim_sizes(model, target, opts);
+    let opset = model.opset("").unwrap_or(1);
+    let opsets = Opsets::from_model(model);
+    let mut stuck: HashSet<(usize, NodeId)> = HashSet::new();
+    for iteration in 0..opts.max_iterations {
+        report.iterations = iteration + 1;
+        let facts = infer(model, &dims);
+        let view = FactView(&facts);
+        let matches = Matcher::new(&model.graph, &view, &opsets).find(target);
+        let mut touched: HashSet<NodeId> = HashSet::new();
+        let mut pins: Vec<(usize, NodeId)> = Vec::new();
+        let mut changed = false;
+        let mut patches = Vec::new();
+        {
+            let g = &model.graph;
+            for m in &matches {
+                let rule = &target.rules[m.rule];
+                let name = g.node(m.node).name().to_string();
+                if stuck.contains(&(m.rule, m.node)) {
+                    continue;
+                }
+                if m.nodes().iter().any(|n| touched.contains(n)) {
+                    continue;
+                }
+                let result: Result<Option<crate::rewrite::Patch>, String> = match &rule.action {
+                    Action::Deny | Action::Barrier { .. } => Ok(None),
+                    Action::Cpu => {
+                        if !cpu::is_pinned(g, m.node, &opts.annotation) {
+                            pins.push((m.rule, m.node));
+                        }
+                        Ok(None)
+                    }
+                    Action::Unfuse => {
+                        let mut ctx = crate::rewrite::unfuse::UnfuseCtx::new(opset, &rule.id);
+                        ctx.external = None;
+                        crate::rewrite::unfuse::unfuse_node(&ctx, g, m.node)
+                            .map(Some)
+                            .map_err(|u| u.reason)
+                    }
+                    Action::Split { axis, max } => {
+                        let ax = match axis {
+                            SplitAxis::Channels => RwAxis::Channels,
+                            SplitAxis::OutChannels => RwAxis::OutChannels,
+                            SplitAxis::Batch => RwAxis::Batch,
+                        };
+                        let batch = g.node(m.node).inputs.first().copied().flatten().and_then(|x| {
+                            facts.info(x).shape.as_ref().and_then(|s| s.first()).and_then(|d| d.known())
+                        });
+                        let max = i64::try_from(*max).unwrap_or(i64::MAX);
+                        match split_conv(g, m.node, opset, &rule.id, ax, max, batch) {
+                            Ok(p) => Ok(Some(p)),
+                            Err(SplitOutcome::Fits) => Ok(None),
+                            Err(SplitOutcome::Unsupported(r)) => Err(r),
+                        }
+                    }
+                    Action::Cast { from, to } => {
+                        let spec = CastSpec {
+                            from: *from,
+                            to: *to,
+                            inputs: None,
+                        };
+                        cast_node(g, m.node, &rule.id, &spec, &|v| facts.info(v).dtype).map(Some)
+                    }
+                };
+                match result {
+                    Ok(Some(p)) => {
+                        touched.extend(m.nodes());
+                        patches.push((m.rule, m.node, name, op_label(g, m.node), p));
+                    }
+                    Ok(None) => {}
+                    Err(reason) => {
+                        stuck.insert((m.rule, m.node));
+                        report
+                            .remaining
+                            .push(finding(target, g, m, FindingKind::Unsupported, Some(reason)));
+                    }
+                }
+            }
+        }
+        for (ri, node, name, op, p) in patches {
+            let rule = &target.rules[ri];
+            match p.apply(&mut model.graph) {
+                Ok(created) => {
+                    changed = true;
+                    report.applied.push(Applied {
+                        rule: rule.id.clone(),
+                        action: rule.action.name().to_string(),
+                        node: name,
+                        op,
+                        nodes: created.len(),
+                    });
+                }
+                Err(e) => {
+                    stuck.insert((ri, node));
+                    report.remaining.push(Finding {
+                        node: name,
+                        op,
+                        rule: rule.id.clone(),
+                        action: rule.action.to_string(),
+                        why: rule.why.clone(),
+                        evidence: rule.evidence.clone(),
+                        kind: FindingKind::Unsupported,
+                        reason: Some(e.0),
+                    });
+                }
+            }
+        }
+        // Pins, grouped by rule, in match order.
+        let mut by_rule: BTreeMap<usize, Vec<NodeId>> = BTreeMap::new();
+        for (ri, n) in pins {
+            if model.graph.nodes.contains_node(n) {
+                by_rule.entry(ri).or_default().push(n);
+            }
+        }
+        for (ri, nodes) in by_rule {
+            let rule = &target.rules[ri];
+            let added = cpu::pin(&mut model.graph, &nodes, &rule.id, &opts.annotation);
+            if !added.is_empty() {
+                changed = true;
+                for n in &added {
+                    report.applied.push(Applied {
+                        rule: rule.id.clone(),
+                        action: "cpu".into(),
+                        node: model.graph.node(*n).name().to_string(),
+                        op: op_label(&model.graph, *n),
+                        nodes: 1,
+                    });
+                }
+            }
+        }
+        if changed {
+            continue;
+        }
+        // The structure is stable: cut GPU partitions under the budget, one cut at a time.
+        if let Some((ri, budget)) = barrier_rule(target, &matches) {
+            let rule = &target.rules[ri];
+            let mut cuts = 0usize;
+            loop {
+                let facts = infer(model, &dims);
+                let view = FactView(&facts);
+                match barrier::next_cut(&model.graph, &view, budget, &rule.id, &opts.annotation) {
+                    Ok(Some(p)) => {
+                        let at = p.origin.clone();
+                        match p.apply(&mut model.graph) {
+                            Ok(created) => {
+                                cuts += 1;
+                                report.applied.push(Applied {
+                                    rule: rule.id.clone(),
+                                    action: "barrier".into(),
+                                    node: at,
+                                    op: "Identity".into(),
+                                    nodes: created.len(),
+                                });
+                            }
+                            Err(e) => {
+                                report.remaining.push(Finding {
+                                    node: at,
+                                    op: String::new(),
+                                    rule: rule.id.clone(),
+                                    action: rule.action.to_string(),
+                                    why: rule.why.clone(),
+                                    evidence: rule.evidence.clone(),
+                                    kind: FindingKind::Unsupported,
+                                    reason: Some(e.0),
+                                });
+                                break;
+                            }
+                        }
+                        if cuts > 100_000 {
+                            break;
+                        }
+                    }
+                    Ok(None) => break,
+                    Err(e) => {
+                        report.remaining.push(Finding {
+                            node: String::new(),
+                            op: String::new(),
+                            rule: rule.id.clone(),
+                            action: rule.action.to_string(),
+                            why: rule.why.clone(),
+                            evidence: rule.evidence.clone(),
+                            kind: FindingKind::Unsupported,
+                            reason: Some(e),
+                        });
+                        break;
+                    }
+                }
+            }
+            if cuts > 0 {
+                continue;
+            }
+        }
+        break;
+    }
+    // What still fires (beyond what was already reported as stuck).
+    let left = check(model, target, opts);
+    for f in left {
+        let dup = report
+            .remaining
+            .iter()
+            .any(|r| r.rule == f.rule && r.node == f.node && r.kind == FindingKind::Unsupported);
+        if !dup {
+            report.remaining.push(f);
+        }
+    }
+    let facts = infer(model, &dims);
+    let view = FactView(&facts);
+    if barrier_rule(target, &Matcher::new(&model.graph, &view, &opsets).find(target)).is_some() {
+        report.pieces = barrier::pieces(&model.graph, &view).unwrap_or_default();
+    }
+    let g = &model.graph;
+    report.pinned = g
+        .order
+        .iter()
+        .filter(|&&n| g.node(n).metadata(LAYER_ANN_KEY) == Some(opts.annotation.as_str()))
+        .map(|&n| g.node(n).name().to_string())
+        .collect();
+    report
+}
+
+/// Metadata key prefix under which the target's runtime settings travel with the model.
+pub const RUNTIME_KEY_PREFIX: &str = "onnx_safeify.runtime.";
+/// Metadata key naming the target a model was compiled for.
+pub const TARGET_KEY: &str = "onnx_safeify.target";
+
+/// Store the target's name and runtime settings in the model's metadata_props (replacing
+/// earlier values of the same keys; deterministic order).
+pub fn stamp_runtime(model: &mut Model, target: &Target) {
+    let mut entries: Vec<(String, String)> = vec![(TARGET_KEY.to_string(), target.name.clone())];
+    for s in &target.runtime {
+        entries.push((format!("{RUNTIME_KEY_PREFIX}{}", s.key), s.value.clone()));
+    }
+    for (k, v) in entries {
+        match model
+            .metadata_props
+            .iter_mut()
+            .find(|e| e.key.as_deref() == Some(k.as_str()))
+        {
+            Some(e) => e.value = Some(v),
+            None => model.metadata_props.push(crate::proto::StringStringEntryProto {
+                key: Some(k),
+                value: Some(v),
+            }),
+        }
+    }
+}
+
+/// Graph invariants that must hold before anything is written: no cycle, every value read is
+/// defined, graph outputs are produced, and names are unique.
+pub fn check_invariants(g: &Graph) -> Result<(), String> {
+    use crate::ir::Origin;
+    if let Err(cycle) = g.topo_order() {
+        return Err(format!("the rewritten graph has a cycle through {} nodes", cycle.len()));
+    }
+    let defined = |v: ValueId| -> bool {
+        match g.value(v).origin {
+            Origin::Input | Origin::Initializer | Origin::OuterScope => true,
+            Origin::Node { node, slot } => {
+                g.nodes.contains_node(node)
+                    && g.node(node).outputs.get(slot as usize).copied().flatten() == Some(v)
+            }
+            Origin::Unbound => false,
+        }
+    };
+    let mut names: HashSet<&str> = HashSet::new();
+    for &n in &g.order {
+        let node = g.node(n);
+        for v in node.inputs.iter().flatten().chain(node.implicit_inputs.iter()) {
+            if !defined(*v) {
+                return Err(format!(
+                    "node '{}' ({}) reads '{}', which nothing defines",
+                    node.name(),
+                    node.op_type,
+                    g.value_name(*v)
+                ));
+            }
+        }
+        for v in node.outputs.iter().flatten() {
+            if !names.insert(g.value_name(*v)) {
+                return Err(format!("two values are named '{}'", g.value_name(*v)));
+            }
+        }
+    }
+    for o in &g.outputs {
+        if !defined(o.value) {
+            return Err(format!("graph output '{}' is not produced", g.value_name(o.value)));
+        }
+    }
+    let mut created: HashSet<&str> = HashSet::new();
+    for &n in &g.order {
+        let node = g.node(n);
+        if node.metadata(crate::rewrite::RULE_KEY).is_some()
+            && node.metadata(crate::rewrite::ORIGIN_KEY).is_some()
+            && !created.insert(node.name())
+        {
+            return Err(format!("two new nodes are named '{}'", node.name()));
+        }
+    }
+    Ok(())
+}
