@@ -222,11 +222,7 @@ fn output_sigs(m: &Model) -> Vec<(String, String)> {
 
 fn check_model(m: &Model, opset: i64, report: &UnfuseReport) {
     let g = &m.graph;
-    let unsupported: Vec<&str> = report
-        .unsupported
-        .iter()
-        .map(|s| s.node.as_str())
-        .collect();
+    let unsupported: Vec<&str> = report.unsupported.iter().map(|s| s.node.as_str()).collect();
     for s in &report.unsupported {
         assert!(!s.reason.is_empty(), "{s:?} has no reason");
     }
@@ -243,7 +239,15 @@ fn check_model(m: &Model, opset: i64, report: &UnfuseReport) {
         }
         if node.metadata(RULE_KEY).is_some() {
             assert_eq!(node.metadata(RULE_KEY), Some(RULE));
-            assert!(node.name().is_empty() || node.metadata(ORIGIN_KEY).is_some() || true);
+            // Named after their origin, or after the rule when the origin had no name.
+            match node.metadata(ORIGIN_KEY) {
+                Some(o) => assert!(node.name().starts_with(&format!("{o}/")), "{}", node.name()),
+                None => assert!(
+                    node.name().starts_with(&format!("{RULE}/")),
+                    "{}",
+                    node.name()
+                ),
+            }
         }
     }
     let mut names: Vec<&str> = g
@@ -273,7 +277,8 @@ fn counts(m: &Model) -> Vec<(String, usize)> {
     let mut c: HashMap<String, usize> = HashMap::new();
     for &n in &m.graph.order {
         let nd = m.graph.node(n);
-        *c.entry(format!("{}::{}", nd.domain(), nd.op_type)).or_default() += 1;
+        *c.entry(format!("{}::{}", nd.domain(), nd.op_type))
+            .or_default() += 1;
     }
     let mut v: Vec<_> = c.into_iter().collect();
     v.sort();
@@ -307,8 +312,8 @@ fn corpus_contrib_models_decompose_and_match() {
     let Some(corpus) = common::corpus() else {
         return;
     };
-    let results = std::fs::read_to_string(corpus.join("contrib/contrib_results.json"))
-        .unwrap_or_default();
+    let results =
+        std::fs::read_to_string(corpus.join("contrib/contrib_results.json")).unwrap_or_default();
     let dir = tempfile::tempdir().unwrap();
     let mut total_nodes = 0;
     let mut worst: f64 = 0.0;
@@ -325,7 +330,12 @@ fn corpus_contrib_models_decompose_and_match() {
         let runs = results
             .split(&format!("\"{stem}\": {{"))
             .nth(1)
-            .map(|r| r.split('}').next().unwrap_or("").contains("\"runs_on_cpu\": true"))
+            .map(|r| {
+                r.split('}')
+                    .next()
+                    .unwrap_or("")
+                    .contains("\"runs_on_cpu\": true")
+            })
             .unwrap_or(false);
         let err = if runs {
             compare(&src, &o.out, &Cmp::default())
@@ -410,7 +420,12 @@ fn corpus_ort_optimized_models_decompose_and_match() {
         let real = corpus.join("real").join(
             name.split("__")
                 .nth(1)
-                .map(|s| format!("rapidocr_onnxruntime__{}.onnx", s.split(".ort_").next().unwrap()))
+                .map(|s| {
+                    format!(
+                        "rapidocr_onnxruntime__{}.onnx",
+                        s.split(".ort_").next().unwrap()
+                    )
+                })
                 .unwrap(),
         );
         let e2 = if real.exists() {
@@ -523,7 +538,11 @@ fn nchwc_regions_made_by_onnx_runtime_convert_back() {
         // The mixed model shows its block size; the other is ambiguous without this CPU's.
         let hint = (name != "nchwc_mix").then_some(block);
         let o = unfuse_file(&optimized, &out, hint);
-        assert!(o.report.unsupported.is_empty(), "{name}: {:#?}", o.report.unsupported);
+        assert!(
+            o.report.unsupported.is_empty(),
+            "{name}: {:#?}",
+            o.report.unsupported
+        );
         assert_eq!(o.report.nchwc_block_size, Some(block));
         let cmp = Cmp {
             shapes: if name == "nchwc_mix" {
@@ -668,7 +687,21 @@ fn build(c: &Case) -> ModelProto {
         node: c.nodes.clone(),
         name: Some(c.name.into()),
         input: c.inputs.clone(),
-        output: c.outputs.iter().map(|(o, r)| out_vi(o, *r)).collect(),
+        output: c
+            .outputs
+            .iter()
+            .map(|(o, r)| {
+                let mut v = out_vi(o, *r);
+                if c.name.starts_with("float16") {
+                    if let Some(onnx_safeify::proto::type_proto::Value::TensorType(t)) =
+                        v.r#type.as_mut().and_then(|t| t.value.as_mut())
+                    {
+                        t.elem_type = Some(10);
+                    }
+                }
+                v
+            })
+            .collect(),
         initializer: c.inits.clone(),
         ..Default::default()
     });
@@ -722,6 +755,11 @@ fn run_case(c: &Case, dir: &Path) -> (usize, f64) {
         &Cmp {
             dim: 3,
             reference: c.reference,
+            rtol: if c.name.starts_with("float16") {
+                5e-3
+            } else {
+                1e-4
+            },
             ..Default::default()
         },
     );
@@ -757,14 +795,26 @@ fn cases() -> Vec<Case> {
                 ),
             ],
             inputs: vec![f32_in("x", &[2, 4, 3, 5])],
-            outputs: vec![("hs", 4), ("mi", 4), ("ln", 4), ("mean", 4), ("istd", 4), ("gn", 4)],
+            outputs: vec![
+                ("hs", 4),
+                ("mi", 4),
+                ("ln", 4),
+                ("mean", 4),
+                ("istd", 4),
+                ("gn", 4),
+            ],
             inits: vec![
                 weights("g4", &[3, 5], 1),
                 weights("b4", &[3, 5], 2),
                 weights("gs", &[2], 3),
                 weights("gb", &[2], 4),
             ],
-            force: &["HardSwish", "Mish", "LayerNormalization", "GroupNormalization"],
+            force: &[
+                "HardSwish",
+                "Mish",
+                "LayerNormalization",
+                "GroupNormalization",
+            ],
             reference: None,
         },
         Case {
@@ -779,7 +829,13 @@ fn cases() -> Vec<Case> {
                     vec![a_i("num_groups", 2)],
                 ),
                 op("Gelu", "", &["x"], &["ge"], vec![]),
-                op("Gelu", "", &["x"], &["gt"], vec![a_s("approximate", "tanh")]),
+                op(
+                    "Gelu",
+                    "",
+                    &["x"],
+                    &["gt"],
+                    vec![a_s("approximate", "tanh")],
+                ),
             ],
             inputs: vec![f32_in("x", &[2, 4, 3, 5])],
             outputs: vec![("gn", 4), ("ge", 4), ("gt", 4)],
@@ -813,7 +869,13 @@ fn cases() -> Vec<Case> {
                         a_is("strides", &[2, 2]),
                     ],
                 ),
-                op("FusedConv", ms, &["x", "wg", "bg"], &["c3"], vec![a_i("group", 2)]),
+                op(
+                    "FusedConv",
+                    ms,
+                    &["x", "wg", "bg"],
+                    &["c3"],
+                    vec![a_i("group", 2)],
+                ),
             ],
             inputs: vec![f32_in("x", &[1, 4, 6, 6]), f32_in("z", &[1, 6, 6, 6])],
             outputs: vec![("c1", 4), ("c2", 4), ("c3", 4)],
@@ -963,7 +1025,11 @@ fn cases() -> Vec<Case> {
                     ms,
                     &["h", "wqkv"],
                     &["y2"],
-                    vec![a_i("num_heads", 4), a_i("unidirectional", 1), a_f("scale", 0.3)],
+                    vec![
+                        a_i("num_heads", 4),
+                        a_i("unidirectional", 1),
+                        a_f("scale", 0.3),
+                    ],
                 ),
                 op(
                     "MultiHeadAttention",
@@ -991,6 +1057,56 @@ fn cases() -> Vec<Case> {
             reference: None,
         },
     ];
+    // float16: constants in the input's type, statistics in float (stash_type 1).
+    v.push(Case {
+        name: "float16_gelu_layernorm",
+        opset: 20,
+        nodes: vec![
+            op(
+                "Gelu",
+                "",
+                &["x"],
+                &["ge"],
+                vec![a_s("approximate", "tanh")],
+            ),
+            op(
+                "LayerNormalization",
+                "",
+                &["x", "g16", "b16"],
+                &["ln"],
+                vec![a_f("epsilon", 1e-3)],
+            ),
+        ],
+        inputs: vec![vi("x", 10, &[2, 3, 8])],
+        outputs: vec![("ge", 3), ("ln", 3)],
+        inits: vec![
+            TensorProto {
+                dims: vec![8],
+                data_type: Some(10),
+                name: Some("g16".into()),
+                // 1.0, 0.5, 2.0, -1.0 twice
+                raw_data: Some(
+                    [
+                        0x3c00u16, 0x3800, 0x4000, 0xbc00, 0x3c00, 0x3800, 0x4000, 0xbc00,
+                    ]
+                    .iter()
+                    .flat_map(|h| h.to_le_bytes())
+                    .collect::<Vec<u8>>()
+                    .into(),
+                ),
+                ..Default::default()
+            },
+            TensorProto {
+                dims: vec![8],
+                data_type: Some(10),
+                name: Some("b16".into()),
+                raw_data: Some(vec![0u8; 16].into()),
+                ..Default::default()
+            },
+        ],
+        force: &["Gelu", "LayerNormalization"],
+        reference: None,
+    });
     // BiasSoftmax has no CPU kernel: numpy softmax over axes 1.. of x + b.
     v.push(Case {
         name: "bias_softmax_axis",
@@ -1023,7 +1139,10 @@ fn hand_built_models_decompose_and_match() {
     let mut total = 0;
     for c in cases() {
         let (n, err) = run_case(&c, dir.path());
-        eprintln!("{}: {n} node(s) unfused, worst relative error {err:.3e}", c.name);
+        eprintln!(
+            "{}: {n} node(s) unfused, worst relative error {err:.3e}",
+            c.name
+        );
         worst = worst.max(err);
         total += n;
     }
@@ -1047,8 +1166,20 @@ fn unsupported_configurations_are_reported_with_reasons() {
                 &["y1", "present"],
                 vec![a_i("num_heads", 2)],
             ),
-            op("FusedConv", ms, &["x", "wc"], &["y2"], vec![a_s("activation", "Gelu")]),
-            op("FusedMatMul", ms, &["u", "u"], &["y3"], vec![a_i("transA", 1)]),
+            op(
+                "FusedConv",
+                ms,
+                &["x", "wc"],
+                &["y2"],
+                vec![a_s("activation", "Gelu")],
+            ),
+            op(
+                "FusedMatMul",
+                ms,
+                &["u", "u"],
+                &["y3"],
+                vec![a_i("transA", 1)],
+            ),
             op("Softmax", "", &["y3"], &["y4"], vec![]),
         ],
         inputs: vec![
@@ -1128,7 +1259,11 @@ fn an_ambiguous_nchwc_block_size_leaves_the_region_whole() {
     );
     assert!(report.unfused.is_empty());
     assert!(!report.unsupported.is_empty());
-    assert!(report.unsupported[0].reason.contains("block size 8"), "{:?}", report.unsupported[0]);
+    assert!(
+        report.unsupported[0].reason.contains("block size 8"),
+        "{:?}",
+        report.unsupported[0]
+    );
     assert!(doc
         .model
         .graph
@@ -1141,12 +1276,210 @@ fn an_ambiguous_nchwc_block_size_leaves_the_region_whole() {
 #[test]
 #[ignore]
 fn unfuse_one() {
-    let (Some(src), Some(out)) = (std::env::var_os("UNFUSE_IN"), std::env::var_os("UNFUSE_OUT"))
-    else {
+    let (Some(src), Some(out)) = (
+        std::env::var_os("UNFUSE_IN"),
+        std::env::var_os("UNFUSE_OUT"),
+    ) else {
         return;
     };
-    let block = std::env::var("UNFUSE_BLOCK").ok().and_then(|b| b.parse().ok());
+    let block = std::env::var("UNFUSE_BLOCK")
+        .ok()
+        .and_then(|b| b.parse().ok());
     let o = unfuse_file(Path::new(&src), Path::new(&out), block);
     eprintln!("{:#?}", o.report.unsupported);
     eprintln!("{} unfused -> {}", o.report.unfused.len(), o.out.display());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Operator forms follow the model's opset.
+
+fn unfused_ops(c: &Case) -> Vec<NodeProto> {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("m.onnx");
+    std::fs::write(&src, common::encode(&build(c))).unwrap();
+    let mut doc = onnx_safeify::load(&src).unwrap();
+    let report = unfuse::unfuse_all(&mut doc.model, RULE, |n| unfuse::is_fused(n, c.opset));
+    assert!(report.unsupported.is_empty(), "{:?}", report.unsupported);
+    onnx_safeify::export::export_model(&doc.model)
+        .graph
+        .unwrap()
+        .node
+}
+
+#[test]
+fn decompositions_use_the_forms_of_the_model_opset() {
+    let ms = "com.microsoft";
+    let case = |opset: i64| Case {
+        name: "forms",
+        opset,
+        nodes: vec![
+            op(
+                "SkipLayerNormalization",
+                ms,
+                &["x", "x", "g"],
+                &["y"],
+                vec![],
+            ),
+            op(
+                "FusedConv",
+                ms,
+                &["c", "w"],
+                &["z"],
+                vec![
+                    a_s("activation", "Clip"),
+                    a_fs("activation_params", &[0.0, 6.0]),
+                ],
+            ),
+        ],
+        inputs: vec![f32_in("x", &[1, 2, 4]), f32_in("c", &[1, 2, 3, 3])],
+        outputs: vec![("y", 3), ("z", 4)],
+        inits: vec![weights("g", &[4], 1), weights("w", &[2, 2, 1, 1], 2)],
+        force: &[],
+        reference: None,
+    };
+    let find = |nodes: &[NodeProto], op: &str| -> NodeProto {
+        nodes
+            .iter()
+            .find(|n| n.op_type.as_deref() == Some(op))
+            .cloned()
+            .unwrap_or_else(|| panic!("no {op}"))
+    };
+    let has_attr =
+        |n: &NodeProto, a: &str| n.attribute.iter().any(|x| x.name.as_deref() == Some(a));
+    // Opset 10: ReduceMean axes attribute, Clip bounds attributes.
+    let n10 = unfused_ops(&case(10));
+    let rm = find(&n10, "ReduceMean");
+    assert!(has_attr(&rm, "axes") && rm.input.len() == 1);
+    let clip = find(&n10, "Clip");
+    assert!(has_attr(&clip, "min") && has_attr(&clip, "max") && clip.input.len() == 1);
+    // Opset 13: Clip bounds as inputs, ReduceMean axes still an attribute.
+    let n13 = unfused_ops(&case(13));
+    assert!(has_attr(&find(&n13, "ReduceMean"), "axes"));
+    assert_eq!(find(&n13, "Clip").input.len(), 3);
+    // Opset 18: ReduceMean axes as an input.
+    let n18 = unfused_ops(&case(18));
+    let rm = find(&n18, "ReduceMean");
+    assert!(!has_attr(&rm, "axes") && rm.input.len() == 2);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Subgraphs.
+
+fn graph_attr(name: &str, g: GraphProto) -> AttributeProto {
+    AttributeProto {
+        name: Some(name.into()),
+        r#type: Some(AttributeType::Graph as i32),
+        g: Some(g),
+        ..Default::default()
+    }
+}
+
+fn branch(name: &str, nodes: Vec<NodeProto>, out: &str) -> GraphProto {
+    GraphProto {
+        node: nodes,
+        name: Some(name.into()),
+        output: vec![out_vi(out, 3)],
+        ..Default::default()
+    }
+}
+
+#[test]
+fn fused_nodes_inside_subgraphs_are_decomposed() {
+    if common::venv_python().is_none() {
+        return;
+    }
+    let ms = "com.microsoft";
+    let then_b = branch(
+        "then",
+        vec![op("QuickGelu", ms, &["x"], &["t"], vec![a_f("alpha", 1.5)])],
+        "t",
+    );
+    let else_b = branch("else", vec![op("Relu", "", &["x"], &["e"], vec![])], "e");
+    let c = Case {
+        name: "subgraph",
+        opset: 13,
+        nodes: vec![op(
+            "If",
+            "",
+            &["cond"],
+            &["y"],
+            vec![
+                graph_attr("then_branch", then_b),
+                graph_attr("else_branch", else_b),
+            ],
+        )],
+        // The condition is a constant true: ONNX Runtime runs the branch with the fused node.
+        inputs: vec![f32_in("x", &[2, 3, 4])],
+        outputs: vec![("y", 3)],
+        inits: vec![TensorProto {
+            data_type: Some(9),
+            name: Some("cond".into()),
+            raw_data: Some(vec![1u8].into()),
+            ..Default::default()
+        }],
+        force: &[],
+        reference: None,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("sub.onnx");
+    std::fs::write(&src, common::encode(&build(&c))).unwrap();
+    let mut doc = onnx_safeify::load(&src).unwrap();
+    let report = unfuse::unfuse_all(&mut doc.model, RULE, |n| unfuse::is_fused(n, 13));
+    assert!(report.unsupported.is_empty(), "{:?}", report.unsupported);
+    assert_eq!(report.unfused.len(), 1);
+    assert_eq!(report.unfused[0].graph, "If_y/then_branch");
+    let out = dir.path().join("sub.unfused.onnx");
+    onnx_safeify::save(&doc, &out).unwrap();
+    onnx_check(&out);
+    let text = python(
+        "import sys, onnx; m = onnx.load(sys.argv[1]); print([n.op_type for n in m.graph.node[0].attribute[0].g.node])",
+        &[out.to_str().unwrap()],
+    );
+    assert!(
+        text.contains("Sigmoid") && !text.contains("QuickGelu"),
+        "{text}"
+    );
+    let err = compare(&src, &out, &Cmp::default());
+    eprintln!("subgraph: worst relative error {err:.3e}");
+}
+
+#[test]
+fn an_output_read_by_a_subgraph_is_refused() {
+    let ms = "com.microsoft";
+    let then_b = branch("then", vec![op("Relu", "", &["q"], &["t"], vec![])], "t");
+    let else_b = branch("else", vec![op("Neg", "", &["q"], &["e"], vec![])], "e");
+    let c = Case {
+        name: "outer_read",
+        opset: 13,
+        nodes: vec![
+            op("QuickGelu", ms, &["x"], &["q"], vec![]),
+            op(
+                "If",
+                "",
+                &["cond"],
+                &["y"],
+                vec![
+                    graph_attr("then_branch", then_b),
+                    graph_attr("else_branch", else_b),
+                ],
+            ),
+        ],
+        inputs: vec![f32_in("x", &[2, 3, 4]), vi("cond", 9, &[])],
+        outputs: vec![("y", 3)],
+        inits: vec![],
+        force: &[],
+        reference: None,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("outer.onnx");
+    std::fs::write(&src, common::encode(&build(&c))).unwrap();
+    let mut doc = onnx_safeify::load(&src).unwrap();
+    let report = unfuse::unfuse_all(&mut doc.model, RULE, |n| unfuse::is_fused(n, 13));
+    assert!(report.unfused.is_empty());
+    assert_eq!(report.unsupported.len(), 1);
+    assert!(
+        report.unsupported[0].reason.contains("subgraph"),
+        "{:?}",
+        report.unsupported
+    );
 }

@@ -104,12 +104,7 @@ fn sdpa(
 }
 
 /// Split a constant `[.., Dq + Dk + Dv]` tensor along its last axis into three constants.
-fn split_const(
-    rw: &mut Rw,
-    i: usize,
-    sizes: [i64; 3],
-    names: [&str; 3],
-) -> Option<[PValue; 3]> {
+fn split_const(rw: &mut Rw, i: usize, sizes: [i64; 3], names: [&str; 3]) -> Option<[PValue; 3]> {
     let (dims, vals) = rw.const_f32(i)?;
     let last = *dims.last()?;
     if last != sizes.iter().sum::<i64>() {
@@ -139,7 +134,12 @@ fn split_const(
 fn split_slices(rw: &mut Rw, x: PValue, sizes: [i64; 3]) -> [PValue; 3] {
     let a = rw.slice(x, &[0], &[sizes[0]], &[-1]);
     let b = rw.slice(x, &[sizes[0]], &[sizes[0] + sizes[1]], &[-1]);
-    let c = rw.slice(x, &[sizes[0] + sizes[1]], &[sizes[0] + sizes[1] + sizes[2]], &[-1]);
+    let c = rw.slice(
+        x,
+        &[sizes[0] + sizes[1]],
+        &[sizes[0] + sizes[1] + sizes[2]],
+        &[-1],
+    );
     [a, b, c]
 }
 
@@ -193,13 +193,12 @@ pub fn attention(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch, Unsuppo
             split_slices(&mut rw, w, sizes)
         }
     };
-    let bias = match rw.input(2) {
-        None => None,
-        Some(b) => Some(match split_const(&mut rw, 2, sizes, ["b_q", "b_k", "b_v"]) {
+    let bias = rw.input(2).map(
+        |b| match split_const(&mut rw, 2, sizes, ["b_q", "b_k", "b_v"]) {
             Some(parts) => parts,
             None => split_slices(&mut rw, b, sizes),
-        }),
-    };
+        },
+    );
     let proj = |rw: &mut Rw, w: PValue, b: Option<PValue>| {
         let m = rw.op("MatMul", &[x, w], &[]);
         match b {
@@ -239,7 +238,11 @@ pub fn multi_head_attention(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Pat
     let mut rw = Rw::new(ctx, g, n);
     rw.only_attrs(&["num_heads", "scale", "mask_filter_value", "unidirectional"])?;
     let heads = check_heads(&rw)?;
-    for (i, what) in [(6, "past_key"), (7, "past_value"), (8, "past_sequence_length")] {
+    for (i, what) in [
+        (6, "past_key"),
+        (7, "past_value"),
+        (8, "past_sequence_length"),
+    ] {
         if rw.input(i).is_some() {
             return unsupported(format!("{what} (past state)"));
         }

@@ -7,7 +7,7 @@
 //! It also reads small constant tensors (axes, shapes, weights) from initializers or `Constant`
 //! nodes, including external data when the caller gives the resolver.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use crate::io::external::{external_ref, is_external};
 use crate::io::ExternalData;
@@ -27,15 +27,21 @@ impl ValueFacts {
         self.shape.as_ref().map(|s| s.len())
     }
     pub fn dim(&self, i: usize) -> Option<i64> {
-        self.shape.as_ref().and_then(|s| s.get(i).copied().flatten())
+        self.shape
+            .as_ref()
+            .and_then(|s| s.get(i).copied().flatten())
     }
 }
 
 /// Facts for every value of one graph, indexed by value id (values added after the
-/// computation have none).
+/// computation have none), plus which values are read (by a node, a subgraph or as a graph
+/// output) and which hold NCHWc-blocked tensors, as of the computation.
 #[derive(Debug, Clone, Default)]
 pub struct Facts {
     values: Vec<ValueFacts>,
+    used: HashSet<ValueId>,
+    read_by_subgraph: HashSet<ValueId>,
+    blocked: HashSet<ValueId>,
 }
 
 impl Facts {
@@ -44,12 +50,70 @@ impl Facts {
         self.values.get(v.index()).cloned().unwrap_or_default()
     }
 
+    /// Was `v` read (by a node, a subgraph, or as a graph output) when the facts were computed?
+    pub fn is_used(&self, v: ValueId) -> bool {
+        self.used.contains(&v)
+    }
+
+    /// Was `v` read by name from inside a subgraph?
+    pub fn read_by_subgraph(&self, v: ValueId) -> bool {
+        self.read_by_subgraph.contains(&v)
+    }
+
+    /// Does `v` hold an NCHWc-blocked tensor (see [`super::nchwc::blocked_values`])?
+    pub fn is_blocked(&self, v: ValueId) -> bool {
+        self.blocked.contains(&v)
+    }
+
+    /// Facts of every value by name (for the subgraphs that read them from the outer scope).
+    pub fn by_name(&self, g: &Graph) -> HashMap<String, ValueFacts> {
+        self.values
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| f.dtype.is_some() || f.shape.is_some())
+            .map(|(i, f)| (g.values[i].name.clone(), f.clone()))
+            .collect()
+    }
+
     /// Propagate facts through `g` in topological order. `nchwc_block`, when known, gives the
     /// channel count of `ReorderInput` outputs.
     pub fn compute(g: &Graph, opset: i64, nchwc_block: Option<i64>) -> Facts {
+        Facts::compute_in(g, opset, nchwc_block, None)
+    }
+
+    /// As [`Facts::compute`], for a subgraph: `outer` gives the facts of outer-scope values.
+    pub fn compute_in(
+        g: &Graph,
+        opset: i64,
+        nchwc_block: Option<i64>,
+        outer: Option<&HashMap<String, ValueFacts>>,
+    ) -> Facts {
         let mut f = Facts {
             values: vec![ValueFacts::default(); g.values.len()],
+            ..Default::default()
         };
+        if let Some(outer) = outer {
+            for (i, v) in g.values.iter().enumerate() {
+                if v.origin == Origin::OuterScope {
+                    if let Some(of) = outer.get(&v.name) {
+                        f.values[i] = of.clone();
+                    }
+                }
+            }
+        }
+        for &n in &g.order {
+            let node = g.node(n);
+            f.used.extend(node.inputs.iter().flatten());
+            f.used.extend(node.implicit_inputs.iter());
+            f.read_by_subgraph.extend(node.implicit_inputs.iter());
+        }
+        f.used.extend(g.outputs.iter().map(|o| o.value));
+        if g.order
+            .iter()
+            .any(|&n| g.node(n).domain() == super::NCHWC_DOMAIN)
+        {
+            f.blocked = super::nchwc::blocked_values(g);
+        }
         for vi in g.inputs.iter().chain(g.value_info.iter()) {
             if let Some(v) = value_info_facts(&vi.proto) {
                 f.values[vi.value.index()] = v;
@@ -332,19 +396,64 @@ fn infer_node(
     match (dom, op) {
         (
             "",
-            "Relu" | "Sigmoid" | "Tanh" | "Clip" | "HardSigmoid" | "HardSwish" | "LeakyRelu"
-            | "Elu" | "Selu" | "Celu" | "Neg" | "Abs" | "Exp" | "Log" | "Sqrt" | "Reciprocal"
-            | "Erf" | "Softmax" | "LogSoftmax" | "Hardmax" | "Identity" | "Softplus" | "Softsign"
-            | "Floor" | "Ceil" | "Round" | "Sin" | "Cos" | "Mish" | "Gelu" | "ThresholdedRelu"
-            | "Sign" | "Not" | "BatchNormalization" | "InstanceNormalization"
-            | "LpNormalization" | "GroupNormalization" | "LayerNormalization"
-            | "SimplifiedLayerNormalization" | "RMSNormalization" | "Dropout" | "Shrink"
-            | "Swish" | "Pad" | "Trilu" | "CumSum" | "ReverseSequence",
+            "Relu"
+            | "Sigmoid"
+            | "Tanh"
+            | "Clip"
+            | "HardSigmoid"
+            | "HardSwish"
+            | "LeakyRelu"
+            | "Elu"
+            | "Selu"
+            | "Celu"
+            | "Neg"
+            | "Abs"
+            | "Exp"
+            | "Log"
+            | "Sqrt"
+            | "Reciprocal"
+            | "Erf"
+            | "Softmax"
+            | "LogSoftmax"
+            | "Hardmax"
+            | "Identity"
+            | "Softplus"
+            | "Softsign"
+            | "Floor"
+            | "Ceil"
+            | "Round"
+            | "Sin"
+            | "Cos"
+            | "Mish"
+            | "Gelu"
+            | "ThresholdedRelu"
+            | "Sign"
+            | "Not"
+            | "BatchNormalization"
+            | "InstanceNormalization"
+            | "LpNormalization"
+            | "GroupNormalization"
+            | "LayerNormalization"
+            | "SimplifiedLayerNormalization"
+            | "RMSNormalization"
+            | "Dropout"
+            | "Shrink"
+            | "Swish"
+            | "Pad"
+            | "Trilu"
+            | "CumSum"
+            | "ReverseSequence",
         )
         | (
             "com.microsoft",
-            "QuickGelu" | "Gelu" | "FastGelu" | "BiasGelu" | "SkipLayerNormalization"
-            | "SkipSimplifiedLayerNormalization" | "BiasSoftmax" | "BiasAdd",
+            "QuickGelu"
+            | "Gelu"
+            | "FastGelu"
+            | "BiasGelu"
+            | "SkipLayerNormalization"
+            | "SkipSimplifiedLayerNormalization"
+            | "BiasSoftmax"
+            | "BiasAdd",
         ) => {
             let mut outs = vec![x.clone()];
             if matches!(
@@ -378,12 +487,12 @@ fn infer_node(
             let shapes: Vec<_> = node.inputs.iter().map(|v| same(f, *v).shape).collect();
             one(with(same(f, inp(1)).dtype, broadcast(&shapes)))
         }
-        ("", "Cast") => one(with(
-            attr_i(g, n, "to").map(|t| t as i32),
-            x.shape.clone(),
-        )),
+        ("", "Cast") => one(with(attr_i(g, n, "to").map(|t| t as i32), x.shape.clone())),
         ("", "CastLike") => one(with(same(f, inp(1)).dtype, x.shape.clone())),
-        ("", "Shape") => one(with(Some(dtype::INT64), x.rank().map(|r| vec![Some(r as i64)]))),
+        ("", "Shape") => one(with(
+            Some(dtype::INT64),
+            x.rank().map(|r| vec![Some(r as i64)]),
+        )),
         ("", "Size") => one(with(Some(dtype::INT64), Some(vec![]))),
         ("", "Constant") => {
             let t = node.outputs.first().copied().flatten().and_then(|_| {
@@ -394,7 +503,10 @@ fn infer_node(
                 }
             });
             match t {
-                Some(t) => one(with(t.data_type, Some(t.dims.iter().map(|&d| Some(d)).collect()))),
+                Some(t) => one(with(
+                    t.data_type,
+                    Some(t.dims.iter().map(|&d| Some(d)).collect()),
+                )),
                 None => {
                     let a = node.attributes.first();
                     match a.map(|a| a.name()) {
@@ -413,7 +525,9 @@ fn infer_node(
                 }
             }
         }
-        ("", "Conv" | "ConvTranspose") | ("com.microsoft", "FusedConv") | ("com.microsoft.nchwc", "Conv") => {
+        ("", "Conv" | "ConvTranspose")
+        | ("com.microsoft", "FusedConv")
+        | ("com.microsoft.nchwc", "Conv") => {
             let w = same(f, inp(1));
             let shape = x.shape.as_ref().map(|xs| {
                 let mut s = vec![None; xs.len()];
@@ -422,8 +536,7 @@ fn infer_node(
                 }
                 if s.len() > 1 {
                     s[1] = if op == "ConvTranspose" {
-                        w.dim(1)
-                            .map(|c| c * attr_i(g, n, "group").unwrap_or(1))
+                        w.dim(1).map(|c| c * attr_i(g, n, "group").unwrap_or(1))
                     } else {
                         w.dim(0)
                     };
@@ -489,7 +602,11 @@ fn infer_node(
             let last = attr_i(g, n, "channels_last").unwrap_or(0) != 0;
             let shape = x.shape.as_ref().map(|xs| {
                 let r = xs.len();
-                let c = if last { xs[r - 1] } else { xs.get(1).copied().flatten() };
+                let c = if last {
+                    xs[r - 1]
+                } else {
+                    xs.get(1).copied().flatten()
+                };
                 let cp = match (c, nchwc_block) {
                     (Some(c), Some(b)) if b > 0 => Some((c + b - 1) / b * b),
                     _ => None,
@@ -535,8 +652,8 @@ fn infer_node(
         }
         ("", "Transpose") => {
             let shape = x.shape.as_ref().map(|xs| {
-                let perm = attr_ints(g, n, "perm")
-                    .unwrap_or_else(|| (0..xs.len() as i64).rev().collect());
+                let perm =
+                    attr_ints(g, n, "perm").unwrap_or_else(|| (0..xs.len() as i64).rev().collect());
                 perm.iter()
                     .map(|&p| xs.get(p as usize).copied().flatten())
                     .collect()
@@ -752,7 +869,11 @@ fn infer_node(
             let vh = attr_ints(g, n, "qkv_hidden_sizes")
                 .and_then(|s| s.get(2).copied())
                 .or_else(|| w.dim(1).map(|d| d / 3));
-            let shape = x.shape.as_ref().filter(|s| s.len() == 3).map(|xs| vec![xs[0], xs[1], vh]);
+            let shape = x
+                .shape
+                .as_ref()
+                .filter(|s| s.len() == 3)
+                .map(|xs| vec![xs[0], xs[1], vh]);
             one(with(dt0, shape))
         }
         ("com.microsoft", "MultiHeadAttention") => {
@@ -842,20 +963,4 @@ fn matmul_shape(
         out.push(nn);
     }
     Some(out)
-}
-
-/// Every consumer count of every value, plus graph outputs (a value that is a graph output
-/// counts as used).
-pub fn use_counts(g: &Graph) -> HashMap<ValueId, usize> {
-    let mut c: HashMap<ValueId, usize> = HashMap::new();
-    for &n in &g.order {
-        let node = g.node(n);
-        for v in node.inputs.iter().flatten().chain(node.implicit_inputs.iter()) {
-            *c.entry(*v).or_default() += 1;
-        }
-    }
-    for o in &g.outputs {
-        *c.entry(o.value).or_default() += 1;
-    }
-    c
 }

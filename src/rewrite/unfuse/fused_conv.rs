@@ -121,7 +121,11 @@ pub fn nhwc_conv(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch, Unsuppo
     let wf = rw.in_facts(1);
     if let (Some(k), Some(ws)) = (rw.attr_ints("kernel_shape"), wf.shape.as_ref()) {
         let spatial: Vec<Option<i64>> = ws[1..w_rank - 1].to_vec();
-        if spatial.iter().zip(&k).any(|(d, k)| d.is_some_and(|d| d != *k)) {
+        if spatial
+            .iter()
+            .zip(&k)
+            .any(|(d, k)| d.is_some_and(|d| d != *k))
+        {
             return unsupported(format!(
                 "weight shape {ws:?} is not [M, kH, kW, C/group] for kernel_shape {k:?}"
             ));

@@ -22,7 +22,7 @@ pub mod layer_norm;
 pub mod nchwc;
 pub mod rw;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use crate::io::ExternalData;
 use crate::ir::{Graph, Model, Node, NodeId, ValueId};
@@ -101,14 +101,22 @@ pub const REGISTRY: &[(&str, &str, Decompose)] = &[
     (MS_DOMAIN, "QuickGelu", gelu::quick_gelu),
     (MS_DOMAIN, "BiasAdd", function_ops::bias_add),
     (MS_DOMAIN, "BiasSoftmax", function_ops::bias_softmax),
-    (MS_DOMAIN, "SkipLayerNormalization", layer_norm::skip_layer_norm),
+    (
+        MS_DOMAIN,
+        "SkipLayerNormalization",
+        layer_norm::skip_layer_norm,
+    ),
     (
         MS_DOMAIN,
         "SkipSimplifiedLayerNormalization",
         layer_norm::skip_simplified_layer_norm,
     ),
     (MS_DOMAIN, "Attention", attention::attention),
-    (MS_DOMAIN, "MultiHeadAttention", attention::multi_head_attention),
+    (
+        MS_DOMAIN,
+        "MultiHeadAttention",
+        attention::multi_head_attention,
+    ),
     // ONNX Runtime's CPU NCHWc layout operators.
     (NCHWC_DOMAIN, "Conv", nchwc::conv),
     (NCHWC_DOMAIN, "ReorderInput", nchwc::reorder_input),
@@ -121,7 +129,11 @@ pub const REGISTRY: &[(&str, &str, Decompose)] = &[
     // Default domain: function ops, and ONNX Runtime's default-domain contrib ops (valid ONNX
     // only from the opset noted in `is_standard`).
     ("", "LayerNormalization", layer_norm::layer_norm),
-    ("", "SimplifiedLayerNormalization", layer_norm::simplified_layer_norm),
+    (
+        "",
+        "SimplifiedLayerNormalization",
+        layer_norm::simplified_layer_norm,
+    ),
     ("", "Gelu", gelu::gelu_onnx),
     ("", "HardSwish", function_ops::hard_swish),
     ("", "Mish", function_ops::mish),
@@ -254,7 +266,15 @@ pub fn unfuse_all_with(
 ) -> UnfuseReport {
     let mut report = UnfuseReport::default();
     let opset = model.opset("");
-    unfuse_graph(&mut model.graph, opset, opts, &filter, "", &mut report);
+    unfuse_graph(
+        &mut model.graph,
+        opset,
+        opts,
+        &filter,
+        "",
+        None,
+        &mut report,
+    );
     report
 }
 
@@ -274,6 +294,7 @@ fn unfuse_graph(
     opts: &UnfuseOptions,
     filter: &dyn Fn(&Node) -> bool,
     path: &str,
+    outer: Option<&HashMap<String, ValueFacts>>,
     report: &mut UnfuseReport,
 ) {
     let selected: Vec<NodeId> = g
@@ -304,7 +325,7 @@ fn unfuse_graph(
         let mut block = opts.nchwc_block_size;
         let mut nchwc_error: Option<String> = None;
         if want_nchwc {
-            let f1 = Facts::compute(g, opset, None);
+            let f1 = Facts::compute_in(g, opset, None, outer);
             match nchwc::infer_block_size(g, &f1, opts.nchwc_block_size) {
                 Ok(b) => {
                     block = Some(b);
@@ -313,7 +334,7 @@ fn unfuse_graph(
                 Err(e) => nchwc_error = Some(e),
             }
         }
-        let facts = Facts::compute(g, opset, block);
+        let facts = Facts::compute_in(g, opset, block, outer);
         let ctx = UnfuseCtx {
             model_opset: opset,
             rule: opts.rule,
@@ -374,9 +395,7 @@ fn unfuse_graph(
             let built = unfuse_node(&ctx, g, n);
             let result = built.and_then(|p| {
                 let count = p.nodes.len();
-                p.apply(g)
-                    .map(|_| count)
-                    .map_err(|e| Unsupported::new(e.0))
+                p.apply(g).map(|_| count).map_err(|e| Unsupported::new(e.0))
             });
             match result {
                 Ok(count) => {
@@ -409,7 +428,9 @@ fn unfuse_graph(
         done.sort_by_key(|(p, _)| *p);
         failed.sort_by_key(|(p, _)| *p);
         report.unfused.extend(done.into_iter().map(|(_, u)| u));
-        report.unsupported.extend(failed.into_iter().map(|(_, s)| s));
+        report
+            .unsupported
+            .extend(failed.into_iter().map(|(_, s)| s));
         report.removed_initializers += drop_dead_initializers(g, &read_by_removed);
     } else {
         for &n in &selected {
@@ -418,7 +439,21 @@ fn unfuse_graph(
         }
     }
 
-    // Subgraphs (If/Loop/Scan bodies): same treatment, their own facts.
+    // Subgraphs (If/Loop/Scan bodies): same treatment, their own facts, seeded with the facts
+    // of the values they read from this scope.
+    let has_subgraphs = g.order.iter().any(|&n| {
+        g.node(n)
+            .attributes
+            .iter()
+            .any(|a| a.g.is_some() || !a.graphs.is_empty())
+    });
+    if !has_subgraphs {
+        return;
+    }
+    let mut scope: HashMap<String, ValueFacts> = outer.cloned().unwrap_or_default();
+    if let Some(opset) = opset {
+        scope.extend(Facts::compute_in(g, opset, opts.nchwc_block_size, outer).by_name(g));
+    }
     let nodes: Vec<NodeId> = g.order.clone();
     for n in nodes {
         let name = g.node(n).name().to_string();
@@ -433,10 +468,19 @@ fn unfuse_graph(
             };
             let an = a.name().to_string();
             if let Some(sg) = a.g.as_mut() {
-                unfuse_graph(sg, opset, opts, filter, &sub_path(&an), report);
+                unfuse_graph(
+                    sg,
+                    opset,
+                    opts,
+                    filter,
+                    &sub_path(&an),
+                    Some(&scope),
+                    report,
+                );
             }
             for (i, sg) in a.graphs.iter_mut().enumerate() {
-                unfuse_graph(sg, opset, opts, filter, &format!("{}[{i}]", sub_path(&an)), report);
+                let p = format!("{}[{i}]", sub_path(&an));
+                unfuse_graph(sg, opset, opts, filter, &p, Some(&scope), report);
             }
         }
     }

@@ -28,7 +28,7 @@
 
 use std::collections::HashSet;
 
-use crate::ir::{Graph, NodeId, Origin, ValueId};
+use crate::ir::{Graph, NodeId, ValueId};
 use crate::proto::AttributeProto;
 use crate::rewrite::{AttrValue, PValue, Patch};
 use crate::tensor::dtype;
@@ -72,7 +72,6 @@ fn weight_dims(g: &Graph, f: &Facts, n: NodeId) -> Option<Vec<i64>> {
 /// The NCHWc block size of the CPU that produced the model: the sizes consistent with every
 /// filter shape, channel padding and ORT-inserted Reshape; `hint` must be one of them.
 pub fn infer_block_size(g: &Graph, f: &Facts, hint: Option<i64>) -> Result<i64, String> {
-    let blocked = blocked_values(g);
     let mut cands: Vec<i64> = CANDIDATES.to_vec();
     if let Some(h) = hint {
         if !cands.contains(&h) {
@@ -84,7 +83,12 @@ pub fn infer_block_size(g: &Graph, f: &Facts, hint: Option<i64>) -> Result<i64, 
         let before = cands.len();
         let mut keep = |why: &dyn Fn(i64) -> bool| cands.retain(|&b| why(b));
         let node = g.node(n);
-        let input_blocked = node.inputs.first().copied().flatten().is_some_and(|v| blocked.contains(&v));
+        let input_blocked = node
+            .inputs
+            .first()
+            .copied()
+            .flatten()
+            .is_some_and(|v| f.is_blocked(v));
         match (node.domain(), node.op_type.as_str()) {
             (NCHWC_DOMAIN, "Conv") => {
                 let Some(w) = weight_dims(g, f, n).filter(|w| w.len() >= 3) else {
@@ -102,7 +106,12 @@ pub fn infer_block_size(g: &Graph, f: &Facts, hint: Option<i64>) -> Result<i64, 
             }
             (NCHWC_DOMAIN, "ReorderOutput") => {
                 let c = facts::attr_i(g, n, "channels").unwrap_or(0);
-                let cp = node.inputs.first().copied().flatten().and_then(|v| f.get(v).dim(1));
+                let cp = node
+                    .inputs
+                    .first()
+                    .copied()
+                    .flatten()
+                    .and_then(|v| f.get(v).dim(1));
                 if let (true, Some(cp)) = (c > 0, cp) {
                     keep(&|b| (c + b - 1) / b * b == cp);
                 }
@@ -150,13 +159,7 @@ fn block_size(rw: &Rw) -> Result<i64, Unsupported> {
 }
 
 fn is_blocked(rw: &Rw, i: usize) -> bool {
-    match rw.input_id(i) {
-        Some(v) => match rw.g.value(v).origin {
-            Origin::Node { .. } => blocked_values(rw.g).contains(&v),
-            _ => false,
-        },
-        None => false,
-    }
+    rw.input_id(i).is_some_and(|v| rw.facts().is_blocked(v))
 }
 
 /// How a filter was reordered.
@@ -187,14 +190,21 @@ pub fn unblock_filter(
     let ks: usize = dims[2..].iter().map(|&d| d as usize).product();
     let b = b as usize;
     if op % b != 0 {
-        return Err(format!("{op} output channels are not a multiple of the block size {b}"));
+        return Err(format!(
+            "{op} output channels are not a multiple of the block size {b}"
+        ));
     }
     if layout == FilterLayout::OIHWBiBo && iw % b != 0 {
-        return Err(format!("{iw} input channels are not a multiple of the block size {b}"));
+        return Err(format!(
+            "{iw} input channels are not a multiple of the block size {b}"
+        ));
     }
     let total = op * iw * ks;
     if data.len() != total {
-        return Err(format!("filter holds {} values, dims say {total}", data.len()));
+        return Err(format!(
+            "filter holds {} values, dims say {total}",
+            data.len()
+        ));
     }
     let mut out = vec![0f32; total];
     for o in 0..op {
@@ -340,7 +350,14 @@ pub fn pool(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch, Unsupported>
     let global = op.starts_with("Global");
     let mut names: Vec<&str> = vec![];
     if !global {
-        names.extend(["auto_pad", "kernel_shape", "dilations", "strides", "pads", "ceil_mode"]);
+        names.extend([
+            "auto_pad",
+            "kernel_shape",
+            "dilations",
+            "strides",
+            "pads",
+            "ceil_mode",
+        ]);
         names.push(if op == "MaxPool" {
             "storage_order"
         } else {
@@ -480,7 +497,10 @@ mod tests {
             let n: i64 = dims.iter().product();
             let w: Vec<f32> = (0..n).map(|v| v as f32).collect();
             let blocked = block(&dims, &w, b, layout);
-            assert_eq!(unblock_filter(&dims, &blocked, b as i64, layout).unwrap(), w);
+            assert_eq!(
+                unblock_filter(&dims, &blocked, b as i64, layout).unwrap(),
+                w
+            );
         }
         assert!(unblock_filter(&[12, 16, 1, 1], &[0.0; 192], 8, FilterLayout::OIHWBiBo).is_err());
     }

@@ -101,16 +101,10 @@ impl<'a> Rw<'a> {
         self.node.outputs.get(i).copied().flatten()
     }
 
-    /// Is output `i` present and read by a node or a graph output?
+    /// Is output `i` present and read by a node, a subgraph or a graph output (as of the
+    /// facts: an over-approximation once patches have been applied, never an under-one)?
     pub fn used(&self, i: usize) -> bool {
-        let Some(v) = self.output_id(i) else {
-            return false;
-        };
-        self.g.outputs.iter().any(|o| o.value == v)
-            || self.g.order.iter().any(|&n| {
-                let nd = self.g.node(n);
-                nd.inputs.contains(&Some(v)) || nd.implicit_inputs.contains(&v)
-            })
+        self.output_id(i).is_some_and(|v| self.facts.is_used(v))
     }
 
     /// The constant integers behind input `i`, if it is a constant.
@@ -187,7 +181,12 @@ impl<'a> Rw<'a> {
             TensorProto {
                 dims: vec![v.len() as i64],
                 data_type: Some(dtype::INT64),
-                raw_data: Some(v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<_>>().into()),
+                raw_data: Some(
+                    v.iter()
+                        .flat_map(|x| x.to_le_bytes())
+                        .collect::<Vec<_>>()
+                        .into(),
+                ),
                 ..Default::default()
             },
         )
@@ -200,7 +199,12 @@ impl<'a> Rw<'a> {
             TensorProto {
                 dims: dims.to_vec(),
                 data_type: Some(dtype::FLOAT),
-                raw_data: Some(v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<_>>().into()),
+                raw_data: Some(
+                    v.iter()
+                        .flat_map(|x| x.to_le_bytes())
+                        .collect::<Vec<_>>()
+                        .into(),
+                ),
                 ..Default::default()
             },
         )
@@ -228,7 +232,11 @@ impl<'a> Rw<'a> {
             let a = self.ints("axes", axes);
             self.op("Unsqueeze", &[x, a], &[])
         } else {
-            self.op("Unsqueeze", &[x], &[("axes", AttrValue::Ints(axes.to_vec()))])
+            self.op(
+                "Unsqueeze",
+                &[x],
+                &[("axes", AttrValue::Ints(axes.to_vec()))],
+            )
         }
     }
 
@@ -259,7 +267,10 @@ impl<'a> Rw<'a> {
             self.op(
                 "Clip",
                 &[x],
-                &[("min", AttrValue::Float(min)), ("max", AttrValue::Float(max))],
+                &[
+                    ("min", AttrValue::Float(min)),
+                    ("max", AttrValue::Float(max)),
+                ],
             )
         }
     }
@@ -304,7 +315,11 @@ impl<'a> Rw<'a> {
 
     /// Transpose with a permutation.
     pub fn transpose(&mut self, x: PValue, perm: &[i64]) -> PValue {
-        self.op("Transpose", &[x], &[("perm", AttrValue::Ints(perm.to_vec()))])
+        self.op(
+            "Transpose",
+            &[x],
+            &[("perm", AttrValue::Ints(perm.to_vec()))],
+        )
     }
 
     /// Reshape to a constant target (0 copies the input's dimension, -1 is inferred).
@@ -337,6 +352,13 @@ impl<'a> Rw<'a> {
     pub fn finish(mut self, outs: &[(usize, PValue)]) -> Result<Patch, Unsupported> {
         for (slot, v) in self.node.outputs.iter().enumerate() {
             let Some(v) = v else { continue };
+            // A subgraph reads the value by name, which a patch does not re-point.
+            if self.facts.read_by_subgraph(*v) {
+                return unsupported(format!(
+                    "output {slot} ('{}') is read inside a subgraph (outer-scope name)",
+                    self.g.value_name(*v)
+                ));
+            }
             match outs.iter().find(|(s, _)| *s == slot) {
                 Some((_, new)) => {
                     let mut new = *new;
