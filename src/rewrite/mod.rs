@@ -6,6 +6,7 @@ pub mod consts;
 pub mod cpu;
 pub mod patch;
 pub mod split;
+pub mod unfuse;
 pub mod work;
 
 pub use patch::{AttrValue, PValue, Patch, PatchError, ORIGIN_KEY, RULE_KEY};

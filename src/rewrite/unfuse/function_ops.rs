@@ -1,0 +1,131 @@
+//! ONNX operators defined by function bodies (HardSwish, Mish, GroupNormalization), and small
+//! ONNX Runtime contrib operators that are plain compositions (BiasAdd, BiasSoftmax).
+//! The standard ones are decomposed only when a rule asks (a target that lacks them).
+
+use crate::ir::{Graph, NodeId};
+use crate::rewrite::{AttrValue, Patch};
+use crate::tensor::dtype;
+
+use super::rw::{unsupported, Rw};
+use super::{UnfuseCtx, Unsupported};
+
+/// HardSwish-14: `y = x * HardSigmoid(x; alpha = 1/6, beta = 0.5)` (ONNX operator docs,
+/// HardSwish function body).
+pub fn hard_swish(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch, Unsupported> {
+    let mut rw = Rw::new(ctx, g, n);
+    rw.only_attrs(&[])?;
+    let x = rw.need(0, "X")?;
+    let hs = rw.op(
+        "HardSigmoid",
+        &[x],
+        &[
+            ("alpha", AttrValue::Float(1.0 / 6.0)),
+            ("beta", AttrValue::Float(0.5)),
+        ],
+    );
+    let y = rw.op("Mul", &[x, hs], &[]);
+    rw.finish(&[(0, y)])
+}
+
+/// Mish-18: `y = x * tanh(softplus(x))` (ONNX operator docs, Mish function body).
+pub fn mish(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch, Unsupported> {
+    let mut rw = Rw::new(ctx, g, n);
+    rw.only_attrs(&[])?;
+    let x = rw.need(0, "X")?;
+    let sp = rw.op("Softplus", &[x], &[]);
+    let t = rw.op("Tanh", &[sp], &[]);
+    let y = rw.op("Mul", &[x, t], &[]);
+    rw.finish(&[(0, y)])
+}
+
+/// GroupNormalization (ONNX operator docs, function body of versions 18 and 21): the input
+/// `[N, C, ...]` is viewed as `[N, G, -1]`, each group normalized as in LayerNormalization
+/// (`(x - mean) / sqrt(var + epsilon)`, in the stash type), then reshaped back and scaled.
+/// Version 18 (models at opset 18-20) takes scale and bias per group (`[G]`); version 21 per
+/// channel (`[C]`).
+pub fn group_norm(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch, Unsupported> {
+    let mut rw = Rw::new(ctx, g, n);
+    rw.only_attrs(&["epsilon", "num_groups", "stash_type"])?;
+    let x = rw.need(0, "X")?;
+    let scale = rw.need(1, "scale")?;
+    let bias = rw.need(2, "bias")?;
+    let dt = rw.float_dtype(0)?;
+    let groups = match rw.attr("num_groups").and_then(|a| a.i) {
+        Some(g) if g > 0 => g,
+        _ => return unsupported("num_groups is required"),
+    };
+    let eps = rw.attr_f("epsilon", 1e-5);
+    let stash = match rw.attr_i("stash_type", 1) {
+        1 => dtype::FLOAT,
+        t => return unsupported(format!("stash_type {t}")),
+    };
+    let per_channel = rw.opset >= 21;
+    let shape = rw.op("Shape", &[x], &[]);
+    let x3 = rw.reshape(x, &[0, groups, -1])?;
+    let cast = dt != stash;
+    let xs = if cast { rw.cast(x3, stash) } else { x3 };
+    let mean = rw.reduce("ReduceMean", xs, &[2], true);
+    let d = rw.op("Sub", &[xs, mean], &[]);
+    let sq = rw.op("Mul", &[d, d], &[]);
+    let var = rw.reduce("ReduceMean", sq, &[2], true);
+    let e = rw.scalar("epsilon", stash, eps as f64);
+    let ve = rw.op("Add", &[var, e], &[]);
+    let sd = rw.op("Sqrt", &[ve], &[]);
+    let nrm = rw.op("Div", &[d, sd], &[]);
+    let nrm = if cast { rw.cast(nrm, dt) } else { nrm };
+    let y = if per_channel {
+        let rank = rw.rank(0, "per-channel scale of GroupNormalization-21")?;
+        let back = rw.op("Reshape", &[nrm, shape], &[]);
+        let axes: Vec<i64> = (1..rank as i64 - 1).collect();
+        let (s, b) = if axes.is_empty() {
+            (scale, bias)
+        } else {
+            (rw.unsqueeze(scale, &axes), rw.unsqueeze(bias, &axes))
+        };
+        let ys = rw.op("Mul", &[back, s], &[]);
+        rw.op("Add", &[ys, b], &[])
+    } else {
+        let s = rw.unsqueeze(scale, &[1]);
+        let b = rw.unsqueeze(bias, &[1]);
+        let ys = rw.op("Mul", &[nrm, s], &[]);
+        let yb = rw.op("Add", &[ys, b], &[]);
+        rw.op("Reshape", &[yb, shape], &[])
+    };
+    rw.finish(&[(0, y)])
+}
+
+/// BiasAdd: `Y = X + bias + skip` (ContribOperators.md, BiasAdd: "Add input with bias, then
+/// add residual inputs").
+pub fn bias_add(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch, Unsupported> {
+    let mut rw = Rw::new(ctx, g, n);
+    rw.only_attrs(&[])?;
+    let x = rw.need(0, "X")?;
+    let b = rw.need(1, "bias")?;
+    let s = rw.need(2, "skip")?;
+    let xb = rw.op("Add", &[x, b], &[]);
+    let y = rw.op("Add", &[xb, s], &[]);
+    rw.finish(&[(0, y)])
+}
+
+/// BiasSoftmax: `Y = softmax(data + bias)` over the dimensions `axis..` (ContribOperators.md,
+/// BiasSoftmax: "apply softmax to elements for dimensions axis or higher"; default axis 1).
+/// ONNX Runtime forms it from `Softmax(Add(data, bias))` whose Add broadcasts the ONNX way
+/// (`bias_softmax_fusion.cc`); `is_inner_broadcast` only says which of the two broadcasts that
+/// Add did, so the decomposition is that Add and a softmax over the flattened trailing axes.
+pub fn bias_softmax(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch, Unsupported> {
+    let mut rw = Rw::new(ctx, g, n);
+    rw.only_attrs(&["axis", "is_inner_broadcast"])?;
+    let x = rw.need(0, "data")?;
+    let b = rw.need(1, "bias")?;
+    let mut axis = rw.attr_i("axis", 1);
+    if axis >= 0 {
+        if let Some(r) = rw.in_facts(0).rank() {
+            if axis == r as i64 - 1 {
+                axis = -1;
+            }
+        }
+    }
+    let s = rw.op("Add", &[x, b], &[]);
+    let y = rw.softmax_flat(s, axis);
+    rw.finish(&[(0, y)])
+}

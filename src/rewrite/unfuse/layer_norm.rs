@@ -1,0 +1,184 @@
+//! Layer normalizations: LayerNormalization (ONNX-17, and ONNX Runtime's default-domain version
+//! before 17), SimplifiedLayerNormalization (RMSNorm), SkipLayerNormalization and
+//! SkipSimplifiedLayerNormalization (ONNX Runtime contrib).
+
+use crate::ir::{Graph, NodeId};
+use crate::rewrite::{PValue, Patch};
+use crate::tensor::dtype;
+
+use super::rw::{unsupported, Rw};
+use super::{UnfuseCtx, Unsupported};
+
+/// What a normalization produced: the normalized input (before scale and bias, in the input's
+/// element type) and the statistics (in the stash type).
+struct Normed {
+    normalized: PValue,
+    mean: Option<PValue>,
+    inv_std: PValue,
+}
+
+/// The reduction axes `axis..rank`: negative indices when possible (no rank needed from
+/// opset 11), else from the known rank.
+fn norm_axes(rw: &Rw, axis: i64) -> Result<Vec<i64>, Unsupported> {
+    let rank = rw.in_facts(0).rank();
+    let neg = |r: i64| -> Vec<i64> {
+        let a = if axis < 0 { axis } else { axis - r };
+        (a..0).collect()
+    };
+    let pos = |r: i64| -> Vec<i64> {
+        let a = if axis < 0 { axis + r } else { axis };
+        (a..r).collect()
+    };
+    match (rank, axis < 0, rw.opset >= 11) {
+        (_, true, true) => Ok(neg(0)),
+        (Some(r), _, true) => Ok(neg(r as i64)),
+        (Some(r), _, false) => Ok(pos(r as i64)),
+        (None, _, _) => unsupported(format!(
+            "the input rank is unknown (axis {axis} needs it at opset {})",
+            rw.opset
+        )),
+    }
+    .and_then(|v: Vec<i64>| {
+        if v.is_empty() {
+            unsupported(format!("axis {axis} selects no dimension"))
+        } else {
+            Ok(v)
+        }
+    })
+}
+
+/// ONNX LayerNormalization-17 function body (ONNX operator docs): with `Xs` the input in the
+/// stash type, `Mean = ReduceMean(Xs)`, `D = Xs - Mean`, `Var = ReduceMean(D * D)`,
+/// `InvStdDev = Reciprocal(Sqrt(Var + epsilon))`, `Normalized = D * InvStdDev` (cast back).
+/// RMS variant (`simplified`, ONNX Runtime SimplifiedLayerNormalization:
+/// `y = x / sqrt(mean(x^2) + epsilon) * scale`): no mean is subtracted.
+fn normalize(
+    rw: &mut Rw,
+    x: PValue,
+    axes: &[i64],
+    eps: f32,
+    stash: i32,
+    simplified: bool,
+) -> Result<Normed, Unsupported> {
+    let dt = rw.float_dtype(0)?;
+    let cast = dt != stash;
+    let xs = if cast { rw.cast(x, stash) } else { x };
+    let (centered, mean) = if simplified {
+        (xs, None)
+    } else {
+        let mean = rw.reduce("ReduceMean", xs, axes, true);
+        (rw.op("Sub", &[xs, mean], &[]), Some(mean))
+    };
+    let sq = rw.op("Mul", &[centered, centered], &[]);
+    let var = rw.reduce("ReduceMean", sq, axes, true);
+    let e = rw.scalar("epsilon", stash, eps as f64);
+    let ve = rw.op("Add", &[var, e], &[]);
+    let sd = rw.op("Sqrt", &[ve], &[]);
+    let inv_std = rw.op("Reciprocal", &[sd], &[]);
+    let n = rw.op("Mul", &[centered, inv_std], &[]);
+    let normalized = if cast { rw.cast(n, dt) } else { n };
+    Ok(Normed {
+        normalized,
+        mean,
+        inv_std,
+    })
+}
+
+/// The stash type (element type of the statistics and of the computation).
+fn stash_type(rw: &Rw) -> Result<i32, Unsupported> {
+    match rw.attr_i("stash_type", 1) {
+        1 => Ok(dtype::FLOAT),
+        t @ (10 | 11 | 16) => Ok(t as i32),
+        t => unsupported(format!("stash_type {t}")),
+    }
+}
+
+/// LayerNormalization: `Y = Normalized * Scale + B`, outputs Mean and InvStdDev (ONNX
+/// operator docs, LayerNormalization-17; ONNX Runtime's default-domain LayerNormalization-1
+/// has the same inputs, outputs and attributes).
+pub fn layer_norm(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch, Unsupported> {
+    let mut rw = Rw::new(ctx, g, n);
+    rw.only_attrs(&["axis", "epsilon", "stash_type"])?;
+    let x = rw.need(0, "X")?;
+    let scale = rw.need(1, "Scale")?;
+    let axes = norm_axes(&rw, rw.attr_i("axis", -1))?;
+    let eps = rw.attr_f("epsilon", 1e-5);
+    let stash = stash_type(&rw)?;
+    let nm = normalize(&mut rw, x, &axes, eps, stash, false)?;
+    let mut y = rw.op("Mul", &[nm.normalized, scale], &[]);
+    if let Some(b) = rw.input(2) {
+        y = rw.op("Add", &[y, b], &[]);
+    }
+    let mut outs = vec![(0, y), (2, nm.inv_std)];
+    if let Some(m) = nm.mean {
+        outs.push((1, m));
+    }
+    rw.finish(&outs)
+}
+
+/// SimplifiedLayerNormalization (ONNX Runtime, default domain): RMS normalization,
+/// `Y = X / sqrt(mean(X^2) + epsilon) * scale`; outputs Y and inv_std_var.
+pub fn simplified_layer_norm(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch, Unsupported> {
+    let mut rw = Rw::new(ctx, g, n);
+    rw.only_attrs(&["axis", "epsilon", "stash_type"])?;
+    let x = rw.need(0, "X")?;
+    let scale = rw.need(1, "scale")?;
+    let axes = norm_axes(&rw, rw.attr_i("axis", -1))?;
+    let eps = rw.attr_f("epsilon", 1e-5);
+    let stash = stash_type(&rw)?;
+    let nm = normalize(&mut rw, x, &axes, eps, stash, true)?;
+    let y = rw.op("Mul", &[nm.normalized, scale], &[]);
+    rw.finish(&[(0, y), (1, nm.inv_std)])
+}
+
+/// SkipLayerNormalization: `S = input + skip (+ bias)`, `output = LayerNorm(S) * gamma
+/// (+ beta)` over the last axis; outputs mean, inv_std_var (float) and
+/// input_skip_bias_sum = S (ContribOperators.md / `bert_defs.cc`, SkipLayerNormalization).
+pub fn skip_layer_norm(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch, Unsupported> {
+    skip_norm(ctx, g, n, false)
+}
+
+/// SkipSimplifiedLayerNormalization: as SkipLayerNormalization with RMS normalization, inputs
+/// input, skip, gamma, bias (no beta); outputs output, (mean: not defined for RMS), inv_std_var,
+/// input_skip_bias_sum.
+pub fn skip_simplified_layer_norm(
+    ctx: &UnfuseCtx,
+    g: &Graph,
+    n: NodeId,
+) -> Result<Patch, Unsupported> {
+    skip_norm(ctx, g, n, true)
+}
+
+fn skip_norm(
+    ctx: &UnfuseCtx,
+    g: &Graph,
+    n: NodeId,
+    simplified: bool,
+) -> Result<Patch, Unsupported> {
+    let mut rw = Rw::new(ctx, g, n);
+    rw.only_attrs(&["epsilon"])?;
+    let x = rw.need(0, "input")?;
+    let skip = rw.need(1, "skip")?;
+    let gamma = rw.need(2, "gamma")?;
+    let (beta, bias) = if simplified {
+        (None, rw.input(3))
+    } else {
+        (rw.input(3), rw.input(4))
+    };
+    let eps = rw.attr_f("epsilon", 1e-12);
+    let mut s = rw.op("Add", &[x, skip], &[]);
+    if let Some(b) = bias {
+        s = rw.op("Add", &[s, b], &[]);
+    }
+    // The statistics are float (type constraint U); the computation follows them.
+    let nm = normalize(&mut rw, s, &[-1], eps, dtype::FLOAT, simplified)?;
+    let mut y = rw.op("Mul", &[nm.normalized, gamma], &[]);
+    if let Some(b) = beta {
+        y = rw.op("Add", &[y, b], &[]);
+    }
+    let mut outs = vec![(0, y), (2, nm.inv_std), (3, s)];
+    if let Some(m) = nm.mean {
+        outs.push((1, m));
+    }
+    rw.finish(&outs)
+}
