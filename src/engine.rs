@@ -136,11 +136,9 @@ impl ShapeSource for FactView<'_> {
     }
 }
 
-/// Sizes for the graph inputs' symbolic dims: `--dim` first, then the defaults of the target's
-/// barrier rules (`batch`: axis 0, `spatial`: axes 2.. of rank-4 inputs, `default`: any other,
-/// or a dim's own name).
-pub fn dim_sizes(model: &Model, target: &Target, opts: &Options) -> BTreeMap<String, i64> {
-    let mut out = opts.dims.clone();
+/// Default sizes from the target's barrier rules: `batch` (axis 0 of a graph input),
+/// `spatial` (axes 2.. of a rank-4 graph input), `default` (any other), or a dim's own name.
+fn barrier_defaults(target: &Target) -> BTreeMap<String, i64> {
     let mut defaults: BTreeMap<String, i64> = BTreeMap::new();
     for r in &target.rules {
         if let Action::Barrier { dims, .. } = &r.action {
@@ -149,11 +147,25 @@ pub fn dim_sizes(model: &Model, target: &Target, opts: &Options) -> BTreeMap<Str
             }
         }
     }
-    if defaults.is_empty() {
-        return out;
-    }
+    defaults
+}
+
+/// Sizes for the graph inputs' dims that the file leaves open: by name (`--dim` first, then the
+/// defaults of the target's barrier rules), and by position for dims without a name (`-1`,
+/// missing). Returns (named sizes, (input index, axis) -> size for unnamed dims).
+pub fn dim_sizes(model: &Model, target: &Target, opts: &Options) -> BTreeMap<String, i64> {
+    input_dims(model, target, opts).0
+}
+
+type Positional = Vec<(usize, usize, i64)>;
+
+fn input_dims(model: &Model, target: &Target, opts: &Options) -> (BTreeMap<String, i64>, Positional) {
+    use crate::proto::tensor_shape_proto::dimension::Value as DV;
+    let mut named = opts.dims.clone();
+    let mut positional = Vec::new();
+    let defaults = barrier_defaults(target);
     let g = &model.graph;
-    for i in &g.inputs {
+    for (ii, i) in g.inputs.iter().enumerate() {
         if g.initializer(i.value).is_some() {
             continue;
         }
@@ -165,13 +177,6 @@ pub fn dim_sizes(model: &Model, target: &Target, opts: &Options) -> BTreeMap<Str
         let Some(shape) = &t.shape else { continue };
         let rank = shape.dim.len();
         for (axis, d) in shape.dim.iter().enumerate() {
-            let Some(crate::proto::tensor_shape_proto::dimension::Value::DimParam(name)) = &d.value
-            else {
-                continue;
-            };
-            if name.is_empty() || out.contains_key(name) {
-                continue;
-            }
             let by_role = if axis == 0 {
                 defaults.get("batch")
             } else if rank == 4 && axis >= 2 {
@@ -179,12 +184,25 @@ pub fn dim_sizes(model: &Model, target: &Target, opts: &Options) -> BTreeMap<Str
             } else {
                 None
             };
-            if let Some(v) = defaults.get(name).or(by_role).or(defaults.get("default")) {
-                out.insert(name.clone(), *v);
+            match &d.value {
+                Some(DV::DimParam(name)) if !name.is_empty() => {
+                    if named.contains_key(name) {
+                        continue;
+                    }
+                    if let Some(v) = defaults.get(name).or(by_role).or(defaults.get("default")) {
+                        named.insert(name.clone(), *v);
+                    }
+                }
+                Some(DV::DimValue(v)) if *v > 0 => {}
+                _ => {
+                    if let Some(v) = by_role.or(defaults.get("default")) {
+                        positional.push((ii, axis, *v));
+                    }
+                }
             }
         }
     }
-    out
+    (named, positional)
 }
 
 fn infer(model: &Model, dims: &BTreeMap<String, i64>) -> Facts {
@@ -193,6 +211,41 @@ fn infer(model: &Model, dims: &BTreeMap<String, i64>) -> Facts {
         ..Default::default()
     };
     crate::infer::infer_model(model, &opts)
+}
+
+/// Infer with the sizes above. Unnamed input dims are filled in the declarations for the
+/// duration of the inference, then restored.
+fn infer_with(model: &mut Model, target: &Target, opts: &Options) -> Facts {
+    use crate::proto::tensor_shape_proto::dimension::Value as DV;
+    let (named, positional) = input_dims(model, target, opts);
+    let mut saved = Vec::new();
+    for &(ii, axis, v) in &positional {
+        if let Some(crate::proto::type_proto::Value::TensorType(t)) = model.graph.inputs[ii]
+            .proto
+            .r#type
+            .as_mut()
+            .and_then(|t| t.value.as_mut())
+        {
+            if let Some(d) = t.shape.as_mut().and_then(|s| s.dim.get_mut(axis)) {
+                saved.push((ii, axis, d.value.clone()));
+                d.value = Some(DV::DimValue(v));
+            }
+        }
+    }
+    let facts = infer(model, &named);
+    for (ii, axis, old) in saved {
+        if let Some(crate::proto::type_proto::Value::TensorType(t)) = model.graph.inputs[ii]
+            .proto
+            .r#type
+            .as_mut()
+            .and_then(|t| t.value.as_mut())
+        {
+            if let Some(d) = t.shape.as_mut().and_then(|s| s.dim.get_mut(axis)) {
+                d.value = old;
+            }
+        }
+    }
+    facts
 }
 
 fn finding(target: &Target, g: &Graph, m: &Match, kind: FindingKind, reason: Option<String>) -> Finding {
@@ -231,9 +284,9 @@ fn barrier_rule(target: &Target, matches: &[Match]) -> Option<(usize, u64)> {
 }
 
 /// Findings of `target` on `model`: every rule that would still do something.
-pub fn check(model: &Model, target: &Target, opts: &Options) -> Vec<Finding> {
-    let dims = dim_sizes(model, target, opts);
-    let facts = infer(model, &dims);
+pub fn check(model: &mut Model, target: &Target, opts: &Options) -> Vec<Finding> {
+    let facts = infer_with(model, target, opts);
+    let model = &*model;
     let view = FactView(&facts);
     let opsets = Opsets::from_model(model);
     let g = &model.graph;
@@ -290,13 +343,12 @@ pub fn compile(model: &mut Model, target: &Target, opts: &Options) -> Report {
         annotation: opts.annotation.clone(),
         ..Report::default()
     };
-    let dims = dim_sizes(model, target, opts);
     let opset = model.opset("").unwrap_or(1);
     let opsets = Opsets::from_model(model);
     let mut stuck: HashSet<(usize, NodeId)> = HashSet::new();
     for iteration in 0..opts.max_iterations {
         report.iterations = iteration + 1;
-        let facts = infer(model, &dims);
+        let facts = infer_with(model, target, opts);
         let view = FactView(&facts);
         let matches = Matcher::new(&model.graph, &view, &opsets).find(target);
         let mut touched: HashSet<NodeId> = HashSet::new();
@@ -428,7 +480,7 @@ pub fn compile(model: &mut Model, target: &Target, opts: &Options) -> Report {
             let rule = &target.rules[ri];
             let mut cuts = 0usize;
             loop {
-                let facts = infer(model, &dims);
+                let facts = infer_with(model, target, opts);
                 let view = FactView(&facts);
                 match barrier::next_cut(&model.graph, &view, budget, &rule.id, &opts.annotation) {
                     Ok(Some(p)) => {
@@ -495,7 +547,7 @@ pub fn compile(model: &mut Model, target: &Target, opts: &Options) -> Report {
             report.remaining.push(f);
         }
     }
-    let facts = infer(model, &dims);
+    let facts = infer_with(model, target, opts);
     let view = FactView(&facts);
     if barrier_rule(target, &Matcher::new(&model.graph, &view, &opsets).find(target)).is_some() {
         report.pieces = barrier::pieces(&model.graph, &view).unwrap_or_default();

@@ -15,6 +15,7 @@ pub mod inspect;
 pub mod io;
 pub mod ir;
 pub mod partition;
+pub mod report;
 pub mod rewrite;
 pub mod rules;
 pub mod tensor;

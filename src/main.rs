@@ -1,15 +1,19 @@
 //! The `onnx-safeify` command: parses arguments, calls the library, maps results to exit codes
-//! (0 ok, 1 findings, 2 any error).
+//! (0 ok, 1 findings / not faithful, 2 any error).
 
+use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use onnx_safeify::engine::{self, FindingKind};
+use onnx_safeify::rules::schema::Target;
 use onnx_safeify::{Error, ErrorKind};
 
-// The IR is many small allocations; mimalloc halves import/export time against glibc's malloc.
+// The IR is many small allocations; mimalloc makes import/export several times faster than
+// glibc's malloc on large graphs.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -18,6 +22,8 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
     name = "onnx-safeify",
     version,
     about = "Rewrite ONNX models so they run safely on GPUs and drivers with known hazards",
+    long_about = "Rewrite ONNX models so they run safely on GPUs and drivers with known hazards.\n\n\
+                  Exit codes: 0 success, 1 findings (check) or an unfaithful rewrite (verify), 2 any error.",
     args_conflicts_with_subcommands = true,
     subcommand_negates_reqs = true
 )]
@@ -30,6 +36,12 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Report what the target's rules would change (exit 0: nothing, 1: findings, 2: error).
+    Check(CheckArgs),
+    /// Say what each rule would do, or for one node why each rule does or does not match.
+    Explain(ExplainArgs),
+    /// List the built-in targets.
+    Targets,
     /// Show what a model contains: IR version, opsets, inputs/outputs, op histogram, weights.
     Inspect {
         /// The model file.
@@ -40,42 +52,102 @@ enum Command {
     },
     /// Prove that a rewritten model computes the same function as the original (ONNX Runtime, CPU).
     Verify(onnx_safeify::verify::VerifyArgs),
+    /// Read an error log, name the likely cause with its evidence and the target that fixes it.
+    Doctor(DoctorArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+struct TargetArgs {
+    /// The target: a built-in name (see `targets`) or a rules file (FILE.yaml).
+    #[arg(long, short = 't')]
+    target: Option<String>,
+    /// Extra rules layered on top of the target (repeatable).
+    #[arg(long = "rules", value_name = "FILE.yaml")]
+    rules: Vec<PathBuf>,
+    /// Size of a symbolic dim, for shape inference and work estimates (repeatable).
+    #[arg(long = "dim", value_name = "NAME=VALUE")]
+    dims: Vec<String>,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+enum Format {
+    Text,
+    Json,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+enum CpuMode {
+    /// One model; pinned nodes carry metadata `layer_ann`.
+    Annotate,
+    /// Segment models plus a manifest (for runtimes without per-node placement).
+    Partition,
 }
 
 #[derive(Args, Debug)]
 struct CompileArgs {
     /// The model to rewrite.
-    #[arg(required = true)]
     model: Option<PathBuf>,
-    /// The target: a built-in name (`none`: no rules, a pure round trip) or a rules file.
-    #[arg(long, short = 't', required = true)]
-    target: Option<String>,
+    #[command(flatten)]
+    target: TargetArgs,
     /// Where to write the result (default: MODEL's stem + `.TARGET.onnx` beside it).
     #[arg(long, short = 'o')]
     output: Option<PathBuf>,
+    /// Write even when rules deny nodes or an action cannot be applied.
+    #[arg(long)]
+    allow_unsafe: bool,
+    /// How CPU-pinned nodes are written.
+    #[arg(long, value_enum, default_value_t = CpuMode::Annotate)]
+    cpu_subgraphs: CpuMode,
+    /// Write a JSON report of the compile.
+    #[arg(long, value_name = "FILE.json")]
+    report: Option<PathBuf>,
     /// Verify the output against the input on ONNX Runtime (CPU) right after compiling; when
     /// it is not faithful, remove the output and exit 1.
     #[arg(long)]
     verify: bool,
 }
 
+#[derive(Args, Debug)]
+struct CheckArgs {
+    /// The model to check.
+    model: PathBuf,
+    #[command(flatten)]
+    target: TargetArgs,
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    format: Format,
+}
+
+#[derive(Args, Debug)]
+struct ExplainArgs {
+    /// The model.
+    model: PathBuf,
+    #[command(flatten)]
+    target: TargetArgs,
+    /// Explain every rule for this node (its name).
+    #[arg(long)]
+    node: Option<String>,
+}
+
+#[derive(Args, Debug)]
+struct DoctorArgs {
+    /// The error log (a file, or `-` for standard input).
+    log: PathBuf,
+    /// The model that failed, to list the nodes involved.
+    model: Option<PathBuf>,
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    format: Format,
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Some(Command::Check(a)) => check(&a),
+        Some(Command::Explain(a)) => explain(&a),
+        Some(Command::Targets) => targets(),
         Some(Command::Inspect { model, ir }) => inspect(&model, ir),
         Some(Command::Verify(args)) => Ok(onnx_safeify::verify::run_cli(&args)),
-        None => match (cli.compile.model, cli.compile.target) {
-            (Some(model), Some(target)) => compile(
-                &model,
-                &target,
-                cli.compile.output.as_deref(),
-                cli.compile.verify,
-            ),
-            _ => Err(Error::new(
-                ErrorKind::Usage,
-                "a MODEL and --target are required",
-            )),
-        },
+        Some(Command::Doctor(a)) => doctor(&a),
+        None => compile(&cli.compile),
     };
     match result {
         Ok(code) => ExitCode::from(code),
@@ -98,88 +170,6 @@ fn progress(msg: &str) -> indicatif::ProgressBar {
     }
 }
 
-fn target_name(target: &str) -> Result<String, Error> {
-    match target {
-        "none" => Ok("none".to_string()),
-        t if t.ends_with(".yaml") || t.ends_with(".yml") => Err(Error::new(
-            ErrorKind::Rules,
-            format!("rule files are not supported yet ({t})"),
-        )),
-        t => Err(Error::new(
-            ErrorKind::Usage,
-            format!("unknown target '{t}' (built-in targets: none)"),
-        )),
-    }
-}
-
-fn default_output(model: &Path, target: &str) -> PathBuf {
-    let stem = model
-        .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "model".into());
-    model.with_file_name(format!("{stem}.{target}.onnx"))
-}
-
-fn compile(model: &Path, target: &str, output: Option<&Path>, verify: bool) -> Result<u8, Error> {
-    let name = target_name(target)?;
-    let out = output
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| default_output(model, &name));
-    let start = Instant::now();
-    let pb = progress(&format!("reading {}", model.display()));
-    let doc = onnx_safeify::load(model)?;
-    pb.set_message(format!("writing {}", out.display()));
-    let summary = onnx_safeify::save(&doc, &out)?;
-    pb.finish_and_clear();
-    eprintln!(
-        "wrote {} ({} bytes{}) for target {name} in {:.0} ms",
-        out.display(),
-        summary.bytes,
-        summary
-            .external_file
-            .as_ref()
-            .map(|p| format!(
-                ", external data {} bytes in {}",
-                summary.external_bytes,
-                p.display()
-            ))
-            .unwrap_or_default(),
-        start.elapsed().as_secs_f64() * 1000.0
-    );
-    if verify {
-        return verify_output(model, &out);
-    }
-    Ok(0)
-}
-
-/// `--verify`: run both models; an unfaithful (or unverifiable) output is removed.
-fn verify_output(model: &Path, out: &Path) -> Result<u8, Error> {
-    let opts = onnx_safeify::verify::VerifyOptions::default();
-    let result = onnx_safeify::verify::verify_models(model, out, &opts);
-    match result {
-        Ok(report) if report.passed() => {
-            eprint!("{}", report.to_text());
-            Ok(0)
-        }
-        Ok(report) => {
-            eprint!("{}", report.to_text());
-            let _ = std::fs::remove_file(out);
-            eprintln!(
-                "error: {}: the rewrite is not faithful; output removed",
-                out.display()
-            );
-            Ok(1)
-        }
-        Err(e) => {
-            let _ = std::fs::remove_file(out);
-            Err(Error::new(
-                ErrorKind::Usage,
-                format!("verification failed, output removed: {e}"),
-            ))
-        }
-    }
-}
-
 /// Print to stdout; a closed pipe (`| head`) is not an error.
 fn emit(text: &str) -> Result<(), Error> {
     use std::io::Write;
@@ -187,11 +177,300 @@ fn emit(text: &str) -> Result<(), Error> {
     match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        Err(e) => Err(Error::new(
-            ErrorKind::Io,
-            format!("cannot write to stdout: {e}"),
-        )),
+        Err(e) => Err(Error::new(ErrorKind::Io, format!("cannot write to stdout: {e}"))),
     }
+}
+
+fn load_target(a: &TargetArgs) -> Result<Target, Error> {
+    let spec = a
+        .target
+        .as_deref()
+        .ok_or_else(|| Error::new(ErrorKind::Usage, "--target is required (see `onnx-safeify targets`)"))?;
+    onnx_safeify::rules::load_target_with_rules(spec, &a.rules)
+}
+
+fn options(a: &TargetArgs) -> Result<engine::Options, Error> {
+    let mut dims = BTreeMap::new();
+    for d in &a.dims {
+        let (k, v) = d
+            .split_once('=')
+            .ok_or_else(|| Error::new(ErrorKind::Usage, format!("--dim {d}: expected NAME=VALUE")))?;
+        let v: i64 = v
+            .trim()
+            .parse()
+            .ok()
+            .filter(|v| *v > 0)
+            .ok_or_else(|| Error::new(ErrorKind::Usage, format!("--dim {d}: VALUE must be a positive integer")))?;
+        dims.insert(k.trim().to_string(), v);
+    }
+    Ok(engine::Options {
+        dims,
+        ..engine::Options::default()
+    })
+}
+
+fn default_output(model: &Path, target: &str, ext: &str) -> PathBuf {
+    let stem = model
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "model".into());
+    model.with_file_name(format!("{stem}.{target}.{ext}"))
+}
+
+/// A file-system-friendly form of a target name (a rules file's stem).
+fn target_slug(t: &Target) -> String {
+    t.name
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' })
+        .collect()
+}
+
+fn compile(a: &CompileArgs) -> Result<u8, Error> {
+    let model = a
+        .model
+        .as_deref()
+        .ok_or_else(|| Error::new(ErrorKind::Usage, "a MODEL is required"))?;
+    let target = load_target(&a.target)?;
+    let opts = options(&a.target)?;
+    let start = Instant::now();
+    let pb = progress(&format!("reading {}", model.display()));
+    let mut doc = onnx_safeify::load(model)?;
+    pb.set_message(format!("rewriting for {}", target.name));
+    let report = engine::compile(&mut doc.model, &target, &opts);
+    pb.finish_and_clear();
+
+    let blocking: Vec<&engine::Finding> = report
+        .remaining
+        .iter()
+        .filter(|f| matches!(f.kind, FindingKind::Denied | FindingKind::Unsupported))
+        .collect();
+    if !blocking.is_empty() && !a.allow_unsafe {
+        let text = onnx_safeify::report::findings_text(
+            &target.name,
+            &model.display().to_string(),
+            &report.remaining,
+        );
+        eprint!("{text}");
+        eprintln!(
+            "error: {}: {} node(s) have no safe rewrite for target {}; nothing was written (use --allow-unsafe to write anyway)",
+            model.display(),
+            blocking.len(),
+            target.name
+        );
+        return Ok(1);
+    }
+    engine::check_invariants(&doc.model.graph).map_err(|e| {
+        Error::new(ErrorKind::Invalid, format!("internal error, nothing written: {e}")).in_file(model)
+    })?;
+    if !target.runtime.is_empty() {
+        engine::stamp_runtime(&mut doc.model, &target);
+    }
+
+    let slug = target_slug(&target);
+    let outputs: Vec<PathBuf> = match a.cpu_subgraphs {
+        CpuMode::Annotate => {
+            let out = a
+                .output
+                .clone()
+                .unwrap_or_else(|| default_output(model, &slug, "onnx"));
+            onnx_safeify::save(&doc, &out)?;
+            vec![out]
+        }
+        CpuMode::Partition => {
+            let manifest = a
+                .output
+                .clone()
+                .unwrap_or_else(|| default_output(model, &slug, "manifest.yaml"));
+            let g = &doc.model.graph;
+            let ann = opts.annotation.clone();
+            let is_cpu = |n| g.node(n).metadata("layer_ann") == Some(ann.as_str());
+            let segs = onnx_safeify::partition::plan(g, &is_cpu).map_err(|e| e.in_file(model))?;
+            let facts = onnx_safeify::infer::infer_model(&doc.model, &Default::default());
+            let type_of = |v| tensor_type(&facts, v);
+            let models = onnx_safeify::partition::segment_models(&doc.model, &segs, &type_of)
+                .map_err(|e| e.in_file(model))?;
+            onnx_safeify::partition::save_partitioned(&doc, &segs, models, &manifest)?
+        }
+    };
+    eprint!("{}", onnx_safeify::report::summary_text(&report, &target));
+    if !report.remaining.is_empty() {
+        eprint!(
+            "{}",
+            onnx_safeify::report::findings_text(&target.name, &model.display().to_string(), &report.remaining)
+        );
+    }
+    let primary = outputs.last().cloned().unwrap_or_default();
+    eprintln!(
+        "wrote {} in {:.0} ms",
+        outputs
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
+        start.elapsed().as_secs_f64() * 1000.0
+    );
+    if let Some(path) = &a.report {
+        let names: Vec<String> = outputs.iter().map(|p| p.display().to_string()).collect();
+        let json = onnx_safeify::report::compile_json(&report, &target, &model.display().to_string(), &names);
+        std::fs::write(path, json).map_err(|e| Error::io(path, "cannot write the report", e))?;
+    }
+    if a.verify {
+        return verify_output(model, &primary, &outputs);
+    }
+    Ok(0)
+}
+
+fn tensor_type(facts: &onnx_safeify::infer::Facts, v: onnx_safeify::ir::ValueId) -> Option<onnx_safeify::proto::TypeProto> {
+    use onnx_safeify::infer::Dim;
+    use onnx_safeify::proto::{tensor_shape_proto, type_proto, TensorShapeProto, TypeProto};
+    let info = facts.info(v);
+    let elem = info.dtype?;
+    let shape = info.shape.as_ref().map(|dims| TensorShapeProto {
+        dim: dims
+            .iter()
+            .map(|d| tensor_shape_proto::Dimension {
+                value: match d {
+                    Dim::Known(k) => Some(tensor_shape_proto::dimension::Value::DimValue(*k)),
+                    Dim::Sym(s) => Some(tensor_shape_proto::dimension::Value::DimParam(s.clone())),
+                    Dim::Unknown => None,
+                },
+                denotation: None,
+            })
+            .collect(),
+    });
+    Some(TypeProto {
+        value: Some(type_proto::Value::TensorType(type_proto::Tensor {
+            elem_type: Some(elem),
+            shape,
+        })),
+        denotation: None,
+    })
+}
+
+/// `--verify`: run both models; an unfaithful (or unverifiable) output is removed.
+fn verify_output(model: &Path, out: &Path, all: &[PathBuf]) -> Result<u8, Error> {
+    let opts = onnx_safeify::verify::VerifyOptions::default();
+    let remove_all = || {
+        for p in all {
+            let _ = std::fs::remove_file(p);
+        }
+        if let Some(first) = all.first() {
+            let _ = std::fs::remove_file(first.with_file_name(format!(
+                "{}.data",
+                first.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+            )));
+        }
+    };
+    match onnx_safeify::verify::verify_models(model, out, &opts) {
+        Ok(report) if report.passed() => {
+            eprint!("{}", report.to_text());
+            Ok(0)
+        }
+        Ok(report) => {
+            eprint!("{}", report.to_text());
+            remove_all();
+            eprintln!("error: {}: the rewrite is not faithful; output removed", out.display());
+            Ok(1)
+        }
+        Err(e) => {
+            remove_all();
+            Err(Error::new(ErrorKind::Usage, format!("verification failed, output removed: {e}")))
+        }
+    }
+}
+
+fn check(a: &CheckArgs) -> Result<u8, Error> {
+    let target = load_target(&a.target)?;
+    let opts = options(&a.target)?;
+    let mut doc = onnx_safeify::load(&a.model)?;
+    let findings = engine::check(&mut doc.model, &target, &opts);
+    let name = a.model.display().to_string();
+    match a.format {
+        Format::Text => emit(&onnx_safeify::report::findings_text(&target.name, &name, &findings))?,
+        Format::Json => emit(&onnx_safeify::report::findings_json(&target.name, &name, &findings))?,
+    }
+    Ok(if findings.is_empty() { 0 } else { 1 })
+}
+
+fn explain(a: &ExplainArgs) -> Result<u8, Error> {
+    use onnx_safeify::rules::matcher::{Matcher, Opsets};
+    let target = load_target(&a.target)?;
+    let opts = options(&a.target)?;
+    let doc = onnx_safeify::load(&a.model)?;
+    let dims = engine::dim_sizes(&doc.model, &target, &opts);
+    let facts = onnx_safeify::infer::infer_model(
+        &doc.model,
+        &onnx_safeify::infer::InferOptions {
+            dims: dims.into_iter().collect(),
+            ..Default::default()
+        },
+    );
+    let view = engine::FactView(&facts);
+    let opsets = Opsets::from_model(&doc.model);
+    let g = &doc.model.graph;
+    let matcher = Matcher::new(g, &view, &opsets);
+    let mut out = String::new();
+    match &a.node {
+        Some(name) => {
+            let node = g
+                .order
+                .iter()
+                .copied()
+                .find(|&n| g.node(n).name() == name)
+                .ok_or_else(|| {
+                    Error::new(ErrorKind::Usage, format!("no node named '{name}'")).in_file(&a.model)
+                })?;
+            out.push_str(&format!("node '{name}' ({}):\n", g.node(node).op_type));
+            for e in matcher.explain(&target, node) {
+                out.push_str(&format!("  {e}\n"));
+            }
+        }
+        None => {
+            let matches = matcher.find(&target);
+            out.push_str(&format!(
+                "target {} ({}): {} rule(s)\n",
+                target.name,
+                target.description,
+                target.rules.len()
+            ));
+            for (i, r) in target.rules.iter().enumerate() {
+                let hits: Vec<String> = matches
+                    .iter()
+                    .filter(|m| m.rule == i)
+                    .map(|m| {
+                        let n = g.node(m.node);
+                        format!("{} ({})", if n.name().is_empty() { "<unnamed>" } else { n.name() }, n.op_type)
+                    })
+                    .collect();
+                out.push_str(&format!("{} -> {}: {} node(s)\n", r.id, r.action, hits.len()));
+                out.push_str(&format!("  why: {}\n", r.why));
+                for h in hits.iter().take(20) {
+                    out.push_str(&format!("  - {h}\n"));
+                }
+                if hits.len() > 20 {
+                    out.push_str(&format!("  ... and {} more\n", hits.len() - 20));
+                }
+            }
+        }
+    }
+    emit(&out)?;
+    Ok(0)
+}
+
+fn targets() -> Result<u8, Error> {
+    let mut out = String::new();
+    for name in onnx_safeify::rules::builtin::builtin_names() {
+        let t = onnx_safeify::rules::load_target(name)?;
+        out.push_str(&format!(
+            "{:<14} {:>3} rules  {:>2} runtime settings  {}\n",
+            t.name,
+            t.rules.len(),
+            t.runtime.len(),
+            t.description
+        ));
+    }
+    emit(&out)?;
+    Ok(0)
 }
 
 fn inspect(model: &Path, ir: bool) -> Result<u8, Error> {
@@ -201,6 +480,28 @@ fn inspect(model: &Path, ir: bool) -> Result<u8, Error> {
     } else {
         let s = onnx_safeify::inspect::summarize(&doc.model);
         emit(&onnx_safeify::inspect::render_text(&s))?;
+    }
+    Ok(0)
+}
+
+fn doctor(a: &DoctorArgs) -> Result<u8, Error> {
+    let log = if a.log.as_os_str() == "-" {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut s)
+            .map_err(|e| Error::new(ErrorKind::Io, format!("cannot read standard input: {e}")))?;
+        s
+    } else {
+        let bytes = std::fs::read(&a.log).map_err(|e| Error::io(&a.log, "cannot read the log", e))?;
+        String::from_utf8_lossy(&bytes).into_owned()
+    };
+    let doc = match &a.model {
+        Some(m) => Some(onnx_safeify::load(m)?),
+        None => None,
+    };
+    let ds = onnx_safeify::doctor::diagnose(&log, doc.as_ref().map(|d| &d.model));
+    match a.format {
+        Format::Text => emit(&onnx_safeify::doctor::render_text(&ds))?,
+        Format::Json => emit(&onnx_safeify::doctor::render_json(&ds))?,
     }
     Ok(0)
 }

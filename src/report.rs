@@ -1,0 +1,232 @@
+//! Findings, compile summaries and runtime settings, as text for people and JSON for pipelines.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+use crate::engine::{Finding, Report};
+use crate::rules::schema::{RuntimeSetting, Target};
+
+fn finding_json(f: &Finding) -> serde_json::Value {
+    serde_json::json!({
+        "node": f.node,
+        "op": f.op,
+        "rule": f.rule,
+        "action": f.action,
+        "kind": f.kind.as_str(),
+        "why": f.why,
+        "evidence": f.evidence,
+        "reason": f.reason,
+    })
+}
+
+/// `check --format json`: `{"target", "model", "findings": [{node, op, rule, action, kind, why,
+/// evidence, reason}]}`.
+pub fn findings_json(target: &str, model: &str, findings: &[Finding]) -> String {
+    let v = serde_json::json!({
+        "target": target,
+        "model": model,
+        "findings": findings.iter().map(finding_json).collect::<Vec<_>>(),
+    });
+    serde_json::to_string_pretty(&v).unwrap_or_default() + "\n"
+}
+
+/// `check` as text: one line per finding, grouped by rule, then a count.
+pub fn findings_text(target: &str, model: &str, findings: &[Finding]) -> String {
+    let mut s = String::new();
+    if findings.is_empty() {
+        let _ = writeln!(s, "{model}: no rule of target {target} fires");
+        return s;
+    }
+    let mut by_rule: BTreeMap<&str, Vec<&Finding>> = BTreeMap::new();
+    for f in findings {
+        by_rule.entry(f.rule.as_str()).or_default().push(f);
+    }
+    for (rule, fs) in &by_rule {
+        let first = fs[0];
+        let _ = writeln!(s, "{rule} ({}): {} node(s)", first.action, fs.len());
+        let _ = writeln!(s, "  why:      {}", first.why);
+        if !first.evidence.is_empty() {
+            let _ = writeln!(s, "  evidence: {}", first.evidence.join(", "));
+        }
+        for f in fs.iter().take(50) {
+            let mut line = format!("  - {} ({})", display_name(&f.node), f.op);
+            if f.kind != crate::engine::FindingKind::Fires {
+                line.push_str(&format!(" [{}]", f.kind.as_str()));
+            }
+            if let Some(r) = &f.reason {
+                line.push_str(&format!(": {r}"));
+            }
+            let _ = writeln!(s, "{line}");
+        }
+        if fs.len() > 50 {
+            let _ = writeln!(s, "  ... and {} more", fs.len() - 50);
+        }
+    }
+    let _ = writeln!(
+        s,
+        "{model}: {} finding(s) from {} rule(s) of target {target}",
+        findings.len(),
+        by_rule.len()
+    );
+    s
+}
+
+fn display_name(n: &str) -> &str {
+    if n.is_empty() {
+        "<unnamed>"
+    } else {
+        n
+    }
+}
+
+/// Settings are session config entries, except keys `provider.<EP>.<option>`, which are
+/// execution provider options.
+fn split_provider(key: &str) -> Option<(&str, &str)> {
+    let rest = key.strip_prefix("provider.")?;
+    rest.split_once('.')
+}
+
+/// Ready-to-paste code that applies a target's runtime settings (Python and C#).
+pub fn runtime_code(settings: &[RuntimeSetting]) -> String {
+    let mut s = String::new();
+    if settings.is_empty() {
+        return s;
+    }
+    let esc = |x: &str| x.replace('\\', "\\\\").replace('"', "\\\"");
+    let mut providers: BTreeMap<&str, Vec<(&str, &str)>> = BTreeMap::new();
+    let _ = writeln!(s, "# Python (onnxruntime)");
+    let _ = writeln!(s, "so = onnxruntime.SessionOptions()");
+    for r in settings {
+        match split_provider(&r.key) {
+            Some((ep, opt)) => providers.entry(ep).or_default().push((opt, &r.value)),
+            None => {
+                let _ = writeln!(
+                    s,
+                    "so.add_session_config_entry(\"{}\", \"{}\")",
+                    esc(&r.key),
+                    esc(&r.value)
+                );
+            }
+        }
+    }
+    if providers.is_empty() {
+        let _ = writeln!(s, "session = onnxruntime.InferenceSession(path, so, providers=[...])");
+    } else {
+        let list: Vec<String> = providers
+            .iter()
+            .map(|(ep, opts)| {
+                let kv: Vec<String> = opts
+                    .iter()
+                    .map(|(k, v)| format!("\"{}\": \"{}\"", esc(k), esc(v)))
+                    .collect();
+                format!("(\"{}\", {{{}}})", esc(ep), kv.join(", "))
+            })
+            .collect();
+        let _ = writeln!(
+            s,
+            "session = onnxruntime.InferenceSession(path, so, providers=[{}])",
+            list.join(", ")
+        );
+    }
+    let _ = writeln!(s, "\n// C# (Microsoft.ML.OnnxRuntime)");
+    let _ = writeln!(s, "var so = new SessionOptions();");
+    for r in settings {
+        if split_provider(&r.key).is_none() {
+            let _ = writeln!(
+                s,
+                "so.AddSessionConfigEntry(\"{}\", \"{}\");",
+                esc(&r.key),
+                esc(&r.value)
+            );
+        }
+    }
+    for (ep, opts) in &providers {
+        let kv: Vec<String> = opts
+            .iter()
+            .map(|(k, v)| format!("{{ \"{}\", \"{}\" }}", esc(k), esc(v)))
+            .collect();
+        let _ = writeln!(
+            s,
+            "so.AppendExecutionProvider(\"{}\", new Dictionary<string, string> {{ {} }});",
+            esc(ep),
+            kv.join(", ")
+        );
+    }
+    let _ = writeln!(s, "using var session = new InferenceSession(path, so);");
+    s
+}
+
+/// The compile summary printed on stderr.
+pub fn summary_text(report: &Report, target: &Target) -> String {
+    let mut s = String::new();
+    let mut counts: BTreeMap<(&str, &str), usize> = BTreeMap::new();
+    for a in &report.applied {
+        *counts.entry((a.rule.as_str(), a.action.as_str())).or_default() += 1;
+    }
+    if counts.is_empty() {
+        let _ = writeln!(s, "no rule of target {} fired: the graph is unchanged", target.name);
+    } else {
+        let _ = writeln!(s, "rewrites for target {} ({} round(s)):", target.name, report.iterations);
+        for ((rule, action), n) in &counts {
+            let _ = writeln!(s, "  {rule:<28} {action:<8} {n} node(s)");
+        }
+    }
+    if !report.pieces.is_empty() {
+        let max = report.pieces.iter().map(|p| p.work).max().unwrap_or(0);
+        let _ = writeln!(
+            s,
+            "GPU pieces between CPU barriers: {} (largest estimated work {:.3e})",
+            report.pieces.len(),
+            max as f64
+        );
+    }
+    if !report.pinned.is_empty() {
+        let _ = writeln!(
+            s,
+            "{} node(s) pinned to the CPU with layer_ann={}; run with session option session.layer_assignment_settings=cpu({})",
+            report.pinned.len(),
+            report.annotation,
+            report.annotation
+        );
+    }
+    if !target.runtime.is_empty() {
+        let _ = writeln!(
+            s,
+            "runtime settings (also in the model's metadata_props as onnx_safeify.runtime.*):"
+        );
+        for r in &target.runtime {
+            let _ = writeln!(s, "  {} = {}    # {}", r.key, r.value, r.why);
+        }
+        s.push('\n');
+        s.push_str(&runtime_code(&target.runtime));
+    }
+    s
+}
+
+/// `--report FILE.json`.
+pub fn compile_json(report: &Report, target: &Target, input: &str, outputs: &[String]) -> String {
+    let mut summary: BTreeMap<String, usize> = BTreeMap::new();
+    for a in &report.applied {
+        *summary.entry(a.rule.clone()).or_default() += 1;
+    }
+    let v = serde_json::json!({
+        "target": target.name,
+        "input": input,
+        "outputs": outputs,
+        "iterations": report.iterations,
+        "summary": summary,
+        "applied": report.applied.iter().map(|a| serde_json::json!({
+            "rule": a.rule, "action": a.action, "node": a.node, "op": a.op, "nodes": a.nodes,
+        })).collect::<Vec<_>>(),
+        "remaining": report.remaining.iter().map(finding_json).collect::<Vec<_>>(),
+        "pieces": report.pieces.iter().map(|p| serde_json::json!({
+            "first": p.first, "nodes": p.nodes, "work": p.work,
+        })).collect::<Vec<_>>(),
+        "pinned": report.pinned,
+        "annotation": report.annotation,
+        "runtime": target.runtime.iter().map(|r| serde_json::json!({
+            "key": r.key, "value": r.value, "why": r.why, "evidence": r.evidence,
+        })).collect::<Vec<_>>(),
+    });
+    serde_json::to_string_pretty(&v).unwrap_or_default() + "\n"
+}
