@@ -245,8 +245,14 @@ pub struct UnfuseOptions<'a> {
     pub nchwc_block_size: Option<i64>,
 }
 
-/// Decompose every node the filter selects (and that has a decomposition) in the main graph
-/// and its subgraphs. Never panics: nodes that cannot be decomposed are listed with reasons.
+/// Decompose every node the filter selects, in the main graph and its subgraphs. Never panics:
+/// a selected node that cannot be decomposed (no decomposition, or a configuration it does not
+/// handle) is left as it was and listed with the reason.
+///
+/// Nodes are rewritten consumers first (reverse topological order), so each decomposition
+/// reads only values of the original graph, whose facts are computed once; the NCHWc nodes of
+/// a graph are converted all together or not at all. Initializers only the removed nodes read
+/// are dropped. The default-domain opset import is never changed.
 pub fn unfuse_all(model: &mut Model, rule: &str, filter: impl Fn(&Node) -> bool) -> UnfuseReport {
     unfuse_all_with(
         model,
@@ -278,6 +284,92 @@ pub fn unfuse_all_with(
     report
 }
 
+/// What [`apply_all`] did.
+struct Applied {
+    done: Vec<Unfused>,
+    failed: Vec<Skipped>,
+    read_by_removed: HashSet<ValueId>,
+}
+
+/// Build and apply the patch of every node of `todo`, consumers first: each patch then reads
+/// only values of the original graph, whose facts `ctx` holds. Fails (having changed `g`) only
+/// when an NCHWc patch does not apply.
+fn apply_all(
+    g: &mut Graph,
+    ctx: &UnfuseCtx,
+    todo: &[NodeId],
+    path: &str,
+) -> Result<Applied, String> {
+    let topo = g.topo_order().unwrap_or_else(|_| g.order.clone());
+    let todo_set: HashSet<NodeId> = todo.iter().copied().collect();
+    let mut ordered: Vec<NodeId> = topo
+        .into_iter()
+        .rev()
+        .filter(|n| todo_set.contains(n))
+        .collect();
+    // Nodes outside the topological order (none in a valid graph) last.
+    let seen: HashSet<NodeId> = ordered.iter().copied().collect();
+    ordered.extend(todo.iter().copied().filter(|n| !seen.contains(n)));
+
+    let mut read_by_removed: HashSet<ValueId> = HashSet::new();
+    let mut done: Vec<(usize, Unfused)> = Vec::new();
+    let mut failed: Vec<(usize, Skipped)> = Vec::new();
+    for n in ordered {
+        if !g.nodes.contains_node(n) {
+            continue;
+        }
+        let pos = g.order.iter().position(|&m| m == n).unwrap_or(0);
+        let node = g.node(n).clone();
+        let built = unfuse_node(ctx, g, n);
+        let result = built.and_then(|p| {
+            let count = p.nodes.len();
+            p.apply(g).map(|_| count).map_err(|e| Unsupported::new(e.0))
+        });
+        match result {
+            Ok(new_nodes) => {
+                read_by_removed.extend(node.inputs.iter().flatten());
+                done.push((
+                    pos,
+                    Unfused {
+                        graph: path.to_string(),
+                        node: node.name().to_string(),
+                        domain: node.domain().to_string(),
+                        op_type: node.op_type.clone(),
+                        new_nodes,
+                    },
+                ));
+            }
+            Err(e) if node.domain() == NCHWC_DOMAIN => {
+                return Err(format!(
+                    "NCHWc node '{}' ({}): {}",
+                    node.name(),
+                    node.op_type,
+                    e.reason
+                ));
+            }
+            Err(e) => failed.push((
+                pos,
+                Skipped {
+                    graph: path.to_string(),
+                    node: node.name().to_string(),
+                    domain: node.domain().to_string(),
+                    op_type: node.op_type.clone(),
+                    reason: e.reason,
+                },
+            )),
+        }
+    }
+    // In the graph's order (patches insert where their node was, so the positions of the nodes
+    // not yet processed, all earlier, do not move).
+    done.sort_by_key(|(p, _)| *p);
+    failed.sort_by_key(|(p, _)| *p);
+    Ok(Applied {
+        done: done.into_iter().map(|(_, u)| u).collect(),
+        failed: failed.into_iter().map(|(_, s)| s).collect(),
+        read_by_removed,
+    })
+}
+
 fn skip(report: &mut UnfuseReport, path: &str, node: &Node, reason: String) {
     report.unsupported.push(Skipped {
         graph: path.to_string(),
@@ -301,10 +393,7 @@ fn unfuse_graph(
         .order
         .iter()
         .copied()
-        .filter(|&n| {
-            let nd = g.node(n);
-            can_unfuse(nd.domain(), &nd.op_type) && filter(nd)
-        })
+        .filter(|&n| filter(g.node(n)))
         .collect();
     // The NCHWc operators share one tensor layout: they are converted all together or not at
     // all (a partial conversion would mix blocked and plain tensors).
@@ -367,71 +456,34 @@ fn unfuse_graph(
             _ => {}
         }
 
-        // Consumers before producers: every patch then reads only values of the original
-        // graph, whose facts were computed above.
-        let topo = g.topo_order().unwrap_or_else(|_| g.order.clone());
-        let todo_set: HashSet<NodeId> = todo.iter().copied().collect();
-        let mut ordered: Vec<NodeId> = topo
-            .into_iter()
-            .rev()
-            .filter(|n| todo_set.contains(n))
-            .collect();
-        // Nodes outside the topological order (none in a valid graph) last.
-        for n in todo {
-            if !ordered.contains(&n) {
-                ordered.push(n);
+        // The region must not end half converted: on a failed NCHWc patch, start again from
+        // the unchanged graph without the region.
+        let snapshot = (want_nchwc && nchwc_error.is_none()).then(|| g.clone());
+        let mut run = apply_all(g, &ctx, &todo, path);
+        if let (Err(e), Some(snapshot)) = (&run, snapshot) {
+            *g = snapshot;
+            for &n in &nchwc_all {
+                let reason = format!("the NCHWc layout region is converted whole; {e}");
+                skip(report, path, g.node(n), reason);
             }
+            todo.retain(|&n| g.node(n).domain() != NCHWC_DOMAIN);
+            run = apply_all(g, &ctx, &todo, path);
         }
-        let mut read_by_removed: HashSet<ValueId> = HashSet::new();
-        let mut done: Vec<(usize, Unfused)> = Vec::new();
-        let mut failed: Vec<(usize, Skipped)> = Vec::new();
-        let position = |g: &Graph, n: NodeId| g.order.iter().position(|&m| m == n).unwrap_or(0);
-        for n in ordered {
-            if !g.nodes.contains_node(n) {
-                continue;
+        match run {
+            Ok(a) => {
+                report.unfused.extend(a.done);
+                report.unsupported.extend(a.failed);
+                report.removed_initializers += drop_dead_initializers(g, &a.read_by_removed);
             }
-            let pos = position(g, n);
-            let node = g.node(n).clone();
-            let built = unfuse_node(&ctx, g, n);
-            let result = built.and_then(|p| {
-                let count = p.nodes.len();
-                p.apply(g).map(|_| count).map_err(|e| Unsupported::new(e.0))
-            });
-            match result {
-                Ok(count) => {
-                    read_by_removed.extend(node.inputs.iter().flatten());
-                    done.push((
-                        pos,
-                        Unfused {
-                            graph: path.to_string(),
-                            node: node.name().to_string(),
-                            domain: node.domain().to_string(),
-                            op_type: node.op_type.clone(),
-                            new_nodes: count,
-                        },
-                    ));
-                }
-                Err(e) => failed.push((
-                    pos,
-                    Skipped {
-                        graph: path.to_string(),
-                        node: node.name().to_string(),
-                        domain: node.domain().to_string(),
-                        op_type: node.op_type.clone(),
-                        reason: e.reason,
-                    },
-                )),
-            }
+            // Only NCHWc patches fail this way, and the retry has none.
+            Err(e) => report.unsupported.push(Skipped {
+                graph: path.to_string(),
+                node: String::new(),
+                domain: NCHWC_DOMAIN.to_string(),
+                op_type: String::new(),
+                reason: e,
+            }),
         }
-        // Report in the graph's order (patches insert where the node was, so positions of the
-        // nodes not yet processed, all earlier, do not move).
-        done.sort_by_key(|(p, _)| *p);
-        failed.sort_by_key(|(p, _)| *p);
-        report.unfused.extend(done.into_iter().map(|(_, u)| u));
-        report
-            .unsupported
-            .extend(failed.into_iter().map(|(_, s)| s));
-        report.removed_initializers += drop_dead_initializers(g, &read_by_removed);
     } else {
         for &n in &selected {
             let reason = "the model imports no default-domain opset".to_string();

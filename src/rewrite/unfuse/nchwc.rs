@@ -36,7 +36,7 @@ use crate::tensor::dtype;
 use super::activation;
 use super::facts::{self, Facts};
 use super::fused_conv::{act_dtype, conv_act, CONV_ATTRS};
-use super::rw::{attr_int, unsupported, Rw};
+use super::rw::{unsupported, Rw};
 use super::{UnfuseCtx, Unsupported, NCHWC_DOMAIN};
 
 /// Block sizes MLAS uses for NCHWc.
@@ -443,11 +443,7 @@ pub fn upsample(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch, Unsuppor
 }
 
 fn string_attr(name: &str, v: &str) -> AttributeProto {
-    let mut a = attr_int(name, 0);
-    a.i = None;
-    a.r#type = Some(crate::proto::attribute_proto::AttributeType::String as i32);
-    a.s = Some(bytes::Bytes::from(v.as_bytes().to_vec()));
-    a
+    AttrValue::String(v.to_string()).to_proto(name)
 }
 
 #[cfg(test)]

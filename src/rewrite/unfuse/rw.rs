@@ -5,7 +5,7 @@
 use std::borrow::Cow;
 
 use crate::ir::{Graph, Node, NodeId, ValueId};
-use crate::proto::{attribute_proto::AttributeType, AttributeProto, TensorProto};
+use crate::proto::{AttributeProto, TensorProto};
 use crate::rewrite::{AttrValue, PValue, Patch};
 use crate::tensor::dtype;
 
@@ -152,7 +152,7 @@ impl<'a> Rw<'a> {
             .collect()
     }
 
-    /// Refuse attributes this decomposition does not understand (with a non-default value).
+    /// Refuse a node carrying an attribute this decomposition does not know.
     pub fn only_attrs(&self, known: &[&str]) -> Result<(), Unsupported> {
         for a in &self.node.attributes {
             if !known.contains(&a.name()) {
@@ -382,16 +382,6 @@ impl<'a> Rw<'a> {
         }
         self.p.remove(self.id);
         Ok(self.p)
-    }
-}
-
-/// An attribute proto of type INT (for prebuilt attribute lists).
-pub fn attr_int(name: &str, v: i64) -> AttributeProto {
-    AttributeProto {
-        name: Some(name.to_string()),
-        r#type: Some(AttributeType::Int as i32),
-        i: Some(v),
-        ..Default::default()
     }
 }
 
