@@ -355,6 +355,7 @@ pub fn compile(model: &mut Model, target: &Target, opts: &Options) -> Report {
         let mut pins: Vec<(usize, NodeId)> = Vec::new();
         let mut changed = false;
         let mut patches = Vec::new();
+        let mut unfuse_sets: BTreeMap<usize, HashSet<ValueId>> = BTreeMap::new();
         {
             let g = &model.graph;
             for m in &matches {
@@ -375,11 +376,14 @@ pub fn compile(model: &mut Model, target: &Target, opts: &Options) -> Report {
                         Ok(None)
                     }
                     Action::Unfuse => {
-                        let mut ctx = crate::rewrite::unfuse::UnfuseCtx::new(opset, &rule.id);
-                        ctx.external = None;
-                        crate::rewrite::unfuse::unfuse_node(&ctx, g, m.node)
-                            .map(Some)
-                            .map_err(|u| u.reason)
+                        // Unfused together per rule (NCHWc regions convert as a whole).
+                        let key = g.node(m.node).outputs.iter().flatten().next().copied();
+                        if let Some(v) = key {
+                            unfuse_sets.entry(m.rule).or_default().insert(v);
+                            touched.extend(m.nodes());
+                            continue;
+                        }
+                        Err("the node has no output to identify it by".to_string())
                     }
                     Action::Split { axis, max } => {
                         let ax = match axis {
@@ -447,6 +451,52 @@ pub fn compile(model: &mut Model, target: &Target, opts: &Options) -> Report {
                         reason: Some(e.0),
                     });
                 }
+            }
+        }
+        for (ri, set) in unfuse_sets {
+            let rule = &target.rules[ri];
+            let uopts = crate::rewrite::unfuse::UnfuseOptions {
+                rule: &rule.id,
+                external: None,
+                nchwc_block_size: None,
+            };
+            let ur = crate::rewrite::unfuse::unfuse_all_with(model, &uopts, |n| {
+                n.outputs.iter().flatten().any(|v| set.contains(v))
+            });
+            for u in &ur.unfused {
+                changed = true;
+                report.applied.push(Applied {
+                    rule: rule.id.clone(),
+                    action: "unfuse".into(),
+                    node: u.node.clone(),
+                    op: if u.domain.is_empty() {
+                        u.op_type.clone()
+                    } else {
+                        format!("{}::{}", u.domain, u.op_type)
+                    },
+                    nodes: u.new_nodes,
+                });
+            }
+            for sk in &ur.unsupported {
+                let g = &model.graph;
+                if let Some(&n) = g.order.iter().find(|&&n| {
+                    let node = g.node(n);
+                    node.name() == sk.node
+                        && node.op_type == sk.op_type
+                        && node.outputs.iter().flatten().any(|v| set.contains(v))
+                }) {
+                    stuck.insert((ri, n));
+                }
+                report.remaining.push(Finding {
+                    node: sk.node.clone(),
+                    op: format!("{}::{}", sk.domain, sk.op_type),
+                    rule: rule.id.clone(),
+                    action: rule.action.to_string(),
+                    why: rule.why.clone(),
+                    evidence: rule.evidence.clone(),
+                    kind: FindingKind::Unsupported,
+                    reason: Some(sk.reason.clone()),
+                });
             }
         }
         // Pins, grouped by rule, in match order.
