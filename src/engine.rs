@@ -99,6 +99,8 @@ pub struct Report {
     /// Nodes carrying the CPU annotation in the output.
     pub pinned: Vec<String>,
     pub annotation: String,
+    /// Warnings that do not block the output (e.g. work estimates missing for some nodes).
+    pub notes: Vec<String>,
 }
 
 /// `infer::Facts` seen through the interfaces the matcher and the rewrites use.
@@ -159,9 +161,24 @@ pub fn dim_sizes(model: &Model, target: &Target, opts: &Options) -> BTreeMap<Str
 
 type Positional = Vec<(usize, usize, i64)>;
 
-fn input_dims(model: &Model, target: &Target, opts: &Options) -> (BTreeMap<String, i64>, Positional) {
+fn input_dims(
+    model: &Model,
+    target: &Target,
+    opts: &Options,
+) -> (BTreeMap<String, i64>, Positional) {
     use crate::proto::tensor_shape_proto::dimension::Value as DV;
-    let mut named = opts.dims.clone();
+    let mut named: BTreeMap<String, i64> = BTreeMap::new();
+    let mut by_position: BTreeMap<(String, usize), i64> = BTreeMap::new();
+    for (k, v) in &opts.dims {
+        match k.strip_suffix(']').and_then(|k| k.rsplit_once('[')) {
+            Some((input, axis)) if axis.parse::<usize>().is_ok() => {
+                by_position.insert((input.to_string(), axis.parse().unwrap_or(0)), *v);
+            }
+            _ => {
+                named.insert(k.clone(), *v);
+            }
+        }
+    }
     let mut positional = Vec::new();
     let defaults = barrier_defaults(target);
     let g = &model.graph;
@@ -176,7 +193,12 @@ fn input_dims(model: &Model, target: &Target, opts: &Options) -> (BTreeMap<Strin
         };
         let Some(shape) = &t.shape else { continue };
         let rank = shape.dim.len();
+        let input_name = g.value_name(i.value).to_string();
         for (axis, d) in shape.dim.iter().enumerate() {
+            if let Some(v) = by_position.get(&(input_name.clone(), axis)) {
+                positional.push((ii, axis, *v));
+                continue;
+            }
             let by_role = if axis == 0 {
                 defaults.get("batch")
             } else if rank == 4 && axis >= 2 {
@@ -248,7 +270,13 @@ fn infer_with(model: &mut Model, target: &Target, opts: &Options) -> Facts {
     facts
 }
 
-fn finding(target: &Target, g: &Graph, m: &Match, kind: FindingKind, reason: Option<String>) -> Finding {
+fn finding(
+    target: &Target,
+    g: &Graph,
+    m: &Match,
+    kind: FindingKind,
+    reason: Option<String>,
+) -> Finding {
     let rule = &target.rules[m.rule];
     let node = g.node(m.node);
     Finding {
@@ -277,7 +305,9 @@ fn barrier_rule(target: &Target, matches: &[Match]) -> Option<(usize, u64)> {
     matches
         .iter()
         .filter_map(|m| match &target.rules[m.rule].action {
-            Action::Barrier { budget, .. } => Some((m.rule, budget.clamp(1.0, u64::MAX as f64) as u64)),
+            Action::Barrier { budget, .. } => {
+                Some((m.rule, budget.clamp(1.0, u64::MAX as f64) as u64))
+            }
             _ => None,
         })
         .min_by_key(|&(r, b)| (b, r))
@@ -306,7 +336,13 @@ pub fn check(model: &mut Model, target: &Target, opts: &Options) -> Vec<Finding>
     out
 }
 
-fn barrier_findings(target: &Target, g: &Graph, view: &FactView, ri: usize, budget: u64) -> Vec<Finding> {
+fn barrier_findings(
+    target: &Target,
+    g: &Graph,
+    view: &FactView,
+    ri: usize,
+    budget: u64,
+) -> Vec<Finding> {
     let rule = &target.rules[ri];
     let mk = |node: String, reason: String| Finding {
         node,
@@ -391,9 +427,20 @@ pub fn compile(model: &mut Model, target: &Target, opts: &Options) -> Report {
                             SplitAxis::OutChannels => RwAxis::OutChannels,
                             SplitAxis::Batch => RwAxis::Batch,
                         };
-                        let batch = g.node(m.node).inputs.first().copied().flatten().and_then(|x| {
-                            facts.info(x).shape.as_ref().and_then(|s| s.first()).and_then(|d| d.known())
-                        });
+                        let batch =
+                            g.node(m.node)
+                                .inputs
+                                .first()
+                                .copied()
+                                .flatten()
+                                .and_then(|x| {
+                                    facts
+                                        .info(x)
+                                        .shape
+                                        .as_ref()
+                                        .and_then(|s| s.first())
+                                        .and_then(|d| d.known())
+                                });
                         let max = i64::try_from(*max).unwrap_or(i64::MAX);
                         match split_conv(g, m.node, opset, &rule.id, ax, max, batch) {
                             Ok(p) => Ok(Some(p)),
@@ -418,9 +465,13 @@ pub fn compile(model: &mut Model, target: &Target, opts: &Options) -> Report {
                     Ok(None) => {}
                     Err(reason) => {
                         stuck.insert((m.rule, m.node));
-                        report
-                            .remaining
-                            .push(finding(target, g, m, FindingKind::Unsupported, Some(reason)));
+                        report.remaining.push(finding(
+                            target,
+                            g,
+                            m,
+                            FindingKind::Unsupported,
+                            Some(reason),
+                        ));
                     }
                 }
             }
@@ -599,8 +650,27 @@ pub fn compile(model: &mut Model, target: &Target, opts: &Options) -> Report {
     }
     let facts = infer_with(model, target, opts);
     let view = FactView(&facts);
-    if barrier_rule(target, &Matcher::new(&model.graph, &view, &opsets).find(target)).is_some() {
+    if barrier_rule(
+        target,
+        &Matcher::new(&model.graph, &view, &opsets).find(target),
+    )
+    .is_some()
+    {
         report.pieces = barrier::pieces(&model.graph, &view).unwrap_or_default();
+        let unknown = barrier::unknown_work(&model.graph, &view);
+        if !unknown.is_empty() {
+            let g = &model.graph;
+            let names: Vec<String> = unknown
+                .iter()
+                .take(3)
+                .map(|&n| format!("'{}' ({})", g.node(n).name(), g.node(n).op_type))
+                .collect();
+            report.notes.push(format!(
+                "the work of {} node(s) could not be estimated (unknown shapes, e.g. {}); they count as 0 in the barrier budget. Give sizes with --dim NAME=VALUE or --dim INPUT[AXIS]=VALUE",
+                unknown.len(),
+                names.join(", ")
+            ));
+        }
     }
     let g = &model.graph;
     report.pinned = g
@@ -631,10 +701,12 @@ pub fn stamp_runtime(model: &mut Model, target: &Target) {
             .find(|e| e.key.as_deref() == Some(k.as_str()))
         {
             Some(e) => e.value = Some(v),
-            None => model.metadata_props.push(crate::proto::StringStringEntryProto {
-                key: Some(k),
-                value: Some(v),
-            }),
+            None => model
+                .metadata_props
+                .push(crate::proto::StringStringEntryProto {
+                    key: Some(k),
+                    value: Some(v),
+                }),
         }
     }
 }
@@ -644,7 +716,10 @@ pub fn stamp_runtime(model: &mut Model, target: &Target) {
 pub fn check_invariants(g: &Graph) -> Result<(), String> {
     use crate::ir::Origin;
     if let Err(cycle) = g.topo_order() {
-        return Err(format!("the rewritten graph has a cycle through {} nodes", cycle.len()));
+        return Err(format!(
+            "the rewritten graph has a cycle through {} nodes",
+            cycle.len()
+        ));
     }
     let defined = |v: ValueId| -> bool {
         match g.value(v).origin {
@@ -659,7 +734,12 @@ pub fn check_invariants(g: &Graph) -> Result<(), String> {
     let mut names: HashSet<&str> = HashSet::new();
     for &n in &g.order {
         let node = g.node(n);
-        for v in node.inputs.iter().flatten().chain(node.implicit_inputs.iter()) {
+        for v in node
+            .inputs
+            .iter()
+            .flatten()
+            .chain(node.implicit_inputs.iter())
+        {
             if !defined(*v) {
                 return Err(format!(
                     "node '{}' ({}) reads '{}', which nothing defines",
@@ -677,7 +757,10 @@ pub fn check_invariants(g: &Graph) -> Result<(), String> {
     }
     for o in &g.outputs {
         if !defined(o.value) {
-            return Err(format!("graph output '{}' is not produced", g.value_name(o.value)));
+            return Err(format!(
+                "graph output '{}' is not produced",
+                g.value_name(o.value)
+            ));
         }
     }
     let mut created: HashSet<&str> = HashSet::new();

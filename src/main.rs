@@ -177,30 +177,35 @@ fn emit(text: &str) -> Result<(), Error> {
     match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        Err(e) => Err(Error::new(ErrorKind::Io, format!("cannot write to stdout: {e}"))),
+        Err(e) => Err(Error::new(
+            ErrorKind::Io,
+            format!("cannot write to stdout: {e}"),
+        )),
     }
 }
 
 fn load_target(a: &TargetArgs) -> Result<Target, Error> {
-    let spec = a
-        .target
-        .as_deref()
-        .ok_or_else(|| Error::new(ErrorKind::Usage, "--target is required (see `onnx-safeify targets`)"))?;
+    let spec = a.target.as_deref().ok_or_else(|| {
+        Error::new(
+            ErrorKind::Usage,
+            "--target is required (see `onnx-safeify targets`)",
+        )
+    })?;
     onnx_safeify::rules::load_target_with_rules(spec, &a.rules)
 }
 
 fn options(a: &TargetArgs) -> Result<engine::Options, Error> {
     let mut dims = BTreeMap::new();
     for d in &a.dims {
-        let (k, v) = d
-            .split_once('=')
-            .ok_or_else(|| Error::new(ErrorKind::Usage, format!("--dim {d}: expected NAME=VALUE")))?;
-        let v: i64 = v
-            .trim()
-            .parse()
-            .ok()
-            .filter(|v| *v > 0)
-            .ok_or_else(|| Error::new(ErrorKind::Usage, format!("--dim {d}: VALUE must be a positive integer")))?;
+        let (k, v) = d.split_once('=').ok_or_else(|| {
+            Error::new(ErrorKind::Usage, format!("--dim {d}: expected NAME=VALUE"))
+        })?;
+        let v: i64 = v.trim().parse().ok().filter(|v| *v > 0).ok_or_else(|| {
+            Error::new(
+                ErrorKind::Usage,
+                format!("--dim {d}: VALUE must be a positive integer"),
+            )
+        })?;
         dims.insert(k.trim().to_string(), v);
     }
     Ok(engine::Options {
@@ -221,7 +226,13 @@ fn default_output(model: &Path, target: &str, ext: &str) -> PathBuf {
 fn target_slug(t: &Target) -> String {
     t.name
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
         .collect()
 }
 
@@ -260,7 +271,11 @@ fn compile(a: &CompileArgs) -> Result<u8, Error> {
         return Ok(1);
     }
     engine::check_invariants(&doc.model.graph).map_err(|e| {
-        Error::new(ErrorKind::Invalid, format!("internal error, nothing written: {e}")).in_file(model)
+        Error::new(
+            ErrorKind::Invalid,
+            format!("internal error, nothing written: {e}"),
+        )
+        .in_file(model)
     })?;
     if !target.runtime.is_empty() {
         engine::stamp_runtime(&mut doc.model, &target);
@@ -296,7 +311,11 @@ fn compile(a: &CompileArgs) -> Result<u8, Error> {
     if !report.remaining.is_empty() {
         eprint!(
             "{}",
-            onnx_safeify::report::findings_text(&target.name, &model.display().to_string(), &report.remaining)
+            onnx_safeify::report::findings_text(
+                &target.name,
+                &model.display().to_string(),
+                &report.remaining
+            )
         );
     }
     let primary = outputs.last().cloned().unwrap_or_default();
@@ -311,7 +330,12 @@ fn compile(a: &CompileArgs) -> Result<u8, Error> {
     );
     if let Some(path) = &a.report {
         let names: Vec<String> = outputs.iter().map(|p| p.display().to_string()).collect();
-        let json = onnx_safeify::report::compile_json(&report, &target, &model.display().to_string(), &names);
+        let json = onnx_safeify::report::compile_json(
+            &report,
+            &target,
+            &model.display().to_string(),
+            &names,
+        );
         std::fs::write(path, json).map_err(|e| Error::io(path, "cannot write the report", e))?;
     }
     if a.verify {
@@ -320,7 +344,10 @@ fn compile(a: &CompileArgs) -> Result<u8, Error> {
     Ok(0)
 }
 
-fn tensor_type(facts: &onnx_safeify::infer::Facts, v: onnx_safeify::ir::ValueId) -> Option<onnx_safeify::proto::TypeProto> {
+fn tensor_type(
+    facts: &onnx_safeify::infer::Facts,
+    v: onnx_safeify::ir::ValueId,
+) -> Option<onnx_safeify::proto::TypeProto> {
     use onnx_safeify::infer::Dim;
     use onnx_safeify::proto::{tensor_shape_proto, type_proto, TensorShapeProto, TypeProto};
     let info = facts.info(v);
@@ -369,12 +396,18 @@ fn verify_output(model: &Path, out: &Path, all: &[PathBuf]) -> Result<u8, Error>
         Ok(report) => {
             eprint!("{}", report.to_text());
             remove_all();
-            eprintln!("error: {}: the rewrite is not faithful; output removed", out.display());
+            eprintln!(
+                "error: {}: the rewrite is not faithful; output removed",
+                out.display()
+            );
             Ok(1)
         }
         Err(e) => {
             remove_all();
-            Err(Error::new(ErrorKind::Usage, format!("verification failed, output removed: {e}")))
+            Err(Error::new(
+                ErrorKind::Usage,
+                format!("verification failed, output removed: {e}"),
+            ))
         }
     }
 }
@@ -386,8 +419,16 @@ fn check(a: &CheckArgs) -> Result<u8, Error> {
     let findings = engine::check(&mut doc.model, &target, &opts);
     let name = a.model.display().to_string();
     match a.format {
-        Format::Text => emit(&onnx_safeify::report::findings_text(&target.name, &name, &findings))?,
-        Format::Json => emit(&onnx_safeify::report::findings_json(&target.name, &name, &findings))?,
+        Format::Text => emit(&onnx_safeify::report::findings_text(
+            &target.name,
+            &name,
+            &findings,
+        ))?,
+        Format::Json => emit(&onnx_safeify::report::findings_json(
+            &target.name,
+            &name,
+            &findings,
+        ))?,
     }
     Ok(if findings.is_empty() { 0 } else { 1 })
 }
@@ -418,7 +459,8 @@ fn explain(a: &ExplainArgs) -> Result<u8, Error> {
                 .copied()
                 .find(|&n| g.node(n).name() == name)
                 .ok_or_else(|| {
-                    Error::new(ErrorKind::Usage, format!("no node named '{name}'")).in_file(&a.model)
+                    Error::new(ErrorKind::Usage, format!("no node named '{name}'"))
+                        .in_file(&a.model)
                 })?;
             out.push_str(&format!("node '{name}' ({}):\n", g.node(node).op_type));
             for e in matcher.explain(&target, node) {
@@ -439,10 +481,23 @@ fn explain(a: &ExplainArgs) -> Result<u8, Error> {
                     .filter(|m| m.rule == i)
                     .map(|m| {
                         let n = g.node(m.node);
-                        format!("{} ({})", if n.name().is_empty() { "<unnamed>" } else { n.name() }, n.op_type)
+                        format!(
+                            "{} ({})",
+                            if n.name().is_empty() {
+                                "<unnamed>"
+                            } else {
+                                n.name()
+                            },
+                            n.op_type
+                        )
                     })
                     .collect();
-                out.push_str(&format!("{} -> {}: {} node(s)\n", r.id, r.action, hits.len()));
+                out.push_str(&format!(
+                    "{} -> {}: {} node(s)\n",
+                    r.id,
+                    r.action,
+                    hits.len()
+                ));
                 out.push_str(&format!("  why: {}\n", r.why));
                 for h in hits.iter().take(20) {
                     out.push_str(&format!("  - {h}\n"));
@@ -491,7 +546,8 @@ fn doctor(a: &DoctorArgs) -> Result<u8, Error> {
             .map_err(|e| Error::new(ErrorKind::Io, format!("cannot read standard input: {e}")))?;
         s
     } else {
-        let bytes = std::fs::read(&a.log).map_err(|e| Error::io(&a.log, "cannot read the log", e))?;
+        let bytes =
+            std::fs::read(&a.log).map_err(|e| Error::io(&a.log, "cannot read the log", e))?;
         String::from_utf8_lossy(&bytes).into_owned()
     };
     let doc = match &a.model {

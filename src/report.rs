@@ -110,7 +110,10 @@ pub fn runtime_code(settings: &[RuntimeSetting]) -> String {
         }
     }
     if providers.is_empty() {
-        let _ = writeln!(s, "session = onnxruntime.InferenceSession(path, so, providers=[...])");
+        let _ = writeln!(
+            s,
+            "session = onnxruntime.InferenceSession(path, so, providers=[...])"
+        );
     } else {
         let list: Vec<String> = providers
             .iter()
@@ -161,12 +164,22 @@ pub fn summary_text(report: &Report, target: &Target) -> String {
     let mut s = String::new();
     let mut counts: BTreeMap<(&str, &str), usize> = BTreeMap::new();
     for a in &report.applied {
-        *counts.entry((a.rule.as_str(), a.action.as_str())).or_default() += 1;
+        *counts
+            .entry((a.rule.as_str(), a.action.as_str()))
+            .or_default() += 1;
     }
     if counts.is_empty() {
-        let _ = writeln!(s, "no rule of target {} fired: the graph is unchanged", target.name);
+        let _ = writeln!(
+            s,
+            "no rule of target {} fired: the graph is unchanged",
+            target.name
+        );
     } else {
-        let _ = writeln!(s, "rewrites for target {} ({} round(s)):", target.name, report.iterations);
+        let _ = writeln!(
+            s,
+            "rewrites for target {} ({} round(s)):",
+            target.name, report.iterations
+        );
         for ((rule, action), n) in &counts {
             let _ = writeln!(s, "  {rule:<28} {action:<8} {n} node(s)");
         }
@@ -179,6 +192,9 @@ pub fn summary_text(report: &Report, target: &Target) -> String {
             report.pieces.len(),
             max as f64
         );
+    }
+    for n in &report.notes {
+        let _ = writeln!(s, "note: {n}");
     }
     if !report.pinned.is_empty() {
         let _ = writeln!(
@@ -223,6 +239,7 @@ pub fn compile_json(report: &Report, target: &Target, input: &str, outputs: &[St
             "first": p.first, "nodes": p.nodes, "work": p.work,
         })).collect::<Vec<_>>(),
         "pinned": report.pinned,
+        "notes": report.notes,
         "annotation": report.annotation,
         "runtime": target.runtime.iter().map(|r| serde_json::json!({
             "key": r.key, "value": r.value, "why": r.why, "evidence": r.evidence,

@@ -74,7 +74,8 @@ fn layout(g: &Graph) -> Result<Layout, String> {
     })
 }
 
-/// The pieces as the graph stands (existing clean cuts respected).
+/// The pieces as the graph stands (existing clean cuts respected). Nodes whose work cannot be
+/// estimated (unknown shapes) count as 0; [`unknown_work`] lists them.
 pub fn pieces(g: &Graph, s: &dyn ShapeSource) -> Result<Vec<Piece>, String> {
     let l = layout(g)?;
     let mut out = Vec::new();
@@ -97,13 +98,7 @@ pub fn pieces(g: &Graph, s: &dyn ShapeSource) -> Result<Vec<Piece>, String> {
         if is_cpu(g, n) {
             continue;
         }
-        let w = work(g, n, s).ok_or_else(|| {
-            format!(
-                "the work of node '{}' ({}) is unknown (shapes not inferred; give symbolic dims with --dim)",
-                g.node(n).name(),
-                g.node(n).op_type
-            )
-        })?;
+        let w = work(g, n, s).unwrap_or(0);
         if cur.nodes == 0 {
             cur.first = g.node(n).name().to_string();
         }
@@ -114,6 +109,15 @@ pub fn pieces(g: &Graph, s: &dyn ShapeSource) -> Result<Vec<Piece>, String> {
         out.push(cur);
     }
     Ok(out)
+}
+
+/// GPU nodes whose work cannot be estimated (their shapes are unknown).
+pub fn unknown_work(g: &Graph, s: &dyn ShapeSource) -> Vec<NodeId> {
+    g.order
+        .iter()
+        .copied()
+        .filter(|&n| !is_cpu(g, n) && work(g, n, s).is_none())
+        .collect()
 }
 
 /// Does any piece exceed the budget (and could a cut help, i.e. has more than one node)?
@@ -141,13 +145,7 @@ pub fn next_cut(
         if is_cpu(g, n) {
             continue;
         }
-        let w = work(g, n, s).ok_or_else(|| {
-            format!(
-                "the work of node '{}' ({}) is unknown (shapes not inferred; give symbolic dims with --dim)",
-                g.node(n).name(),
-                g.node(n).op_type
-            )
-        })?;
+        let w = work(g, n, s).unwrap_or(0);
         if count > 0 && acc.saturating_add(w) > budget {
             return Ok(Some(cut_before(g, &l, i, rule, annotation)));
         }

@@ -48,7 +48,10 @@ pub enum Action {
     /// work units (estimated FLOPs, see the `work` fact).
     /// `dims`: default sizes for symbolic dims when estimating work: a dim name, or `batch`
     /// (axis 0 of a graph input), `spatial` (axes 2.. of a rank-4 graph input), `default`.
-    Barrier { budget: f64, dims: Vec<(String, i64)> },
+    Barrier {
+        budget: f64,
+        dims: Vec<(String, i64)>,
+    },
     /// Refuse to compile: the model cannot be made safe for this target.
     Deny,
 }
@@ -84,7 +87,11 @@ impl fmt::Display for Action {
                 )
             }
             Action::Barrier { budget, dims } => {
-                write!(f, "barrier {{budget: {}", super::pattern::Num::Float(*budget))?;
+                write!(
+                    f,
+                    "barrier {{budget: {}",
+                    super::pattern::Num::Float(*budget)
+                )?;
                 if !dims.is_empty() {
                     let d: Vec<String> = dims.iter().map(|(k, v)| format!("{k}: {v}")).collect();
                     write!(f, ", dims: {{{}}}", d.join(", "))?;
