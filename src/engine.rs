@@ -291,6 +291,16 @@ fn finding(
     }
 }
 
+/// Does the node read or write a value of this element type (a `cast` has work to do)?
+fn has_dtype(g: &Graph, n: NodeId, dtype: i32, facts: &Facts) -> bool {
+    let node = g.node(n);
+    node.inputs
+        .iter()
+        .chain(node.outputs.iter())
+        .flatten()
+        .any(|v| facts.info(*v).dtype == Some(dtype))
+}
+
 fn op_label(g: &Graph, n: NodeId) -> String {
     let node = g.node(n);
     if node.domain().is_empty() {
@@ -325,6 +335,7 @@ pub fn check(model: &mut Model, target: &Target, opts: &Options) -> Vec<Finding>
     for m in &matches {
         match &target.rules[m.rule].action {
             Action::Cpu if cpu::is_pinned(g, m.node, &opts.annotation) => {}
+            Action::Cast { from, .. } if !has_dtype(g, m.node, *from, &facts) => {}
             Action::Barrier { .. } => {}
             Action::Deny => out.push(finding(target, g, m, FindingKind::Denied, None)),
             _ => out.push(finding(target, g, m, FindingKind::Fires, None)),
@@ -448,6 +459,7 @@ pub fn compile(model: &mut Model, target: &Target, opts: &Options) -> Report {
                             Err(SplitOutcome::Unsupported(r)) => Err(r),
                         }
                     }
+                    Action::Cast { from, .. } if !has_dtype(g, m.node, *from, &facts) => Ok(None),
                     Action::Cast { from, to } => {
                         let spec = CastSpec {
                             from: *from,
@@ -476,10 +488,13 @@ pub fn compile(model: &mut Model, target: &Target, opts: &Options) -> Report {
                 }
             }
         }
-        for (ri, node, name, op, p) in patches {
+        let mut value_map: std::collections::HashMap<ValueId, ValueId> = Default::default();
+        for (ri, node, name, op, mut p) in patches {
             let rule = &target.rules[ri];
-            match p.apply(&mut model.graph) {
-                Ok(created) => {
+            p.remap(&value_map);
+            match p.apply_with_map(&mut model.graph) {
+                Ok((created, replaced)) => {
+                    value_map.extend(replaced);
                     changed = true;
                     report.applied.push(Applied {
                         rule: rule.id.clone(),

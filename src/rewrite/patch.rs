@@ -186,8 +186,48 @@ impl Patch {
         self.replace.push((old, new));
     }
 
+    /// Re-point this patch's references to existing values through `map` (old -> new), for
+    /// patches built on a graph that earlier patches have since changed.
+    pub fn remap(&mut self, map: &HashMap<ValueId, ValueId>) {
+        if map.is_empty() {
+            return;
+        }
+        let fix = |p: &mut PValue| {
+            if let PValue::Existing(v) = p {
+                let mut cur = *v;
+                // Follow chains (a value replaced twice), bounded by the map's size.
+                for _ in 0..=map.len() {
+                    match map.get(&cur) {
+                        Some(&n) if n != cur => cur = n,
+                        _ => break,
+                    }
+                }
+                *v = cur;
+            }
+        };
+        for n in &mut self.nodes {
+            for i in n.inputs.iter_mut().flatten() {
+                fix(i);
+            }
+        }
+        for (_, new) in &mut self.replace {
+            fix(new);
+        }
+        for (_, _, v) in &mut self.repoint {
+            fix(v);
+        }
+    }
+
     /// Apply to `g`, all or nothing. Returns the ids of the nodes created.
     pub fn apply(self, g: &mut Graph) -> Result<Vec<NodeId>, PatchError> {
+        self.apply_with_map(g).map(|(created, _)| created)
+    }
+
+    /// Like [`Patch::apply`], also returning the replacements made (old value -> new value).
+    pub fn apply_with_map(
+        self,
+        g: &mut Graph,
+    ) -> Result<(Vec<NodeId>, Vec<(ValueId, ValueId)>), PatchError> {
         self.check(g)?;
         let Patch {
             rule,
@@ -237,8 +277,10 @@ impl Patch {
         // Re-point uses before removing nodes, so graph outputs keep their names: when an old
         // value is a graph output, the new value takes over its name.
         let mut renames: Vec<(ValueId, ValueId)> = Vec::new();
+        let mut replaced: Vec<(ValueId, ValueId)> = Vec::new();
         for (old, new) in &replace {
             let new = resolve(*new);
+            replaced.push((*old, new));
             let consumers: Vec<(NodeId, u32)> = g
                 .order
                 .iter()
@@ -336,7 +378,7 @@ impl Patch {
         }
         // Edges into new nodes whose producers are new nodes created later in this patch.
         rebuild_edges(g, &created);
-        Ok(created)
+        Ok((created, replaced))
     }
 
     /// Refuse a patch that refers to values or nodes that do not exist, or that would leave a
