@@ -6,7 +6,6 @@
 mod common;
 
 #[path = "verify_support/mod.rs"]
-#[allow(dead_code)]
 mod support;
 
 use onnx_safeify::engine::{self, FindingKind, Options};
@@ -74,11 +73,11 @@ fn ppocr_models_compile_for_rx580_and_stay_equal() {
         let left = engine::check(&mut again.model, &target, &Options::default());
         assert!(left.is_empty(), "{name}: check finds {left:?}");
         // Numerically the same, with real-looking inputs for the detector.
-        let mut opts = VerifyOptions::default();
-        opts.dims = onnx_safeify::verify::inputs::DimOverrides::parse(&dims_for(&name)).unwrap();
-        if name.contains("det") {
-            opts.inputs = Some(page.clone());
-        }
+        let opts = VerifyOptions {
+            dims: onnx_safeify::verify::inputs::DimOverrides::parse(&dims_for(&name)).unwrap(),
+            inputs: name.contains("det").then(|| page.clone()),
+            ..VerifyOptions::default()
+        };
         let r = onnx_safeify::verify::verify_models(f, &out, &opts).unwrap();
         assert!(r.passed(), "{name}: {}", r.to_text());
         eprintln!(

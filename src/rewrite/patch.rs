@@ -27,7 +27,7 @@ pub enum AttrValue {
     String(String),
     Floats(Vec<f32>),
     Ints(Vec<i64>),
-    Tensor(TensorProto),
+    Tensor(Box<TensorProto>),
 }
 
 impl AttrValue {
@@ -59,7 +59,7 @@ impl AttrValue {
             }
             AttrValue::Tensor(t) => {
                 a.r#type = Some(AttributeType::Tensor as i32);
-                a.t = Some(t.clone());
+                a.t = Some((**t).clone());
             }
         }
         a
@@ -106,6 +106,9 @@ pub struct Patch {
     /// Single uses to re-point: input `slot` of an existing node reads the value instead.
     pub repoint: Vec<(NodeId, usize, PValue)>,
 }
+
+/// What applying a patch did: the nodes created, and the replacements (old value -> new value).
+pub type Applied = (Vec<NodeId>, Vec<(ValueId, ValueId)>);
 
 /// Why a patch was refused.
 #[derive(Debug, Clone, PartialEq)]
@@ -224,10 +227,7 @@ impl Patch {
     }
 
     /// Like [`Patch::apply`], also returning the replacements made (old value -> new value).
-    pub fn apply_with_map(
-        self,
-        g: &mut Graph,
-    ) -> Result<(Vec<NodeId>, Vec<(ValueId, ValueId)>), PatchError> {
+    pub fn apply_with_map(self, g: &mut Graph) -> Result<Applied, PatchError> {
         self.check(g)?;
         let Patch {
             rule,
@@ -319,8 +319,8 @@ impl Patch {
         }
 
         let mut created = Vec::with_capacity(nodes.len());
-        let mut insert_at = anchor_pos.unwrap_or(g.order.len());
-        for nn in nodes {
+        let first_at = anchor_pos.unwrap_or(g.order.len());
+        for (insert_at, nn) in (first_at..).zip(nodes) {
             let name = g.fresh_name(&format!("{prefix}/{}", nn.name_hint));
             let mut node = Node {
                 name: Some(name),
@@ -358,7 +358,6 @@ impl Patch {
             // insert_node appended it; move it to its place.
             g.order.pop();
             g.order.insert(insert_at.min(g.order.len()), id);
-            insert_at += 1;
             created.push(id);
         }
         for (n, k, v) in annotate {
