@@ -291,6 +291,42 @@ fn finding(
     }
 }
 
+/// Values read by some node (or its subgraphs) or given out as graph outputs.
+fn used_values(g: &Graph) -> HashSet<ValueId> {
+    let mut used: HashSet<ValueId> = g.outputs.iter().map(|o| o.value).collect();
+    for &n in &g.order {
+        let node = g.node(n);
+        used.extend(node.inputs.iter().flatten().copied());
+        used.extend(node.implicit_inputs.iter().copied());
+    }
+    used
+}
+
+/// Remove weights the rewrites orphaned: `Constant` nodes and initializers whose values were
+/// used before the compile and are used by nothing now (e.g. a split Conv's full weight).
+/// Constants that were already unused are left alone, so untouched parts stay as they were.
+fn prune_orphans(g: &mut Graph, used_before: &HashSet<ValueId>) {
+    let used = used_values(g);
+    let orphan = |v: &ValueId| used_before.contains(v) && !used.contains(v);
+    let dead: Vec<NodeId> = g
+        .order
+        .iter()
+        .copied()
+        .filter(|&n| {
+            let node = g.node(n);
+            node.op_type == "Constant"
+                && node.domain().is_empty()
+                && !node.outputs.iter().flatten().any(|v| !orphan(v))
+        })
+        .collect();
+    for n in dead {
+        g.remove_node(n);
+    }
+    let inputs: HashSet<ValueId> = g.inputs.iter().map(|i| i.value).collect();
+    g.initializers
+        .retain(|i| inputs.contains(&i.value) || !orphan(&i.value));
+}
+
 /// Does the node read or write a value of this element type (a `cast` has work to do)?
 fn has_dtype(g: &Graph, n: NodeId, dtype: i32, facts: &Facts) -> bool {
     let node = g.node(n);
@@ -392,6 +428,7 @@ pub fn compile(model: &mut Model, target: &Target, opts: &Options) -> Report {
     };
     let opset = model.opset("").unwrap_or(1);
     let opsets = Opsets::from_model(model);
+    let used_before = used_values(&model.graph);
     let mut stuck: HashSet<(usize, NodeId)> = HashSet::new();
     for iteration in 0..opts.max_iterations {
         report.iterations = iteration + 1;
@@ -652,6 +689,7 @@ pub fn compile(model: &mut Model, target: &Target, opts: &Options) -> Report {
         }
         break;
     }
+    prune_orphans(&mut model.graph, &used_before);
     // What still fires (beyond what was already reported as stuck).
     let left = check(model, target, opts);
     for f in left {
