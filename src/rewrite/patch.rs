@@ -318,6 +318,23 @@ impl Patch {
             g.set_input(*n, *slot, Some(resolve(*v)));
         }
 
+        // Names visible to subgraphs of new nodes (built only when a new node has one).
+        let needs_scope = nodes.iter().any(|n| {
+            n.attributes
+                .iter()
+                .any(|a| a.g.is_some() || !a.graphs.is_empty())
+        });
+        let scope: HashMap<String, ValueId> = if needs_scope {
+            g.values
+                .iter()
+                .enumerate()
+                .filter(|(_, v)| !matches!(v.origin, Origin::Unbound))
+                .map(|(i, v)| (v.name.clone(), ValueId(i as u32)))
+                .collect()
+        } else {
+            HashMap::new()
+        };
+
         let mut created = Vec::with_capacity(nodes.len());
         let first_at = anchor_pos.unwrap_or(g.order.len());
         for (insert_at, nn) in (first_at..).zip(nodes) {
@@ -334,19 +351,40 @@ impl Patch {
                 inputs: nn.inputs.iter().map(|i| i.map(resolve)).collect(),
                 outputs: nn.outputs.iter().map(|o| Some(resolve(*o))).collect(),
                 implicit_inputs: Vec::new(),
-                attributes: nn
-                    .attributes
-                    .into_iter()
-                    .map(|proto| Attribute {
-                        proto,
-                        g: None,
-                        graphs: Vec::new(),
-                    })
-                    .collect(),
+                attributes: Vec::with_capacity(nn.attributes.len()),
                 doc_string: None,
                 metadata_props: Vec::new(),
                 device_configurations: Vec::new(),
             };
+            let mut implicit: Vec<ValueId> = Vec::new();
+            for mut proto in nn.attributes {
+                let single = proto.g.take();
+                let many = std::mem::take(&mut proto.graphs);
+                let mut import = |gp: crate::proto::GraphProto| -> Graph {
+                    match crate::import::import_subgraph(gp, &scope, &prefix) {
+                        Ok((sub, refs)) => {
+                            for r in refs {
+                                if let Some(&v) = scope.get(&r) {
+                                    if !implicit.contains(&v) {
+                                        implicit.push(v);
+                                    }
+                                }
+                            }
+                            sub
+                        }
+                        // `check` imported it successfully already; an empty graph is unreachable.
+                        Err(_) => Graph::default(),
+                    }
+                };
+                let g1 = single.map(|gp| Box::new(import(gp)));
+                let gs = many.into_iter().map(&mut import).collect();
+                node.attributes.push(Attribute {
+                    proto,
+                    g: g1,
+                    graphs: gs,
+                });
+            }
+            node.implicit_inputs = implicit;
             node.set_metadata(RULE_KEY, &rule);
             if !origin.is_empty() {
                 node.set_metadata(ORIGIN_KEY, &origin);
@@ -394,6 +432,34 @@ impl Patch {
             PValue::Existing(v) => v.index() < g.values.len(),
             PValue::New(i) => *i < n_new,
         };
+        // Subgraphs of new nodes must import against the names visible here.
+        if self.nodes.iter().any(|n| {
+            n.attributes
+                .iter()
+                .any(|a| a.g.is_some() || !a.graphs.is_empty())
+        }) {
+            let scope: HashMap<String, ValueId> = g
+                .values
+                .iter()
+                .enumerate()
+                .filter(|(_, v)| !matches!(v.origin, Origin::Unbound))
+                .map(|(i, v)| (v.name.clone(), ValueId(i as u32)))
+                .collect();
+            for nn in &self.nodes {
+                for a in &nn.attributes {
+                    for gp in a.g.iter().chain(a.graphs.iter()) {
+                        if let Err(e) =
+                            crate::import::import_subgraph(gp.clone(), &scope, &self.origin)
+                        {
+                            return err(format!(
+                                "a subgraph of the new {} node is invalid: {e}",
+                                nn.op_type
+                            ));
+                        }
+                    }
+                }
+            }
+        }
         let mut produced = vec![false; n_new];
         for (i, _) in &self.initializers {
             produced[*i] = true;
