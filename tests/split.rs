@@ -154,7 +154,7 @@ fn static_batch_split() {
         .find(|&&n| g.node(n).op_type == "Conv")
         .unwrap();
     assert!(matches!(
-        split_conv(g, second, opset, "t", SplitAxis::Batch, 1, None),
+        split_conv(g, second, opset, "t", SplitAxis::Batch, 2, None),
         Err(SplitOutcome::Unsupported(_))
     ));
     check_equal(&src, &doc, "split_batch.onnx", &[4]);
