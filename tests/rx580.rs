@@ -69,6 +69,7 @@ fn ppocr_models_compile_for_rx580_and_stay_equal() {
         engine::stamp_runtime(&mut doc.model, &target);
         let out = dir.path().join(format!("{name}.rx580.onnx"));
         onnx_safeify::save(&doc, &out).unwrap();
+        common::onnx_check(&out);
         let mut again = onnx_safeify::load(&out).unwrap();
         let left = engine::check(&mut again.model, &target, &Options::default());
         assert!(left.is_empty(), "{name}: check finds {left:?}");
