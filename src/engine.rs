@@ -635,7 +635,14 @@ pub fn compile(model: &mut Model, target: &Target, opts: &Options) -> Report {
             loop {
                 let facts = infer_with(model, target, opts);
                 let view = FactView(&facts);
-                match barrier::next_cut(&model.graph, &view, budget, &rule.id, &opts.annotation) {
+                match barrier::next_cut(
+                    &model.graph,
+                    &view,
+                    budget,
+                    &rule.id,
+                    &opts.annotation,
+                    opset,
+                ) {
                     Ok(Some(p)) => {
                         let at = p.origin.clone();
                         match p.apply(&mut model.graph) {
@@ -645,7 +652,7 @@ pub fn compile(model: &mut Model, target: &Target, opts: &Options) -> Report {
                                     rule: rule.id.clone(),
                                     action: "barrier".into(),
                                     node: at,
-                                    op: "Identity".into(),
+                                    op: "barrier".into(),
                                     nodes: created.len(),
                                 });
                             }

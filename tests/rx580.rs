@@ -89,3 +89,47 @@ fn ppocr_models_compile_for_rx580_and_stay_equal() {
         );
     }
 }
+
+/// ONNX Runtime's own optimisations must not undo a barrier: the CPU-pinned no-ops survive
+/// `ORT_ENABLE_ALL` (an `Identity` would be removed by `EliminateIdentity`).
+#[test]
+fn barriers_survive_onnxruntime_optimisation() {
+    let Some(c) = common::corpus() else { return };
+    let Some(py) = common::venv_python() else {
+        return;
+    };
+    let target = onnx_safeify::rules::load_target("rx580").unwrap();
+    let src = c.join("real/rapidocr_onnxruntime__ch_PP-OCRv4_det_infer.onnx");
+    let mut doc = onnx_safeify::load(&src).unwrap();
+    engine::compile(&mut doc.model, &target, &Options::default());
+    let g = &doc.model.graph;
+    let barriers = g
+        .order
+        .iter()
+        .filter(|&&n| g.node(n).metadata("onnx_safeify.rule") == Some("barrier-heavy-dispatch"))
+        .count();
+    assert!(barriers > 0);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("det.rx580.onnx");
+    onnx_safeify::save(&doc, &out).unwrap();
+    let script = r#"
+import sys, onnx, onnxruntime as ort
+so = ort.SessionOptions()
+so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+so.optimized_model_filepath = sys.argv[2]
+so.add_session_config_entry("session.layer_assignment_settings", "cpu(safeify_cpu)")
+ort.InferenceSession(sys.argv[1], so, providers=["CPUExecutionProvider"])
+m = onnx.load(sys.argv[2])
+print(sum(1 for n in m.graph.node if "/barrier" in n.name))
+"#;
+    let opt = dir.path().join("opt.onnx");
+    let o = std::process::Command::new(py)
+        .args(["-c", script])
+        .arg(&out)
+        .arg(&opt)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let kept: usize = String::from_utf8_lossy(&o.stdout).trim().parse().unwrap();
+    assert_eq!(kept, barriers, "ONNX Runtime removed barrier nodes");
+}

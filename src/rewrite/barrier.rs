@@ -5,8 +5,13 @@
 //!
 //! A *cut* before position i of the topological order is clean when every value computed on
 //! the GPU before i and read on the GPU at or after i passes through the CPU. To make a cut
-//! clean, each such value gets an `Identity` pinned to the CPU (`layer_ann`), and the GPU
-//! readers after the cut read the Identity instead. Pieces are the GPU work between clean cuts.
+//! clean, each such value gets a no-op node pinned to the CPU (`layer_ann`), and the GPU
+//! readers after the cut read it instead. Pieces are the GPU work between clean cuts.
+//!
+//! The no-op is `Max(x, x)` (exactly `x` for every number, NaN and -0 included), not
+//! `Identity`: ONNX Runtime's `EliminateIdentity` optimisation removes Identity nodes before
+//! nodes are placed, annotation or not, which would silently undo the cut. Types Max does not
+//! take at the model's opset (bool, strings) fall back to Identity.
 
 use std::collections::HashMap;
 
@@ -141,6 +146,7 @@ pub fn next_cut(
     budget: u64,
     rule: &str,
     annotation: &str,
+    opset: i64,
 ) -> Result<Option<Patch>, String> {
     let l = layout(g)?;
     let mut acc = 0u64;
@@ -155,7 +161,7 @@ pub fn next_cut(
         }
         let w = work(g, n, s).unwrap_or(0);
         if count > 0 && acc.saturating_add(w) > budget {
-            return Ok(Some(cut_before(g, &l, i, rule, annotation)));
+            return Ok(Some(cut_before(g, &l, i, rule, annotation, s, opset)));
         }
         acc = acc.saturating_add(w);
         count += 1;
@@ -163,7 +169,28 @@ pub fn next_cut(
     Ok(None)
 }
 
-fn cut_before(g: &Graph, l: &Layout, i: usize, rule: &str, annotation: &str) -> Patch {
+/// Can `Max` pass this element type through at this opset (ONNX Max-8: float types;
+/// Max-12: every numeric type)?
+fn max_takes(dtype: Option<i32>, opset: i64) -> bool {
+    use crate::tensor::dtype::*;
+    match dtype {
+        Some(FLOAT | DOUBLE | FLOAT16) => opset >= 8,
+        Some(BFLOAT16 | INT8 | INT16 | INT32 | INT64 | UINT8 | UINT16 | UINT32 | UINT64) => {
+            opset >= 12
+        }
+        _ => false,
+    }
+}
+
+fn cut_before(
+    g: &Graph,
+    l: &Layout,
+    i: usize,
+    rule: &str,
+    annotation: &str,
+    s: &dyn ShapeSource,
+    opset: i64,
+) -> Patch {
     let consumers = g.consumers();
     let at = l.topo[i];
     let mut p = Patch::new(rule, g.node(at).name(), Some(at));
@@ -183,11 +210,19 @@ fn cut_before(g: &Graph, l: &Layout, i: usize, rule: &str, annotation: &str) -> 
     }
     for v in crossing {
         let out = p.value("barrier");
+        let (op, inputs) = if max_takes(s.dtype(v), opset) {
+            (
+                "Max",
+                vec![Some(PValue::Existing(v)), Some(PValue::Existing(v))],
+            )
+        } else {
+            ("Identity", vec![Some(PValue::Existing(v))])
+        };
         p.nodes.push(crate::rewrite::patch::NewNode {
-            op_type: "Identity".into(),
+            op_type: op.into(),
             domain: String::new(),
             name_hint: "barrier".into(),
-            inputs: vec![Some(PValue::Existing(v))],
+            inputs,
             outputs: vec![out],
             attributes: Vec::new(),
             metadata: vec![(LAYER_ANN_KEY.to_string(), annotation.to_string())],
