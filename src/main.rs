@@ -57,13 +57,13 @@ enum Command {
     Verify(onnx_safeify::verify::VerifyArgs),
     /// Read an error log, name the likely cause with its evidence and the target that fixes it.
     Doctor(DoctorArgs),
-    /// Print a shell completion script (e.g. `onnx-safeify completions bash > /etc/bash_completion.d/onnx-safeify`).
+    /// Print a shell completion script (bash, zsh, fish, powershell, elvish) to stdout.
     Completions {
         /// The shell.
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
-    /// Print the manual page (roff) to stdout (e.g. `onnx-safeify man | man -l -`).
+    /// Print the manual page (roff) to stdout: `onnx-safeify man | man -l -`.
     Man {
         /// A subcommand's page instead of the main one (`check`, `verify`...).
         subcommand: Option<String>,
