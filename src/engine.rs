@@ -291,6 +291,52 @@ fn finding(
     }
 }
 
+/// Values read by some node (or its subgraphs) or given out as graph outputs.
+fn used_values(g: &Graph) -> HashSet<ValueId> {
+    let mut used: HashSet<ValueId> = g.outputs.iter().map(|o| o.value).collect();
+    for &n in &g.order {
+        let node = g.node(n);
+        used.extend(node.inputs.iter().flatten().copied());
+        used.extend(node.implicit_inputs.iter().copied());
+    }
+    used
+}
+
+/// Remove weights the rewrites orphaned: `Constant` nodes and initializers whose values were
+/// used before the compile and are used by nothing now (e.g. a split Conv's full weight).
+/// Constants that were already unused are left alone, so untouched parts stay as they were.
+fn prune_orphans(g: &mut Graph, used_before: &HashSet<ValueId>) {
+    let used = used_values(g);
+    let orphan = |v: &ValueId| used_before.contains(v) && !used.contains(v);
+    let dead: Vec<NodeId> = g
+        .order
+        .iter()
+        .copied()
+        .filter(|&n| {
+            let node = g.node(n);
+            node.op_type == "Constant"
+                && node.domain().is_empty()
+                && !node.outputs.iter().flatten().any(|v| !orphan(v))
+        })
+        .collect();
+    for n in dead {
+        g.remove_node(n);
+    }
+    let inputs: HashSet<ValueId> = g.inputs.iter().map(|i| i.value).collect();
+    g.initializers
+        .retain(|i| inputs.contains(&i.value) || !orphan(&i.value));
+}
+
+/// Does the node read or write a value of this element type (a `cast` has work to do)?
+fn has_dtype(g: &Graph, n: NodeId, dtype: i32, facts: &Facts) -> bool {
+    let node = g.node(n);
+    node.inputs
+        .iter()
+        .chain(node.outputs.iter())
+        .flatten()
+        .any(|v| facts.info(*v).dtype == Some(dtype))
+}
+
 fn op_label(g: &Graph, n: NodeId) -> String {
     let node = g.node(n);
     if node.domain().is_empty() {
@@ -325,6 +371,7 @@ pub fn check(model: &mut Model, target: &Target, opts: &Options) -> Vec<Finding>
     for m in &matches {
         match &target.rules[m.rule].action {
             Action::Cpu if cpu::is_pinned(g, m.node, &opts.annotation) => {}
+            Action::Cast { from, .. } if !has_dtype(g, m.node, *from, &facts) => {}
             Action::Barrier { .. } => {}
             Action::Deny => out.push(finding(target, g, m, FindingKind::Denied, None)),
             _ => out.push(finding(target, g, m, FindingKind::Fires, None)),
@@ -381,6 +428,7 @@ pub fn compile(model: &mut Model, target: &Target, opts: &Options) -> Report {
     };
     let opset = model.opset("").unwrap_or(1);
     let opsets = Opsets::from_model(model);
+    let used_before = used_values(&model.graph);
     let mut stuck: HashSet<(usize, NodeId)> = HashSet::new();
     for iteration in 0..opts.max_iterations {
         report.iterations = iteration + 1;
@@ -448,6 +496,7 @@ pub fn compile(model: &mut Model, target: &Target, opts: &Options) -> Report {
                             Err(SplitOutcome::Unsupported(r)) => Err(r),
                         }
                     }
+                    Action::Cast { from, .. } if !has_dtype(g, m.node, *from, &facts) => Ok(None),
                     Action::Cast { from, to } => {
                         let spec = CastSpec {
                             from: *from,
@@ -476,10 +525,13 @@ pub fn compile(model: &mut Model, target: &Target, opts: &Options) -> Report {
                 }
             }
         }
-        for (ri, node, name, op, p) in patches {
+        let mut value_map: std::collections::HashMap<ValueId, ValueId> = Default::default();
+        for (ri, node, name, op, mut p) in patches {
             let rule = &target.rules[ri];
-            match p.apply(&mut model.graph) {
-                Ok(created) => {
+            p.remap(&value_map);
+            match p.apply_with_map(&mut model.graph) {
+                Ok((created, replaced)) => {
+                    value_map.extend(replaced);
                     changed = true;
                     report.applied.push(Applied {
                         rule: rule.id.clone(),
@@ -637,6 +689,7 @@ pub fn compile(model: &mut Model, target: &Target, opts: &Options) -> Report {
         }
         break;
     }
+    prune_orphans(&mut model.graph, &used_before);
     // What still fires (beyond what was already reported as stuck).
     let left = check(model, target, opts);
     for f in left {

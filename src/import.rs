@@ -57,6 +57,17 @@ pub fn import_model(proto: ModelProto, external: Option<&ExternalData>) -> Resul
     })
 }
 
+/// Import a subgraph that reads values of an enclosing graph by name (`outer`: the names
+/// visible there). Returns the graph and the outer names it reads, in first-use order.
+pub fn import_subgraph(
+    gp: GraphProto,
+    outer: &HashMap<String, ValueId>,
+    path: &str,
+) -> Result<(Graph, Vec<String>)> {
+    let ctx = Ctx { external: None };
+    ctx.import_graph(gp, &[outer], 1, path)
+}
+
 struct Ctx<'a> {
     external: Option<&'a ExternalData>,
 }

@@ -148,12 +148,26 @@ pub fn runtime_code(settings: &[RuntimeSetting]) -> String {
             .iter()
             .map(|(k, v)| format!("{{ \"{}\", \"{}\" }}", esc(k), esc(v)))
             .collect();
-        let _ = writeln!(
-            s,
-            "so.AppendExecutionProvider(\"{}\", new Dictionary<string, string> {{ {} }});",
-            esc(ep),
-            kv.join(", ")
-        );
+        let dict = format!("new Dictionary<string, string> {{ {} }}", kv.join(", "));
+        // The C# API names providers differently from Python; TensorRT takes an options object.
+        match *ep {
+            "TensorrtExecutionProvider" => {
+                let _ = writeln!(s, "var trt = new OrtTensorRTProviderOptions();");
+                let _ = writeln!(s, "trt.UpdateOptions({dict});");
+                let _ = writeln!(s, "so.AppendExecutionProvider_Tensorrt(trt);");
+            }
+            other => {
+                let short = match other {
+                    "DmlExecutionProvider" => "DML",
+                    "OpenVINOExecutionProvider" => "OpenVINO",
+                    "CoreMLExecutionProvider" => "CoreML",
+                    "WebGpuExecutionProvider" => "WebGPU",
+                    "MIGraphXExecutionProvider" => "MIGraphX",
+                    o => o,
+                };
+                let _ = writeln!(s, "so.AppendExecutionProvider(\"{}\", {dict});", esc(short));
+            }
+        }
     }
     let _ = writeln!(s, "using var session = new InferenceSession(path, so);");
     s

@@ -398,7 +398,7 @@ fn unknown_target_is_an_error() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown target 'no-such-gpu'"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown target `no-such-gpu`"));
     assert_eq!(case.listing().len(), 1);
 }
 

@@ -154,8 +154,43 @@ fn static_batch_split() {
         .find(|&&n| g.node(n).op_type == "Conv")
         .unwrap();
     assert!(matches!(
-        split_conv(g, second, opset, "t", SplitAxis::Batch, 1, None),
+        split_conv(g, second, opset, "t", SplitAxis::Batch, 2, None),
         Err(SplitOutcome::Unsupported(_))
     ));
     check_equal(&src, &doc, "split_batch.onnx", &[4]);
+}
+
+#[test]
+fn symbolic_batch_split_runs_one_sample_at_a_time_for_any_batch() {
+    // The sample's batch N is symbolic: the stem Conv becomes a Scan over samples.
+    let src = common::sample();
+    let mut doc = onnx_safeify::load(&src).unwrap();
+    let opset = doc.model.opset("").unwrap();
+    let g = &mut doc.model.graph;
+    let first = *g
+        .order
+        .iter()
+        .find(|&&n| g.node(n).op_type == "Conv")
+        .unwrap();
+    assert!(matches!(
+        split_conv(g, first, opset, "t", SplitAxis::Batch, 4, None),
+        Err(SplitOutcome::Unsupported(_))
+    ));
+    let p = split_conv(g, first, opset, "test-batch", SplitAxis::Batch, 1, None).unwrap();
+    p.apply(g).unwrap();
+    let scan = *g
+        .order
+        .iter()
+        .find(|&&n| g.node(n).op_type == "Scan")
+        .unwrap();
+    let body = g
+        .node(scan)
+        .attr("body")
+        .and_then(|a| a.g.as_ref())
+        .unwrap();
+    assert_eq!(body.order.len(), 3);
+    // The body reads the weights from the outer scope.
+    assert!(!g.node(scan).implicit_inputs.is_empty());
+    onnx_safeify::engine::check_invariants(g).unwrap();
+    check_equal(&src, &doc, "split_scan.onnx", &[1, 3]);
 }

@@ -30,6 +30,13 @@ fn is_cpu(g: &Graph, n: NodeId) -> bool {
     g.node(n).metadata(LAYER_ANN_KEY).is_some()
 }
 
+/// `Constant` nodes hold weights like initializers do: their outputs never make a partition
+/// long and never need a barrier.
+fn is_constant_node(g: &Graph, n: NodeId) -> bool {
+    let node = g.node(n);
+    node.op_type == "Constant" && node.domain().is_empty()
+}
+
 struct Layout {
     topo: Vec<NodeId>,
     pos: HashMap<NodeId, usize>,
@@ -48,7 +55,8 @@ fn layout(g: &Graph) -> Result<Layout, String> {
         let Origin::Node { node, .. } = value.origin else {
             continue;
         };
-        let (Some(&p), false) = (pos.get(&node), is_cpu(g, node)) else {
+        let (Some(&p), false) = (pos.get(&node), is_cpu(g, node) || is_constant_node(g, node))
+        else {
             continue;
         };
         let last_gpu = consumers[vi]
@@ -95,7 +103,7 @@ pub fn pieces(g: &Graph, s: &dyn ShapeSource) -> Result<Vec<Piece>, String> {
                 },
             ));
         }
-        if is_cpu(g, n) {
+        if is_cpu(g, n) || is_constant_node(g, n) {
             continue;
         }
         let w = work(g, n, s).unwrap_or(0);
@@ -116,7 +124,7 @@ pub fn unknown_work(g: &Graph, s: &dyn ShapeSource) -> Vec<NodeId> {
     g.order
         .iter()
         .copied()
-        .filter(|&n| !is_cpu(g, n) && work(g, n, s).is_none())
+        .filter(|&n| !is_cpu(g, n) && !is_constant_node(g, n) && work(g, n, s).is_none())
         .collect()
 }
 
@@ -142,7 +150,7 @@ pub fn next_cut(
             acc = 0;
             count = 0;
         }
-        if is_cpu(g, n) {
+        if is_cpu(g, n) || is_constant_node(g, n) {
             continue;
         }
         let w = work(g, n, s).unwrap_or(0);
@@ -161,7 +169,7 @@ fn cut_before(g: &Graph, l: &Layout, i: usize, rule: &str, annotation: &str) -> 
     let mut p = Patch::new(rule, g.node(at).name(), Some(at));
     let mut crossing: Vec<ValueId> = Vec::new();
     for &n in &l.topo[..i] {
-        if is_cpu(g, n) {
+        if is_cpu(g, n) || is_constant_node(g, n) {
             continue;
         }
         for v in g.node(n).outputs.iter().flatten() {

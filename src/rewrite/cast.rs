@@ -88,6 +88,15 @@ pub fn cast_node(
         .rposition(|o| o.is_some())
         .map_or(0, |i| i + 1);
     let new_outs = p.node(&node.op_type, node.domain(), &inputs, attrs, n_out);
+    // The fenced node keeps its own metadata (e.g. a CPU pin), besides the rule's stamps.
+    if let Some(nn) = p.nodes.last_mut() {
+        nn.metadata = node
+            .metadata_props
+            .iter()
+            .filter_map(|e| Some((e.key.clone()?, e.value.clone().unwrap_or_default())))
+            .filter(|(k, _)| !k.starts_with("onnx_safeify."))
+            .collect();
+    }
     for (slot, v) in node.outputs.iter().enumerate() {
         let (Some(v), Some(&produced)) = (*v, new_outs.get(slot)) else {
             continue;

@@ -23,8 +23,9 @@ pub fn session_option(annotation: &str) -> (String, String) {
     )
 }
 
-/// Ops that only compute shapes or move small integer tensors: cheap on the CPU, and a GPU
-/// round trip for them costs more than they do.
+/// Ops that typically compute shapes or move small tensors: cheap on the CPU, and a GPU round
+/// trip for them costs more than they do. They join a pinned region only when every consumer
+/// of theirs is pinned (their result has to reach the CPU anyway).
 const SHAPE_OPS: &[&str] = &[
     "Shape",
     "Size",
@@ -41,6 +42,14 @@ const SHAPE_OPS: &[&str] = &[
     "Identity",
     "Equal",
     "Where",
+    "Add",
+    "Sub",
+    "Mul",
+    "Div",
+    "Floor",
+    "Ceil",
+    "Max",
+    "Min",
 ];
 
 /// Is this node already pinned with `annotation`?

@@ -27,7 +27,7 @@ pub enum AttrValue {
     String(String),
     Floats(Vec<f32>),
     Ints(Vec<i64>),
-    Tensor(TensorProto),
+    Tensor(Box<TensorProto>),
 }
 
 impl AttrValue {
@@ -59,7 +59,7 @@ impl AttrValue {
             }
             AttrValue::Tensor(t) => {
                 a.r#type = Some(AttributeType::Tensor as i32);
-                a.t = Some(t.clone());
+                a.t = Some((**t).clone());
             }
         }
         a
@@ -106,6 +106,9 @@ pub struct Patch {
     /// Single uses to re-point: input `slot` of an existing node reads the value instead.
     pub repoint: Vec<(NodeId, usize, PValue)>,
 }
+
+/// What applying a patch did: the nodes created, and the replacements (old value -> new value).
+pub type Applied = (Vec<NodeId>, Vec<(ValueId, ValueId)>);
 
 /// Why a patch was refused.
 #[derive(Debug, Clone, PartialEq)]
@@ -186,8 +189,45 @@ impl Patch {
         self.replace.push((old, new));
     }
 
+    /// Re-point this patch's references to existing values through `map` (old -> new), for
+    /// patches built on a graph that earlier patches have since changed.
+    pub fn remap(&mut self, map: &HashMap<ValueId, ValueId>) {
+        if map.is_empty() {
+            return;
+        }
+        let fix = |p: &mut PValue| {
+            if let PValue::Existing(v) = p {
+                let mut cur = *v;
+                // Follow chains (a value replaced twice), bounded by the map's size.
+                for _ in 0..=map.len() {
+                    match map.get(&cur) {
+                        Some(&n) if n != cur => cur = n,
+                        _ => break,
+                    }
+                }
+                *v = cur;
+            }
+        };
+        for n in &mut self.nodes {
+            for i in n.inputs.iter_mut().flatten() {
+                fix(i);
+            }
+        }
+        for (_, new) in &mut self.replace {
+            fix(new);
+        }
+        for (_, _, v) in &mut self.repoint {
+            fix(v);
+        }
+    }
+
     /// Apply to `g`, all or nothing. Returns the ids of the nodes created.
     pub fn apply(self, g: &mut Graph) -> Result<Vec<NodeId>, PatchError> {
+        self.apply_with_map(g).map(|(created, _)| created)
+    }
+
+    /// Like [`Patch::apply`], also returning the replacements made (old value -> new value).
+    pub fn apply_with_map(self, g: &mut Graph) -> Result<Applied, PatchError> {
         self.check(g)?;
         let Patch {
             rule,
@@ -237,8 +277,10 @@ impl Patch {
         // Re-point uses before removing nodes, so graph outputs keep their names: when an old
         // value is a graph output, the new value takes over its name.
         let mut renames: Vec<(ValueId, ValueId)> = Vec::new();
+        let mut replaced: Vec<(ValueId, ValueId)> = Vec::new();
         for (old, new) in &replace {
             let new = resolve(*new);
+            replaced.push((*old, new));
             let consumers: Vec<(NodeId, u32)> = g
                 .order
                 .iter()
@@ -276,9 +318,26 @@ impl Patch {
             g.set_input(*n, *slot, Some(resolve(*v)));
         }
 
+        // Names visible to subgraphs of new nodes (built only when a new node has one).
+        let needs_scope = nodes.iter().any(|n| {
+            n.attributes
+                .iter()
+                .any(|a| a.g.is_some() || !a.graphs.is_empty())
+        });
+        let scope: HashMap<String, ValueId> = if needs_scope {
+            g.values
+                .iter()
+                .enumerate()
+                .filter(|(_, v)| !matches!(v.origin, Origin::Unbound))
+                .map(|(i, v)| (v.name.clone(), ValueId(i as u32)))
+                .collect()
+        } else {
+            HashMap::new()
+        };
+
         let mut created = Vec::with_capacity(nodes.len());
-        let mut insert_at = anchor_pos.unwrap_or(g.order.len());
-        for nn in nodes {
+        let first_at = anchor_pos.unwrap_or(g.order.len());
+        for (insert_at, nn) in (first_at..).zip(nodes) {
             let name = g.fresh_name(&format!("{prefix}/{}", nn.name_hint));
             let mut node = Node {
                 name: Some(name),
@@ -292,19 +351,40 @@ impl Patch {
                 inputs: nn.inputs.iter().map(|i| i.map(resolve)).collect(),
                 outputs: nn.outputs.iter().map(|o| Some(resolve(*o))).collect(),
                 implicit_inputs: Vec::new(),
-                attributes: nn
-                    .attributes
-                    .into_iter()
-                    .map(|proto| Attribute {
-                        proto,
-                        g: None,
-                        graphs: Vec::new(),
-                    })
-                    .collect(),
+                attributes: Vec::with_capacity(nn.attributes.len()),
                 doc_string: None,
                 metadata_props: Vec::new(),
                 device_configurations: Vec::new(),
             };
+            let mut implicit: Vec<ValueId> = Vec::new();
+            for mut proto in nn.attributes {
+                let single = proto.g.take();
+                let many = std::mem::take(&mut proto.graphs);
+                let mut import = |gp: crate::proto::GraphProto| -> Graph {
+                    match crate::import::import_subgraph(gp, &scope, &prefix) {
+                        Ok((sub, refs)) => {
+                            for r in refs {
+                                if let Some(&v) = scope.get(&r) {
+                                    if !implicit.contains(&v) {
+                                        implicit.push(v);
+                                    }
+                                }
+                            }
+                            sub
+                        }
+                        // `check` imported it successfully already; an empty graph is unreachable.
+                        Err(_) => Graph::default(),
+                    }
+                };
+                let g1 = single.map(|gp| Box::new(import(gp)));
+                let gs = many.into_iter().map(&mut import).collect();
+                node.attributes.push(Attribute {
+                    proto,
+                    g: g1,
+                    graphs: gs,
+                });
+            }
+            node.implicit_inputs = implicit;
             node.set_metadata(RULE_KEY, &rule);
             if !origin.is_empty() {
                 node.set_metadata(ORIGIN_KEY, &origin);
@@ -316,7 +396,6 @@ impl Patch {
             // insert_node appended it; move it to its place.
             g.order.pop();
             g.order.insert(insert_at.min(g.order.len()), id);
-            insert_at += 1;
             created.push(id);
         }
         for (n, k, v) in annotate {
@@ -336,7 +415,7 @@ impl Patch {
         }
         // Edges into new nodes whose producers are new nodes created later in this patch.
         rebuild_edges(g, &created);
-        Ok(created)
+        Ok((created, replaced))
     }
 
     /// Refuse a patch that refers to values or nodes that do not exist, or that would leave a
@@ -353,6 +432,34 @@ impl Patch {
             PValue::Existing(v) => v.index() < g.values.len(),
             PValue::New(i) => *i < n_new,
         };
+        // Subgraphs of new nodes must import against the names visible here.
+        if self.nodes.iter().any(|n| {
+            n.attributes
+                .iter()
+                .any(|a| a.g.is_some() || !a.graphs.is_empty())
+        }) {
+            let scope: HashMap<String, ValueId> = g
+                .values
+                .iter()
+                .enumerate()
+                .filter(|(_, v)| !matches!(v.origin, Origin::Unbound))
+                .map(|(i, v)| (v.name.clone(), ValueId(i as u32)))
+                .collect();
+            for nn in &self.nodes {
+                for a in &nn.attributes {
+                    for gp in a.g.iter().chain(a.graphs.iter()) {
+                        if let Err(e) =
+                            crate::import::import_subgraph(gp.clone(), &scope, &self.origin)
+                        {
+                            return err(format!(
+                                "a subgraph of the new {} node is invalid: {e}",
+                                nn.op_type
+                            ));
+                        }
+                    }
+                }
+            }
+        }
         let mut produced = vec![false; n_new];
         for (i, _) in &self.initializers {
             produced[*i] = true;

@@ -196,10 +196,11 @@ pub fn split_conv(
             }
             concat_axis = 1;
         }
+        SplitAxis::Batch if batch.is_none_or(|b| b <= 0) => {
+            return scan_per_sample(g, n, opset, rule, x, w, b, y, max);
+        }
         SplitAxis::Batch => {
-            let Some(nb) = batch.filter(|&b| b > 0) else {
-                return unsupported("the batch size is not known statically".into());
-            };
+            let nb = batch.unwrap_or(1);
             let chunks = (nb + max - 1) / max;
             if chunks <= 1 {
                 return Err(SplitOutcome::Fits);
@@ -219,6 +220,146 @@ pub fn split_conv(
         }
     }
     let out = p.op("Concat", &parts, &[("axis", AttrValue::Int(concat_axis))]);
+    p.replace(y, out);
+    p.remove(n);
+    Ok(p)
+}
+
+/// A batch of unknown size: a `Scan` over axis 0 runs the Conv on one sample at a time
+/// (Unsqueeze -> Conv -> Squeeze in the body) and stacks the results, for any batch size.
+/// Scan (ONNX opset 9+): scan inputs are sliced along axis 0, scan outputs concatenated along
+/// a new axis 0 — exactly the batch axis here, since each sample is computed independently.
+#[allow(clippy::too_many_arguments)]
+fn scan_per_sample(
+    g: &Graph,
+    n: NodeId,
+    opset: i64,
+    rule: &str,
+    x: ValueId,
+    w: ValueId,
+    b: Option<ValueId>,
+    y: ValueId,
+    max: i64,
+) -> Result<Patch, SplitOutcome> {
+    use crate::proto::{
+        attribute_proto::AttributeType, type_proto, GraphProto, NodeProto, TypeProto,
+        ValueInfoProto,
+    };
+    if max != 1 {
+        return Err(SplitOutcome::Unsupported(format!(
+            "the batch size is not known statically; a batch of unknown size is split into single samples only (max: 1), not {max}"
+        )));
+    }
+    if opset < 9 {
+        return Err(SplitOutcome::Unsupported(format!(
+            "Scan over a batch needs opset 9 or later (the model has {opset})"
+        )));
+    }
+    let elem = constant_tensor(g, w)
+        .and_then(|t| t.data_type)
+        .ok_or_else(|| SplitOutcome::Unsupported("weights are not a constant".into()))?;
+    let node = g.node(n);
+    let base = format!(
+        "{}/batch_scan",
+        if node.name().is_empty() {
+            g.value_name(y)
+        } else {
+            node.name()
+        }
+    );
+    let name = |s: &str| format!("{base}/{s}");
+    let ty = || TypeProto {
+        value: Some(type_proto::Value::TensorType(type_proto::Tensor {
+            elem_type: Some(elem),
+            shape: None,
+        })),
+        denotation: None,
+    };
+    let mk =
+        |op: &str, ins: Vec<String>, outs: Vec<String>, attrs: Vec<AttributeProto>| NodeProto {
+            input: ins,
+            output: outs,
+            name: Some(name(&op.to_ascii_lowercase())),
+            op_type: Some(op.to_string()),
+            attribute: attrs,
+            ..Default::default()
+        };
+    let (xi, u, c, yi, axes) = (
+        name("x"),
+        name("unsqueezed"),
+        name("conv"),
+        name("y"),
+        name("axes"),
+    );
+    let mut body_nodes = Vec::new();
+    let mut body_inits = Vec::new();
+    let axes_attr = || vec![AttrValue::Ints(vec![0]).to_proto("axes")];
+    if opset >= 13 {
+        let mut t = int64s(&[0]);
+        t.name = Some(axes.clone());
+        body_inits.push(t);
+        body_nodes.push(mk(
+            "Unsqueeze",
+            vec![xi.clone(), axes.clone()],
+            vec![u.clone()],
+            vec![],
+        ));
+    } else {
+        body_nodes.push(mk(
+            "Unsqueeze",
+            vec![xi.clone()],
+            vec![u.clone()],
+            axes_attr(),
+        ));
+    }
+    let mut conv_ins = vec![u.clone(), g.value_name(w).to_string()];
+    if let Some(b) = b {
+        conv_ins.push(g.value_name(b).to_string());
+    }
+    let group = attr_i(g, n, "group", 1);
+    body_nodes.push(mk(
+        "Conv",
+        conv_ins,
+        vec![c.clone()],
+        conv_attrs(g, n, group),
+    ));
+    if opset >= 13 {
+        body_nodes.push(mk(
+            "Squeeze",
+            vec![c.clone(), axes.clone()],
+            vec![yi.clone()],
+            vec![],
+        ));
+    } else {
+        body_nodes.push(mk(
+            "Squeeze",
+            vec![c.clone()],
+            vec![yi.clone()],
+            axes_attr(),
+        ));
+    }
+    let vi = |n: &str| ValueInfoProto {
+        name: Some(n.to_string()),
+        r#type: Some(ty()),
+        ..Default::default()
+    };
+    let body = GraphProto {
+        node: body_nodes,
+        name: Some(name("body")),
+        initializer: body_inits,
+        input: vec![vi(&xi)],
+        output: vec![vi(&yi)],
+        ..Default::default()
+    };
+    let mut p = Patch::new(rule, node.name(), Some(n));
+    let body_attr = AttributeProto {
+        name: Some("body".into()),
+        r#type: Some(AttributeType::Graph as i32),
+        g: Some(body),
+        ..Default::default()
+    };
+    let attrs = vec![body_attr, AttrValue::Int(1).to_proto("num_scan_inputs")];
+    let out = p.node("Scan", "", &[Some(PValue::Existing(x))], attrs, 1)[0];
     p.replace(y, out);
     p.remove(n);
     Ok(p)

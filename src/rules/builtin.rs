@@ -6,6 +6,20 @@ pub const BUILTIN: &[(&str, &str)] = &[
     ("none", include_str!("../../rules/none.yaml")),
     ("directml", include_str!("../../rules/directml.yaml")),
     ("rx580", include_str!("../../rules/rx580.yaml")),
+    ("intel-gen9", include_str!("../../rules/intel-gen9.yaml")),
+    ("intel-xe", include_str!("../../rules/intel-xe.yaml")),
+    ("rdna2", include_str!("../../rules/rdna2.yaml")),
+    (
+        "rocm-migraphx",
+        include_str!("../../rules/rocm-migraphx.yaml"),
+    ),
+    (
+        "openvino-gpu",
+        include_str!("../../rules/openvino-gpu.yaml"),
+    ),
+    ("coreml", include_str!("../../rules/coreml.yaml")),
+    ("webgpu", include_str!("../../rules/webgpu.yaml")),
+    ("tensorrt", include_str!("../../rules/tensorrt.yaml")),
 ];
 
 /// The YAML text of a built-in target.

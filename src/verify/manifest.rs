@@ -103,14 +103,15 @@ pub fn manifest_path(path: &Path) -> Result<Option<PathBuf>, VerifyError> {
 /// Parses a manifest (YAML; JSON is accepted as YAML).
 pub fn parse_manifest(path: &Path, text: &str) -> Result<ManifestFile, VerifyError> {
     serde_saphyr::from_str(text).map_err(|e| {
-        // serde-saphyr renders a snippet over several lines; an error here is one line.
+        // serde-saphyr renders a snippet over several lines; an error here is its first line.
         let msg = e.to_string();
-        let one_line: Vec<&str> = msg
+        let first = msg
             .lines()
             .map(str::trim)
-            .filter(|l| !l.is_empty())
-            .collect();
-        VerifyError::manifest(path, one_line.join(" "))
+            .find(|l| !l.is_empty())
+            .unwrap_or("");
+        let first = first.strip_prefix("error: ").unwrap_or(first);
+        VerifyError::manifest(path, first.to_string())
     })
 }
 
