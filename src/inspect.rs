@@ -24,6 +24,51 @@ pub struct Summary {
     pub external_tensors: usize,
     pub external_bytes: u64,
     pub functions: Vec<String>,
+    /// Element type and shape of each entry of `inputs`, in the same order.
+    pub input_types: Vec<PortType>,
+    /// Element type and shape of each entry of `outputs`, in the same order.
+    pub output_types: Vec<PortType>,
+}
+
+/// One dimension of a declared shape.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ShapeDim {
+    /// A number (`dim_value`).
+    Known(i64),
+    /// A symbolic name (`dim_param`).
+    Sym(String),
+    /// Neither is set.
+    Unknown,
+}
+
+/// The declared type of a graph input or output, as far as it is a tensor.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PortType {
+    /// Element type name (`float`, `int64`...); `None` when the value is not a tensor.
+    pub dtype: Option<String>,
+    /// Declared dims; `None` when the rank is unknown or the value is not a tensor.
+    pub shape: Option<Vec<ShapeDim>>,
+}
+
+fn port_type(t: Option<&crate::proto::TypeProto>) -> PortType {
+    use crate::proto::tensor_shape_proto::dimension::Value as DV;
+    use crate::proto::type_proto::Value as TV;
+    let Some(TV::TensorType(tt)) = t.and_then(|t| t.value.as_ref()) else {
+        return PortType::default();
+    };
+    PortType {
+        dtype: Some(crate::tensor::dtype_name(tt.elem_type.unwrap_or(0))),
+        shape: tt.shape.as_ref().map(|s| {
+            s.dim
+                .iter()
+                .map(|d| match &d.value {
+                    Some(DV::DimValue(v)) => ShapeDim::Known(*v),
+                    Some(DV::DimParam(p)) if !p.is_empty() => ShapeDim::Sym(p.clone()),
+                    _ => ShapeDim::Unknown,
+                })
+                .collect()
+        }),
+    }
 }
 
 /// Summarise a model.
@@ -71,6 +116,17 @@ pub fn summarize(m: &Model) -> Summary {
                 type_string(i.proto.r#type.as_ref()),
             )
         })
+        .collect();
+    s.input_types = g
+        .inputs
+        .iter()
+        .filter(|i| g.initializer(i.value).is_none())
+        .map(|i| port_type(i.proto.r#type.as_ref()))
+        .collect();
+    s.output_types = g
+        .outputs
+        .iter()
+        .map(|i| port_type(i.proto.r#type.as_ref()))
         .collect();
     m.graph.walk(0, &mut |g: &Graph, depth| {
         if depth > 0 {
@@ -171,4 +227,57 @@ pub fn render_text(s: &Summary) -> String {
         let _ = writeln!(out, "  {n:>6}  {op}");
     }
     out
+}
+
+/// Render a summary as JSON (`inspect --format json`):
+///
+/// ```json
+/// {"ir_version": 8, "producer": "...", "opsets": [{"domain": "ai.onnx", "version": 17}],
+///  "inputs": [{"name": "x", "type": "float[N,3,64,64]", "dtype": "float",
+///              "shape": ["N", 3, 64, 64]}],
+///  "outputs": [...], "nodes": 76, "subgraphs": 0, "max_depth": 0,
+///  "ops": {"Conv": 27, ...},
+///  "initializers": {"count": 106, "bytes": 235724},
+///  "external_data": {"tensors": 0, "bytes": 0}, "functions": []}
+/// ```
+///
+/// A shape is `null` when the rank is not declared; a dim is a number, a symbolic name, or
+/// `null` when neither is set. `ops` counts subgraph nodes too; `dtype` and `shape` are `null`
+/// for non-tensor values.
+pub fn to_json(s: &Summary) -> String {
+    use serde_json::{json, Value};
+    let ports = |names: &[(String, String)], types: &[PortType]| -> Value {
+        names
+            .iter()
+            .enumerate()
+            .map(|(i, (name, ty))| {
+                let t = types.get(i).cloned().unwrap_or_default();
+                let shape = t.shape.map(|dims| {
+                    dims.into_iter()
+                        .map(|d| match d {
+                            ShapeDim::Known(v) => json!(v),
+                            ShapeDim::Sym(n) => json!(n),
+                            ShapeDim::Unknown => Value::Null,
+                        })
+                        .collect::<Vec<_>>()
+                });
+                json!({"name": name, "type": ty, "dtype": t.dtype, "shape": shape})
+            })
+            .collect()
+    };
+    let v = json!({
+        "ir_version": s.ir_version,
+        "producer": s.producer,
+        "opsets": s.opsets.iter().map(|(d, v)| json!({"domain": d, "version": v})).collect::<Vec<_>>(),
+        "inputs": ports(&s.inputs, &s.input_types),
+        "outputs": ports(&s.outputs, &s.output_types),
+        "nodes": s.nodes,
+        "subgraphs": s.subgraphs,
+        "max_depth": s.max_depth,
+        "ops": s.ops,
+        "initializers": {"count": s.initializers, "bytes": s.initializer_bytes},
+        "external_data": {"tensors": s.external_tensors, "bytes": s.external_bytes},
+        "functions": s.functions,
+    });
+    serde_json::to_string_pretty(&v).unwrap_or_default() + "\n"
 }

@@ -3,7 +3,120 @@
 //!
 //! The pipeline, one module per stage: [`io::load`] (memory map, zero-copy decode) →
 //! [`import`] (protobuf → IR, validation) → [`ir`] (the graph) → [`export`] (IR → protobuf)
-//! → [`io::save`] (streamed, atomic write).
+//! → [`io::save`] (streamed, atomic write). Between import and export, [`engine`] infers
+//! shapes ([`infer`]), matches a target's rules ([`rules`]) and applies their actions
+//! ([`rewrite`]); [`report`] turns the result into text or JSON, [`verify`] runs the original
+//! and the rewrite side by side on ONNX Runtime.
+//!
+//! The command-line tool `onnx-safeify` is a thin layer over the functions below; everything it
+//! does can be done from Rust.
+//!
+//! # Load, compile, check, save
+//!
+//! [`load`] reads a model into a [`Document`]; [`rules::load_target`] resolves a target (a
+//! built-in name such as `rx580`, or a YAML file); [`engine::compile`] rewrites the model in
+//! place and returns an [`engine::Report`]; [`save`] writes the result atomically.
+//!
+//! ```
+//! use std::path::Path;
+//! use onnx_safeify::engine::{self, FindingKind};
+//!
+//! let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("samples/ocr_tiny.onnx");
+//! let mut doc = onnx_safeify::load(&model)?;
+//! let target = onnx_safeify::rules::load_target("rx580")?;
+//! let opts = engine::Options::default();
+//!
+//! let report = engine::compile(&mut doc.model, &target, &opts);
+//! // Nothing is left that has no safe rewrite (`deny`, or an action that cannot apply).
+//! assert!(!report
+//!     .remaining
+//!     .iter()
+//!     .any(|f| matches!(f.kind, FindingKind::Denied | FindingKind::Unsupported)));
+//! // The sample's wide depthwise convolutions were split.
+//! assert!(report.applied.iter().any(|a| a.rule == "split-depthwise"));
+//!
+//! // What the command line does before writing: the graph's invariants, then the target's
+//! // runtime settings stored in the model's metadata (`onnx_safeify.runtime.*`).
+//! engine::check_invariants(&doc.model.graph).expect("a well-formed graph");
+//! engine::stamp_runtime(&mut doc.model, &target);
+//!
+//! let out = std::env::temp_dir().join(format!("ocr_tiny.rx580.{}.onnx", std::process::id()));
+//! let written = onnx_safeify::save(&doc, &out)?;
+//! assert!(written.bytes > 0);
+//! // The summary the command prints on stderr, with the session options to use.
+//! let summary = onnx_safeify::report::summary_text(&report, &target);
+//! assert!(summary.contains("session.layer_assignment_settings"));
+//! # std::fs::remove_file(&out).ok();
+//! # Ok::<(), onnx_safeify::Error>(())
+//! ```
+//!
+//! # Check without rewriting
+//!
+//! [`engine::check`] lists what the target's rules would still do, as [`engine::Finding`]s (the
+//! `check` command exits 1 when there is any). A compiled model checks clean:
+//!
+//! ```
+//! use std::path::Path;
+//! use onnx_safeify::engine;
+//!
+//! let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("samples/ocr_tiny.onnx");
+//! let target = onnx_safeify::rules::load_target("rx580")?;
+//! let opts = engine::Options::default();
+//!
+//! let mut doc = onnx_safeify::load(&model)?;
+//! let findings = engine::check(&mut doc.model, &target, &opts);
+//! assert!(findings.iter().any(|f| f.rule == "split-depthwise" && f.op == "Conv"));
+//! // As `check --format json` prints them:
+//! let json = onnx_safeify::report::findings_json(&target.name, "ocr_tiny.onnx", &findings);
+//! assert!(json.contains("\"findings\""));
+//!
+//! engine::compile(&mut doc.model, &target, &opts);
+//! assert!(engine::check(&mut doc.model, &target, &opts).is_empty());
+//! # Ok::<(), onnx_safeify::Error>(())
+//! ```
+//!
+//! # A target of your own
+//!
+//! Targets are data: [`rules::parse_target_str`] checks a YAML text (errors carry
+//! `file:line:col`), [`rules::load_target`] reads a file, and
+//! [`rules::load_target_with_rules`] layers `--rules` files on top. The rule language is
+//! described in [`rules`].
+//!
+//! ```
+//! use std::path::Path;
+//! use onnx_safeify::engine;
+//!
+//! let yaml = r#"
+//! target: my-gpu
+//! extends: directml
+//! rules:
+//!   - id: no-big-resize
+//!     why: example - keep every Resize on the CPU
+//!     evidence: []
+//!     match: {op: Resize}
+//!     action: cpu
+//! "#;
+//! let target = onnx_safeify::rules::parse_target_str("my-gpu.yaml", yaml)
+//!     .map_err(|e| e.to_string())?;
+//! assert_eq!(target.chain, ["builtin:directml.yaml", "my-gpu.yaml"]);
+//!
+//! let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("samples/ocr_tiny.onnx");
+//! let mut doc = onnx_safeify::load(&model)?;
+//! let report = engine::compile(&mut doc.model, &target, &engine::Options::default());
+//! // The four Resize nodes carry `layer_ann=safeify_cpu` now.
+//! assert_eq!(report.pinned.len(), 4);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # Errors
+//!
+//! Every fallible function returns [`Result`]: an [`Error`] with an [`ErrorKind`], the file it
+//! concerns, and a one-line message naming the graph, node and attribute where that applies.
+//!
+//! ```
+//! let err = onnx_safeify::load(std::path::Path::new("no/such/model.onnx")).unwrap_err();
+//! assert_eq!(err.kind, onnx_safeify::ErrorKind::Io);
+//! ```
 
 pub mod doctor;
 pub mod engine;

@@ -49,11 +49,25 @@ enum Command {
         /// Print the full IR as text instead of a summary.
         #[arg(long)]
         ir: bool,
+        /// Summary format (json: for scripts; not with --ir).
+        #[arg(long, value_enum, default_value_t = Format::Text, conflicts_with = "ir")]
+        format: Format,
     },
     /// Prove that a rewritten model computes the same function as the original (ONNX Runtime, CPU).
     Verify(onnx_safeify::verify::VerifyArgs),
     /// Read an error log, name the likely cause with its evidence and the target that fixes it.
     Doctor(DoctorArgs),
+    /// Print a shell completion script (bash, zsh, fish, powershell, elvish) to stdout.
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff) to stdout: `onnx-safeify man | man -l -`.
+    Man {
+        /// A subcommand's page instead of the main one (`check`, `verify`...).
+        subcommand: Option<String>,
+    },
 }
 
 #[derive(Args, Debug, Clone)]
@@ -105,6 +119,10 @@ struct CompileArgs {
     /// it is not faithful, remove the output and exit 1.
     #[arg(long)]
     verify: bool,
+    /// Write Graphviz pictures of the main graph before and after the rewrite into DIR
+    /// (`before.dot`, `after.dot`); nodes made or pinned by rules are coloured.
+    #[arg(long, value_name = "DIR")]
+    dot: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -144,9 +162,16 @@ fn main() -> ExitCode {
         Some(Command::Check(a)) => check(&a),
         Some(Command::Explain(a)) => explain(&a),
         Some(Command::Targets) => targets(),
-        Some(Command::Inspect { model, ir }) => inspect(&model, ir),
+        Some(Command::Inspect {
+            model,
+            format: Format::Json,
+            ..
+        }) => inspect_json(&model),
+        Some(Command::Inspect { model, ir, .. }) => inspect(&model, ir),
         Some(Command::Verify(args)) => Ok(onnx_safeify::verify::run_cli(&args)),
         Some(Command::Doctor(a)) => doctor(&a),
+        Some(Command::Completions { shell }) => completions(shell),
+        Some(Command::Man { subcommand }) => man(subcommand.as_deref()),
         None => compile(&cli.compile),
     };
     match result {
@@ -246,9 +271,13 @@ fn compile(a: &CompileArgs) -> Result<u8, Error> {
     let start = Instant::now();
     let pb = progress(&format!("reading {}", model.display()));
     let mut doc = onnx_safeify::load(model)?;
+    let dot_before = a.dot.as_ref().map(|_| dot_text(model, "before", &doc));
     pb.set_message(format!("rewriting for {}", target.name));
     let report = engine::compile(&mut doc.model, &target, &opts);
     pb.finish_and_clear();
+    if let (Some(dir), Some(before)) = (&a.dot, &dot_before) {
+        write_dot(dir, before, &dot_text(model, "after", &doc))?;
+    }
 
     let blocking: Vec<&engine::Finding> = report
         .remaining
@@ -560,4 +589,87 @@ fn doctor(a: &DoctorArgs) -> Result<u8, Error> {
         Format::Json => emit(&onnx_safeify::doctor::render_json(&ds))?,
     }
     Ok(0)
+}
+
+fn inspect_json(model: &Path) -> Result<u8, Error> {
+    let doc = onnx_safeify::load(model)?;
+    let s = onnx_safeify::inspect::summarize(&doc.model);
+    emit(&onnx_safeify::inspect::to_json(&s))?;
+    Ok(0)
+}
+
+/// The main graph of `doc` as DOT, titled with the model's file name and `when`.
+fn dot_text(model: &Path, when: &str, doc: &onnx_safeify::Document) -> String {
+    let name = model
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    onnx_safeify::ir::dot::render(&doc.model.graph, &format!("{name} ({when})"))
+}
+
+/// `--dot DIR`: `DIR/before.dot` and `DIR/after.dot` (DIR is created when missing).
+fn write_dot(dir: &Path, before: &str, after: &str) -> Result<(), Error> {
+    std::fs::create_dir_all(dir)
+        .map_err(|e| Error::io(dir, "cannot create the --dot folder", e))?;
+    for (file, text) in [("before.dot", before), ("after.dot", after)] {
+        let path = dir.join(file);
+        std::fs::write(&path, text).map_err(|e| Error::io(&path, "cannot write", e))?;
+    }
+    Ok(())
+}
+
+fn completions(shell: clap_complete::Shell) -> Result<u8, Error> {
+    use clap::CommandFactory;
+    let mut cmd = Cli::command();
+    let mut buf = Vec::new();
+    clap_complete::generate(shell, &mut cmd, "onnx-safeify", &mut buf);
+    emit(&String::from_utf8_lossy(&buf))?;
+    Ok(0)
+}
+
+fn man(subcommand: Option<&str>) -> Result<u8, Error> {
+    use clap::CommandFactory;
+    let cmd = Cli::command();
+    let page = match subcommand {
+        None => cmd,
+        Some(name) => {
+            let sub = cmd.find_subcommand(name).cloned().ok_or_else(|| {
+                let names: Vec<String> = cmd
+                    .get_subcommands()
+                    .map(|c| c.get_name().to_string())
+                    .collect();
+                Error::new(
+                    ErrorKind::Usage,
+                    format!("no subcommand '{name}' (subcommands: {})", names.join(", ")),
+                )
+            })?;
+            let (page, usage) = (
+                format!("onnx-safeify-{}", sub.get_name()),
+                format!("onnx-safeify {}", sub.get_name()),
+            );
+            sub.display_name(page).bin_name(usage)
+        }
+    };
+    let mut buf = Vec::new();
+    clap_mangen::Man::new(page)
+        .source(format!("onnx-safeify {}", env!("CARGO_PKG_VERSION")))
+        .manual("onnx-safeify manual")
+        .render(&mut buf)
+        .map_err(|e| Error::new(ErrorKind::Io, format!("cannot render the manual page: {e}")))?;
+    emit(&title_first(&String::from_utf8_lossy(&buf)))?;
+    Ok(0)
+}
+
+/// clap_mangen puts the definition of the apostrophe string (`.ie`/`.el` lines) above `.TH`;
+/// pages conventionally begin with `.TH`, and the definition works as well right after it.
+fn title_first(page: &str) -> String {
+    let lines: Vec<&str> = page.lines().collect();
+    let Some(th) = lines.iter().position(|l| l.starts_with(".TH ")) else {
+        return page.to_string();
+    };
+    let mut out: Vec<&str> = Vec::with_capacity(lines.len());
+    out.push(lines[th]);
+    out.extend(&lines[..th]);
+    out.extend(&lines[th + 1..]);
+    out.join("\n") + "\n"
 }

@@ -3,7 +3,7 @@
 //! Facts are computed for the values of one graph, in topological order: declarations
 //! (graph inputs, `value_info`, graph outputs) are read first, initializers and `Constant`
 //! nodes give exact shapes and (when small) their contents, and one function per operator
-//! (one module per op family, registered in [`table`]) derives each node's outputs from its
+//! (one module per op family, registered in `table`) derives each node's outputs from its
 //! inputs. Small integer tensors that hold shapes (`Shape -> Gather -> Concat -> Reshape`
 //! chains) are tracked element by element, symbolically ([`Facts::shape_data`]), so that a
 //! `Reshape` whose target is computed from a dynamic batch size still gets a static shape.

@@ -3,6 +3,7 @@
 //! are labels. Everything else a model carries (doc strings, metadata, value_info, functions,
 //! training info...) is kept so that export reproduces the input exactly when nothing changed.
 
+pub mod dot;
 pub mod dump;
 
 use std::collections::HashMap;

@@ -38,6 +38,8 @@ pub struct VerifyArgs {
     pub expected: Option<PathBuf>,
     /// Size of a symbolic dimension (NAME=VALUE) or of one input axis (INPUT[AXIS]=VALUE).
     /// Unnamed sizes default to 1 for axis 0 and 64 otherwise.
+    // The text is also the --help text, where `INPUT[AXIS]` must read as written.
+    #[allow(rustdoc::broken_intra_doc_links)]
     #[arg(long = "dim", value_name = "NAME=VALUE")]
     pub dims: Vec<String>,
     /// Relative tolerance.
