@@ -1,0 +1,211 @@
+//! Inputs the fuzzers found (`tests/data/fuzz/model/*`, `tests/data/fuzz/rules/*`), replayed
+//! through the fuzz targets' own harness (`fuzz/src/harness.rs`): none may panic, and each
+//! known-bad one must be refused with a clean error. Also the seeds of `fuzz/corpus/`, which
+//! must go all the way through.
+
+#[path = "../fuzz/src/harness.rs"]
+mod harness;
+
+use std::path::{Path, PathBuf};
+
+fn files(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = match std::fs::read_dir(dir) {
+        Ok(rd) => rd
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.is_file())
+            .collect(),
+        Err(_) => Vec::new(),
+    };
+    v.sort();
+    v
+}
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Replay every file of `tests/data/fuzz/<kind>/` on a thread with a small stack (a recursion
+/// that only fits the main thread's 8 MiB would still be caught), and return the outcomes.
+fn replay_all(kind: &str) -> Vec<(String, Result<(), String>)> {
+    let dir = root().join("tests/data/fuzz").join(kind);
+    let mut out = Vec::new();
+    for p in files(&dir) {
+        let name = p.file_name().unwrap().to_string_lossy().into_owned();
+        let path = p.clone();
+        let r = std::thread::Builder::new()
+            .stack_size(2 << 20)
+            .spawn(move || harness::replay(&path))
+            .unwrap()
+            .join()
+            .unwrap_or_else(|_| panic!("{kind}/{name} panicked"));
+        out.push((name, r));
+    }
+    out
+}
+
+fn outcome<'a>(all: &'a [(String, Result<(), String>)], name: &str) -> &'a Result<(), String> {
+    &all.iter()
+        .find(|(n, _)| n == name)
+        .unwrap_or_else(|| panic!("regression input {name} is missing"))
+        .1
+}
+
+#[test]
+fn model_crashers_do_not_panic() {
+    let all = replay_all("model");
+    for (name, r) in &all {
+        eprintln!("model/{name}: {:?}", r.as_ref().map_err(|e| first_line(e)));
+    }
+}
+
+#[test]
+fn rules_crashers_do_not_panic() {
+    let all = replay_all("rules");
+    for (name, r) in &all {
+        eprintln!("rules/{name}: {:?}", r.as_ref().map_err(|e| first_line(e)));
+    }
+}
+
+/// The committed seeds: every model goes all the way through its target; every rule file
+/// does too, except the one that is an `extends` cycle on purpose.
+#[test]
+fn seeds_go_through() {
+    for kind in ["model", "rules"] {
+        for p in files(&root().join("fuzz/corpus").join(kind)) {
+            let r = harness::replay(&p);
+            let bad = p.file_name().is_some_and(|n| n == "cycle.yaml");
+            match (&r, bad) {
+                (Ok(()), false) => {}
+                (Err(e), true) => assert!(e.contains("cyclic"), "{e}"),
+                _ => panic!("{}: {:?}", p.display(), r),
+            }
+        }
+    }
+}
+
+fn first_line(s: &str) -> &str {
+    s.lines().next().unwrap_or("")
+}
+
+#[allow(dead_code)]
+fn expect_err(all: &[(String, Result<(), String>)], name: &str, fragment: &str) {
+    match outcome(all, name) {
+        Ok(()) => panic!("{name}: expected a clean error mentioning {fragment:?}"),
+        Err(e) => assert!(e.contains(fragment), "{name}: {e}"),
+    }
+}
+
+mod common;
+
+use onnx_safeify::import::import_model;
+use onnx_safeify::infer::{infer_model, InferOptions};
+use onnx_safeify::proto::GraphProto;
+use onnx_safeify::rules::{self, Opsets};
+
+/// x -> 8 Relu -> Concat -> y: every Relu feeds the Concat, the Concat reads every Relu.
+fn fan_model() -> onnx_safeify::Model {
+    let mut nodes = Vec::new();
+    let mut outs = Vec::new();
+    for i in 0..8 {
+        let o = format!("r{i}");
+        nodes.push(common::node("Relu", &format!("relu{i}"), &["x"], &[&o]));
+        outs.push(o);
+    }
+    let refs: Vec<&str> = outs.iter().map(String::as_str).collect();
+    let mut cat = common::node("Concat", "cat", &refs, &["y"]);
+    cat.attribute.push(common::int_attr("axis", 1));
+    nodes.push(cat);
+    let g = GraphProto {
+        node: nodes,
+        name: Some("fan".into()),
+        input: vec![common::vi("x", &[1, 4])],
+        output: vec![common::vi("y", &[1, 32])],
+        ..Default::default()
+    };
+    import_model(common::model(g), None).unwrap()
+}
+
+/// `preceded_by` / `followed_by` nested `depth` times around a test nothing satisfies.
+fn zigzag_rule(depth: usize) -> String {
+    let mut p = "{op: Conv}".to_string();
+    for i in 0..depth {
+        let key = if i % 2 == 1 { "followed_by" } else { "preceded_by" };
+        p = format!("{{{key}: {p}}}");
+    }
+    format!(
+        "target: zz\nextends: none\nrules:\n  - {{id: zz, why: w, evidence: [], match: {{op: Concat, preceded_by: {p}}}, action: cpu}}\n"
+    )
+}
+
+/// Nested links are evaluated once per (pattern, node), not once per path: 8^12 paths here.
+#[test]
+fn nested_links_take_polynomial_time() {
+    let model = fan_model();
+    let target = rules::parse_target_str("zz.yaml", &zigzag_rule(24)).unwrap();
+    let facts = infer_model(&model, &InferOptions::default());
+    let view = onnx_safeify::engine::FactView(&facts);
+    let opsets = Opsets::from_model(&model);
+    let t0 = std::time::Instant::now();
+    let found = rules::find_matches(&target, &model.graph, &view, &opsets);
+    assert!(found.is_empty());
+    let cat = *model.graph.order.last().unwrap();
+    let ex = rules::explain(&target, &model.graph, &view, &opsets, cat);
+    assert_eq!(ex.len(), 1);
+    assert!(t0.elapsed().as_secs() < 5, "took {:?}", t0.elapsed());
+}
+
+/// A lattice of `layers` x 2 target files, each extending both files of the next layer: 2^layers
+/// paths from the top, every file to be resolved once.
+fn lattice(layers: usize) -> rules::MemFs {
+    let mut fs = rules::MemFs::new().with(
+        "top.yaml",
+        "target: top\nextends: [./l0a.yaml, ./l0b.yaml]\n",
+    );
+    for i in 0..layers {
+        for side in ["a", "b"] {
+            let ext = if i + 1 == layers {
+                "directml".to_string()
+            } else {
+                format!("[./l{}a.yaml, ./l{}b.yaml]", i + 1, i + 1)
+            };
+            fs = fs.with(
+                &format!("l{i}{side}.yaml"),
+                &format!(
+                    "target: l{i}{side}\nextends: {ext}\nrules:\n  - {{id: r{i}{side}, why: w, evidence: [], match: {{op: Relu}}, action: cpu}}\n"
+                ),
+            );
+        }
+    }
+    fs
+}
+
+/// Diamonds in `extends` resolve each file once (not once per path), and the chain names each
+/// file once.
+#[test]
+fn extends_diamonds_take_polynomial_time() {
+    let fs = lattice(24);
+    let t0 = std::time::Instant::now();
+    let t = rules::load_target_from(&fs, "top.yaml", &[]).unwrap();
+    assert!(t0.elapsed().as_secs() < 5, "took {:?}", t0.elapsed());
+    assert_eq!(t.rules.len(), 24 * 2 + 4, "{:?}", t.rules.iter().map(|r| &r.id).collect::<Vec<_>>());
+    let mut chain = t.chain.clone();
+    chain.sort();
+    chain.dedup();
+    assert_eq!(chain.len(), t.chain.len());
+    assert_eq!(t.chain.len(), 24 * 2 + 2);
+}
+
+/// One base listed twice in one `extends` is an error (it used to be resolved twice).
+#[test]
+fn a_base_named_twice_is_an_error() {
+    let e = rules::parse_target_str("t.yaml", "target: t\nextends: [directml, none, directml]\n")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("`extends` names `builtin:directml.yaml` twice"), "{e}");
+    let fs = rules::MemFs::new()
+        .with("t.yaml", "target: t\nextends: [./b.yaml, sub/../b.yaml]\n")
+        .with("b.yaml", "target: b\n");
+    let e = rules::load_target_from(&fs, "t.yaml", &[]).unwrap_err().to_string();
+    assert!(e.contains("twice"), "{e}");
+}
