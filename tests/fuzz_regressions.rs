@@ -261,3 +261,63 @@ fn adjacent_splits_in_one_round_keep_the_graph_valid() {
     assert_eq!(onnx_safeify::engine::check_invariants(&model.graph), Ok(()));
     assert_eq!(report.applied.len(), 2, "{:?}", report.applied);
 }
+
+/// An If whose branches read `n` values of the main graph.
+fn if_reading_outer_values(n: usize) -> onnx_safeify::proto::ModelProto {
+    use onnx_safeify::proto::{
+        type_proto, AttributeProto, TensorShapeProto, TypeProto, ValueInfoProto,
+    };
+    let names: Vec<String> = (0..n).map(|i| format!("o{i}")).collect();
+    let inner: Vec<_> = names
+        .iter()
+        .enumerate()
+        .map(|(i, nm)| common::node("Relu", &format!("in{i}"), &[nm], &[&format!("t{i}")]))
+        .collect();
+    let branch = GraphProto {
+        node: inner,
+        name: Some("branch".into()),
+        output: vec![common::vi("t0", &[1, 4])],
+        ..Default::default()
+    };
+    let mut iff = common::node("If", "if", &["c"], &["y"]);
+    for b in ["then_branch", "else_branch"] {
+        iff.attribute.push(AttributeProto {
+            name: Some(b.into()),
+            r#type: Some(5),
+            g: Some(branch.clone()),
+            ..Default::default()
+        });
+    }
+    let mut inputs: Vec<ValueInfoProto> = names.iter().map(|s| common::vi(s, &[1, 4])).collect();
+    inputs.push(ValueInfoProto {
+        name: Some("c".into()),
+        r#type: Some(TypeProto {
+            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
+                elem_type: Some(9),
+                shape: Some(TensorShapeProto { dim: vec![] }),
+            })),
+            denotation: None,
+        }),
+        ..Default::default()
+    });
+    common::model(GraphProto {
+        node: vec![iff],
+        input: inputs,
+        output: vec![common::vi("y", &[1, 4])],
+        ..Default::default()
+    })
+}
+
+/// Import is linear in the number of outer-scope values a subgraph reads (the implicit inputs
+/// of its node were deduplicated with `Vec::contains`: quadratic, ~30 s for 250,000 of them).
+#[test]
+fn many_outer_scope_reads_import_in_linear_time() {
+    let m = if_reading_outer_values(250_000);
+    let t0 = std::time::Instant::now();
+    let model = import_model(m, None).unwrap();
+    let _ = infer_model(&model, &InferOptions::default());
+    let _ = onnx_safeify::export::export_model(&model);
+    assert!(t0.elapsed().as_secs() < 20, "took {:?}", t0.elapsed());
+    let node = model.graph.node(model.graph.order[0]);
+    assert_eq!(node.implicit_inputs.len(), 250_000);
+}
