@@ -8,6 +8,12 @@ mod harness;
 
 use std::path::{Path, PathBuf};
 
+/// Whether models are also compiled with the harness's stress target here. Off until
+/// `engine::compile` stops patching adjacent nodes in one round (see
+/// `adjacent_splits_in_one_round_keep_the_graph_valid`): the sample model hits that bug.
+/// Turn on together with that test.
+const STRESS_COMPILE: bool = false;
+
 fn files(dir: &Path) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = match std::fs::read_dir(dir) {
         Ok(rd) => rd
@@ -35,7 +41,7 @@ fn replay_all(kind: &str) -> Vec<(String, Result<(), String>)> {
         let path = p.clone();
         let r = std::thread::Builder::new()
             .stack_size(2 << 20)
-            .spawn(move || harness::replay(&path))
+            .spawn(move || harness::replay_with(&path, STRESS_COMPILE))
             .unwrap()
             .join()
             .unwrap_or_else(|_| panic!("{kind}/{name} panicked"));
@@ -73,7 +79,7 @@ fn rules_crashers_do_not_panic() {
 fn seeds_go_through() {
     for kind in ["model", "rules"] {
         for p in files(&root().join("fuzz/corpus").join(kind)) {
-            let r = harness::replay(&p);
+            let r = harness::replay_with(&p, STRESS_COMPILE);
             let bad = p.file_name().is_some_and(|n| n == "cycle.yaml");
             match (&r, bad) {
                 (Ok(()), false) => {}

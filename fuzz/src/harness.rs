@@ -57,6 +57,34 @@ fn rx580() -> &'static Target {
     T.get_or_init(|| rules::load_target("rx580").expect("the built-in rx580 target loads"))
 }
 
+/// A target that rewrites as much as it can: rx580 plus small splits on every axis, CPU pins,
+/// casts and a small barrier budget, so that small fuzzed models get rewritten too.
+pub const STRESS_TARGET: &str = "\
+target: stress
+extends: rx580
+rules:
+  - {id: split-grouped, why: fuzz, evidence: [], match: {op: Conv, grouped: true, channels: {gt: 2}}, action: {split: {axis: channels, max: 2}}}
+  - {id: split-out, why: fuzz, evidence: [], match: {op: [Conv, ConvTranspose], grouped: false, out_channels: {gt: 3}}, action: {split: {axis: out_channels, max: 3}}}
+  - {id: split-batch, why: fuzz, evidence: [], match: {op: Conv, batch: {gt: 1}}, action: {split: {axis: batch, max: 1}}}
+  - {id: pin, why: fuzz, evidence: [], match: {op: [Relu, Add, Concat, Resize, Reshape]}, action: cpu}
+  - {id: cast-half, why: fuzz, evidence: [], match: {op: [Add, Mul, Conv, MatMul], any_input: {dtype: float16}}, action: {cast: {from: float16, to: float}}}
+  - {id: barrier-small, why: fuzz, evidence: [], match: {op: [Conv, MatMul, Gemm, Add]}, action: {barrier: {budget: 1e4}}}
+";
+
+/// Whether [`model_input`] also compiles with [`STRESS_TARGET`]: yes, unless the environment
+/// says `ONNX_SAFEIFY_FUZZ_STRESS=0`.
+pub fn stress_enabled() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var("ONNX_SAFEIFY_FUZZ_STRESS").as_deref() != Ok("0"))
+}
+
+fn stress() -> &'static Target {
+    static T: OnceLock<Target> = OnceLock::new();
+    T.get_or_init(|| {
+        rules::parse_target_str("stress.yaml", STRESS_TARGET).expect("the stress target loads")
+    })
+}
+
 /// A fixed model that fuzzed rule files are matched against and compiled with: the PP-OCR
 /// sample (depthwise and grouped convolutions, Resize, Concat, fused-free).
 fn sample_model() -> &'static Model {
@@ -85,9 +113,14 @@ fn encode(m: &Model) -> Vec<u8> {
 
 /// Target `model`: bytes → decode → import → infer → inspect/dump → export → encode, then:
 /// the encoding decodes and imports again and exports to the same bytes; `engine::check` with
-/// rx580; for small models `engine::compile` with rx580, whose result must satisfy the graph
-/// invariants and export, re-import cleanly.
+/// rx580; for small models `engine::compile` with rx580 and with [`STRESS_TARGET`], whose
+/// results must satisfy the graph invariants, export and re-import cleanly.
 pub fn model_input(data: &[u8]) -> Result<(), String> {
+    model_input_with(data, stress_enabled())
+}
+
+/// [`model_input`], compiling with [`STRESS_TARGET`] or not.
+pub fn model_input_with(data: &[u8], stress_compile: bool) -> Result<(), String> {
     let proto = decode_model(Bytes::copy_from_slice(data)).map_err(|e| e.to_string())?;
     let ext = external();
     let mut model = import::import_model(proto, Some(ext)).map_err(|e| e.to_string())?;
@@ -110,7 +143,11 @@ pub fn model_input(data: &[u8]) -> Result<(), String> {
     let opts = Options::default();
     let _findings = engine::check(&mut model, rx580(), &opts);
     if model.graph.node_count() <= COMPILE_MAX_NODES {
+        let mut stressed = stress_compile.then(|| model.clone());
         compile_and_check(&mut model, rx580(), &opts, ext);
+        if let Some(m) = stressed.as_mut() {
+            compile_and_check(m, stress(), &opts, ext);
+        }
     }
     Ok(())
 }
@@ -207,6 +244,11 @@ fn exercise_target(target: &Target, compile: bool) {
 
 /// Replay one file through the target its folder names (`model` or `rules`).
 pub fn replay(path: &Path) -> Result<(), String> {
+    replay_with(path, stress_enabled())
+}
+
+/// [`replay`], compiling models with [`STRESS_TARGET`] or not.
+pub fn replay_with(path: &Path, stress_compile: bool) -> Result<(), String> {
     let data = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let kind = path
         .parent()
@@ -215,6 +257,6 @@ pub fn replay(path: &Path) -> Result<(), String> {
         .unwrap_or("");
     match kind {
         "rules" => rules_input(&data),
-        _ => model_input(&data),
+        _ => model_input_with(&data, stress_compile),
     }
 }
