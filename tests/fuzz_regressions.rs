@@ -77,7 +77,7 @@ fn rules_crashers_do_not_panic() {
 /// does too, except the one that is an `extends` cycle on purpose.
 #[test]
 fn seeds_go_through() {
-    for kind in ["model", "rules"] {
+    for kind in ["model", "rules", "tensors"] {
         for p in files(&root().join("fuzz/corpus").join(kind)) {
             let r = harness::replay_with(&p, STRESS_COMPILE);
             let bad = p.file_name().is_some_and(|n| n == "cycle.yaml");
@@ -94,7 +94,6 @@ fn first_line(s: &str) -> &str {
     s.lines().next().unwrap_or("")
 }
 
-#[allow(dead_code)]
 fn expect_err(all: &[(String, Result<(), String>)], name: &str, fragment: &str) {
     match outcome(all, name) {
         Ok(()) => panic!("{name}: expected a clean error mentioning {fragment:?}"),
@@ -326,4 +325,24 @@ fn many_outer_scope_reads_import_in_linear_time() {
     assert!(t0.elapsed().as_secs() < 20, "took {:?}", t0.elapsed());
     let node = model.graph.node(model.graph.order[0]);
     assert_eq!(node.implicit_inputs.len(), 250_000);
+}
+
+/// `.npy` headers whose string width or shape was trusted: `U0` with a 10^12-element shape
+/// reserved 24 TB of strings (abort), a width of 2^62 overflowed `width * 4` (panic).
+#[test]
+fn tensors_crashers_are_refused_cleanly() {
+    let all = replay_all("tensors");
+    for (name, r) in &all {
+        eprintln!(
+            "tensors/{name}: {:?}",
+            r.as_ref().map_err(|e| first_line(e))
+        );
+    }
+    expect_err(&all, "u_zero_width_huge.npy", "zero-width strings");
+    expect_err(&all, "s_zero_width_huge.npy", "zero-width strings");
+    expect_err(&all, "u_width_overflow.npy", "shape too large");
+    expect_err(&all, "s_width_overflow.npy", "shape too large");
+    expect_err(&all, "f_huge_shape.npy", "shape too large");
+    expect_err(&all, "claims_1gib.npz", "cannot read entry");
+    assert!(outcome(&all, "fortran_zero.npy").is_ok());
 }
