@@ -242,7 +242,53 @@ fn exercise_target(target: &Target, compile: bool) {
     }
 }
 
-/// Replay one file through the target its folder names (`model` or `rules`).
+/// Target `tensors`: the readers of `verify`'s input and expected-output files: the bytes as an
+/// `.npy` array, as a serialized `TensorProto` (`input_0.pb`), and (when they are a zip) as an
+/// `.npz` archive.
+pub fn tensors_input(data: &[u8]) -> Result<(), String> {
+    use onnx_safeify::verify::{npz, pb};
+    let mut errors = Vec::new();
+    match npz::parse_npy(data) {
+        Ok(t) => {
+            // What was read writes back and reads again the same.
+            if let Ok(bytes) = npz::npy_bytes(&t) {
+                let again = npz::parse_npy(&bytes)
+                    .unwrap_or_else(|e| panic!("a written .npy does not read back: {e}"));
+                assert!(again == t, "a .npy round trip changed the tensor");
+            }
+        }
+        Err(e) => errors.push(e),
+    }
+    match onnx_safeify::proto::TensorProto::decode(data) {
+        Ok(p) => {
+            if let Err(e) = pb::tensor_from_proto(&p) {
+                errors.push(e);
+            }
+        }
+        Err(e) => errors.push(e.to_string()),
+    }
+    if data.starts_with(b"PK") {
+        let dir = scratch_dir();
+        let path = dir.join("in.npz");
+        std::fs::write(&path, data).map_err(|e| e.to_string())?;
+        if let Err(e) = npz::read_npz(&path) {
+            errors.push(e);
+        }
+    }
+    if errors.len() == 3 || (errors.len() == 2 && !data.starts_with(b"PK")) {
+        Err(errors.join("; "))
+    } else {
+        Ok(())
+    }
+}
+
+fn scratch_dir() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("onnx-safeify-fuzz-npz-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp folder");
+    dir
+}
+
+/// Replay one file through the target its folder names (`model`, `rules` or `tensors`).
 pub fn replay(path: &Path) -> Result<(), String> {
     replay_with(path, stress_enabled())
 }
@@ -257,6 +303,7 @@ pub fn replay_with(path: &Path, stress_compile: bool) -> Result<(), String> {
         .unwrap_or("");
     match kind {
         "rules" => rules_input(&data),
+        "tensors" => tensors_input(&data),
         _ => model_input_with(&data, stress_compile),
     }
 }
