@@ -328,7 +328,8 @@ fn many_outer_scope_reads_import_in_linear_time() {
 }
 
 /// `.npy` headers whose string width or shape was trusted: `U0` with a 10^12-element shape
-/// reserved 24 TB of strings (abort), a width of 2^62 overflowed `width * 4` (panic).
+/// reserved 24 TB of strings (abort), a width of 2^62 overflowed `width * 4` (panic); and
+/// what the `tensors` fuzzer found.
 #[test]
 fn tensors_crashers_are_refused_cleanly() {
     let all = replay_all("tensors");
@@ -345,4 +346,7 @@ fn tensors_crashers_are_refused_cleanly() {
     expect_err(&all, "f_huge_shape.npy", "shape too large");
     expect_err(&all, "claims_1gib.npz", "cannot read entry");
     assert!(outcome(&all, "fortran_zero.npy").is_ok());
+    // Found by the `tensors` fuzzer: a descr whose first character is not ASCII was split
+    // inside that character.
+    expect_err(&all, "descr_starts_with_non_ascii.npy", "unsupported numpy dtype");
 }

@@ -158,7 +158,7 @@ pub fn parse_npy(bytes: &[u8]) -> Result<HostTensor, String> {
     let shape = parse_shape(shape_str)?;
     let n = element_count(&shape).ok_or("shape too large")?;
     let body = &bytes[end..];
-    let (endian, code) = descr.split_at(1.min(descr.len()));
+    let (endian, code) = descr.split_at_checked(1).unwrap_or(("", descr));
     let (endian, code) = match endian {
         "<" | ">" | "|" | "=" => (endian, code),
         _ => ("=", descr),
