@@ -2,7 +2,7 @@
 //! precise errors (undefined inputs, two producers of one name, cycles, tensors whose shape
 //! disagrees with their data, attributes whose type disagrees with their payload, nesting).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use crate::error::{Error, Result};
 use crate::io::external::{external_ref, is_external, ExternalData};
@@ -321,6 +321,7 @@ impl Ctx<'_> {
             }
             let mut attributes = Vec::with_capacity(attribute.len());
             let mut implicit: Vec<ValueId> = Vec::new();
+            let mut implicit_seen: HashSet<ValueId> = HashSet::new();
             for mut ap in attribute {
                 let aname = ap.name.clone().unwrap_or_default();
                 check_attribute(&ap)
@@ -350,7 +351,7 @@ impl Ctx<'_> {
                                 }
                             },
                         };
-                        if !implicit.contains(&v) {
+                        if implicit_seen.insert(v) {
                             implicit.push(v);
                         }
                     }

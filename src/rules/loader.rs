@@ -12,7 +12,7 @@
 //!
 //! `none` is the empty base. A cycle is an error that names the whole chain.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Component, Path, PathBuf};
 use std::rc::Rc;
 
@@ -107,7 +107,7 @@ struct Loaded {
 }
 
 /// Rules and settings accumulated along a chain.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 struct Acc {
     rules: Vec<Rule>,
     runtime: Vec<RuntimeSetting>,
@@ -122,6 +122,10 @@ pub struct Loader<'f> {
     sources: Sources,
     errs: RuleErrors,
     cache: HashMap<Key, Option<Loaded>>,
+    /// Files whose whole `extends` tree has been resolved: a base reached again through
+    /// another path (a diamond) is not resolved again, which would take time exponential in
+    /// the depth of the diamonds.
+    resolved: HashMap<Key, (Loaded, Acc)>,
 }
 
 impl<'f> Loader<'f> {
@@ -131,6 +135,7 @@ impl<'f> Loader<'f> {
             sources: Sources::default(),
             errs: RuleErrors::default(),
             cache: HashMap::new(),
+            resolved: HashMap::new(),
         }
     }
 
@@ -266,6 +271,9 @@ impl<'f> Loader<'f> {
             self.errs.push(d);
             return None;
         }
+        if let Some((loaded, acc)) = self.resolved.get(&key) {
+            return Some((loaded.clone(), acc.clone()));
+        }
         let errors_before = self.errs.len();
         let loaded = self.read(key.clone(), &display, Mode::Target, via)?;
         let file_ok = self.errs.len() == errors_before;
@@ -274,6 +282,7 @@ impl<'f> Loader<'f> {
             ..Acc::default()
         };
         stack.push((key.clone(), display.clone()));
+        let mut named: HashSet<Key> = HashSet::new();
         for (spec, loc) in loaded.doc.extends.clone() {
             if spec == "none" {
                 continue;
@@ -309,6 +318,19 @@ impl<'f> Loader<'f> {
                 )));
                 None
             };
+            // The same base twice in one list: an error (the second would only re-apply it).
+            let base = base.and_then(|(k, shown)| {
+                if named.insert(k.clone()) {
+                    return Some((k, shown));
+                }
+                let d = Diagnostic::at(
+                    &self.sources,
+                    loc,
+                    format!("`extends` names `{shown}` twice"),
+                );
+                self.errs.push(d);
+                None
+            });
             match base.and_then(|(k, shown)| self.resolve(k, shown, stack, Some(loc))) {
                 Some((_, sub)) => {
                     acc.ok &= sub.ok;
@@ -318,7 +340,11 @@ impl<'f> Loader<'f> {
                     for s in sub.runtime {
                         replace_or_push(&mut acc.runtime, s, |a, b| a.key == b.key);
                     }
-                    acc.chain.extend(sub.chain);
+                    for c in sub.chain {
+                        if !acc.chain.contains(&c) {
+                            acc.chain.push(c);
+                        }
+                    }
                 }
                 None => acc.ok = false,
             }
@@ -328,7 +354,10 @@ impl<'f> Loader<'f> {
         let bases_ok = acc.ok;
         self.apply(&mut acc, &loaded.doc, bases_ok);
         acc.ok = bases_ok && file_ok;
-        acc.chain.push(display);
+        if !acc.chain.contains(&display) {
+            acc.chain.push(display);
+        }
+        self.resolved.insert(key, (loaded.clone(), acc.clone()));
         Some((loaded, acc))
     }
 

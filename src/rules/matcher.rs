@@ -6,7 +6,8 @@
 //! unknown is unknown, so a missing fact never makes a rule fire. Matches come in a fixed
 //! order: higher `priority` first, then the target's rule order, then graph order.
 
-use std::collections::{BTreeMap, HashMap};
+use std::cell::{OnceCell, RefCell};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 
 use crate::ir::{Graph, Model, Node, NodeId, Origin, ValueId, IMPLICIT_SLOT};
@@ -125,6 +126,7 @@ enum Tri {
 }
 
 /// A verdict and, when asked for, the reason and place of the deciding predicate.
+#[derive(Clone)]
 struct V {
     t: Tri,
     why: Option<(String, SourceLoc)>,
@@ -145,8 +147,16 @@ pub struct Matcher<'a> {
     graph: &'a Graph,
     facts: &'a dyn ValueFacts,
     opsets: &'a Opsets,
-    consumers: std::cell::OnceCell<Vec<Vec<(NodeId, u32)>>>,
+    /// The distinct nodes reading each value (subgraph reads excluded), by value id.
+    users: OnceCell<Vec<Vec<NodeId>>>,
+    /// Verdicts of the patterns of `followed_by` / `preceded_by` per (pattern address, node,
+    /// want), with the captures they add. Nested links would otherwise walk every path through
+    /// the graph, exponential in the nesting depth. Cleared for every rule (the addresses are
+    /// only meaningful while that rule is borrowed).
+    linked: RefCell<LinkMemo>,
 }
+
+type LinkMemo = HashMap<(usize, NodeId, bool), (V, Vec<(String, NodeId)>)>;
 
 fn shown_domain(d: &str) -> String {
     if d.is_empty() {
@@ -214,7 +224,8 @@ impl<'a> Matcher<'a> {
             graph,
             facts,
             opsets,
-            consumers: std::cell::OnceCell::new(),
+            users: OnceCell::new(),
+            linked: RefCell::new(HashMap::new()),
         }
     }
 
@@ -226,6 +237,7 @@ impl<'a> Matcher<'a> {
     pub fn find(&self, target: &Target) -> Vec<Match> {
         let mut out = Vec::new();
         for (ri, rule) in target.rules.iter().enumerate() {
+            self.linked.borrow_mut().clear();
             for &n in &self.graph.order {
                 let mut caps = Vec::new();
                 if self.pattern(&rule.pattern, n, false, &mut caps).t == Tri::T {
@@ -253,6 +265,7 @@ impl<'a> Matcher<'a> {
             .into_iter()
             .map(|i| {
                 let rule = &target.rules[i];
+                self.linked.borrow_mut().clear();
                 let mut caps = Vec::new();
                 let v = if self.graph.nodes.contains_node(node) {
                     self.pattern(&rule.pattern, node, true, &mut caps)
@@ -668,9 +681,9 @@ impl<'a> Matcher<'a> {
                 });
                 continue;
             }
-            for c in users {
+            for &c in users {
                 let mut local = Vec::new();
-                let r = self.pattern(&link.pattern, c, want, &mut local);
+                let r = self.linked(&link.pattern, c, want, &mut local);
                 match r.t {
                     Tri::T => {
                         caps.extend(local);
@@ -737,7 +750,7 @@ impl<'a> Matcher<'a> {
                 continue;
             }
             let mut local = Vec::new();
-            let r = self.pattern(&link.pattern, producer, want, &mut local);
+            let r = self.linked(&link.pattern, producer, want, &mut local);
             match r.t {
                 Tri::T => {
                     caps.extend(local);
@@ -766,21 +779,40 @@ impl<'a> Matcher<'a> {
         }
     }
 
-    /// The distinct nodes reading a value (not counting subgraph reads).
-    fn users(&self, v: ValueId) -> Vec<NodeId> {
-        let mut out: Vec<NodeId> = Vec::new();
-        for &(n, slot) in self
-            .consumers
-            .get_or_init(|| self.graph.consumers())
+    /// The pattern of a link on the linked node, evaluated once per (pattern, node, want).
+    fn linked(&self, p: &Pattern, n: NodeId, want: bool, caps: &mut Vec<(String, NodeId)>) -> V {
+        let key = (p as *const Pattern as usize, n, want);
+        let hit = self.linked.borrow().get(&key).cloned();
+        if let Some((v, added)) = hit {
+            caps.extend(added);
+            return v;
+        }
+        let mut added = Vec::new();
+        let v = self.pattern(p, n, want, &mut added);
+        caps.extend(added.iter().cloned());
+        self.linked.borrow_mut().insert(key, (v.clone(), added));
+        v
+    }
+
+    /// The distinct nodes reading a value (not counting subgraph reads), in graph order.
+    fn users(&self, v: ValueId) -> &[NodeId] {
+        self.users
+            .get_or_init(|| {
+                self.graph
+                    .consumers()
+                    .into_iter()
+                    .map(|list| {
+                        let mut seen = HashSet::new();
+                        list.into_iter()
+                            .filter(|&(n, slot)| slot != IMPLICIT_SLOT && seen.insert(n))
+                            .map(|(n, _)| n)
+                            .collect()
+                    })
+                    .collect()
+            })
             .get(v.index())
             .map(Vec::as_slice)
             .unwrap_or(&[])
-        {
-            if slot != IMPLICIT_SLOT && !out.contains(&n) {
-                out.push(n);
-            }
-        }
-        out
     }
 
     /// `'name' (Op)` for messages.

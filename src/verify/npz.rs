@@ -10,6 +10,11 @@ use super::tensor::{element_count, HostTensor, TensorData};
 /// Reads every array of an `.npz` file, in archive order, named by entry (without `.npy`).
 pub fn read_npz(path: &Path) -> Result<Vec<(String, HostTensor)>, String> {
     let file = std::fs::File::open(path).map_err(|e| format!("cannot open: {e}"))?;
+    // Entry sizes are what the archive claims: reserve no more than the archive holds.
+    let file_len = file
+        .metadata()
+        .map(|m| usize::try_from(m.len()).unwrap_or(usize::MAX))
+        .unwrap_or(0);
     let mut zip = zip::ZipArchive::new(std::io::BufReader::new(file))
         .map_err(|e| format!("not a valid .npz (zip) file: {e}"))?;
     let mut out = Vec::with_capacity(zip.len());
@@ -21,7 +26,8 @@ pub fn read_npz(path: &Path) -> Result<Vec<(String, HostTensor)>, String> {
             continue;
         }
         let name = entry.name().to_string();
-        let mut bytes = Vec::with_capacity(usize::try_from(entry.size()).unwrap_or(0).min(1 << 30));
+        let claimed = usize::try_from(entry.size()).unwrap_or(0);
+        let mut bytes = Vec::with_capacity(claimed.min(file_len).min(1 << 30));
         entry
             .read_to_end(&mut bytes)
             .map_err(|e| format!("cannot read entry '{name}': {e}"))?;
@@ -152,15 +158,26 @@ pub fn parse_npy(bytes: &[u8]) -> Result<HostTensor, String> {
     let shape = parse_shape(shape_str)?;
     let n = element_count(&shape).ok_or("shape too large")?;
     let body = &bytes[end..];
-    let (endian, code) = descr.split_at(1.min(descr.len()));
+    let (endian, code) = descr.split_at_checked(1).unwrap_or(("", descr));
     let (endian, code) = match endian {
         "<" | ">" | "|" | "=" => (endian, code),
         _ => ("=", descr),
     };
     let big = endian == ">";
+    // A string array's element count is bounded by its data only when elements have a width.
+    let string_width = |w: &str| -> Result<usize, String> {
+        match w.parse::<usize>() {
+            Ok(0) if n > 0 => Err(format!("zero-width strings ('{descr}') are not supported")),
+            Ok(width) => Ok(width),
+            Err(_) => Err(format!("bad descr '{descr}'")),
+        }
+    };
     if let Some(w) = code.strip_prefix('U') {
-        let width: usize = w.parse().map_err(|_| format!("bad descr '{descr}'"))?;
-        let need = n.checked_mul(width * 4).ok_or("shape too large")?;
+        let width = string_width(w)?;
+        let need = width
+            .checked_mul(4)
+            .and_then(|b| n.checked_mul(b))
+            .ok_or("shape too large")?;
         if body.len() < need {
             return Err(format!("data is {} bytes, expected {need}", body.len()));
         }
@@ -190,7 +207,7 @@ pub fn parse_npy(bytes: &[u8]) -> Result<HostTensor, String> {
         return HostTensor::new(DType::Str, shape, TensorData::Strings(strings));
     }
     if let Some(w) = code.strip_prefix('S') {
-        let width: usize = w.parse().map_err(|_| format!("bad descr '{descr}'"))?;
+        let width = string_width(w)?;
         let need = n.checked_mul(width).ok_or("shape too large")?;
         if body.len() < need {
             return Err(format!("data is {} bytes, expected {need}", body.len()));

@@ -1,0 +1,2 @@
+//! The fuzz targets' shared harness (also replayed by `tests/fuzz_regressions.rs`).
+pub mod harness;
