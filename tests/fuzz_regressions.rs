@@ -257,7 +257,7 @@ fn two_depthwise() -> onnx_safeify::Model {
 /// (Slice) reads 'a', which nothing defines"). The fix belongs in `engine::compile` (a patched
 /// node's neighbours wait for the next round); src/engine.rs is being edited elsewhere.
 #[test]
-#[ignore = "needs the engine::compile fix for adjacent patches (reported, src/engine.rs)"]
+
 fn adjacent_splits_in_one_round_keep_the_graph_valid() {
     let mut model = two_depthwise();
     let yaml = "target: t\nextends: none\nrules:\n  - {id: s, why: w, evidence: [], match: {op: Conv, grouped: true, channels: {gt: 2}}, action: {split: {axis: channels, max: 2}}}\n";
@@ -348,5 +348,9 @@ fn tensors_crashers_are_refused_cleanly() {
     assert!(outcome(&all, "fortran_zero.npy").is_ok());
     // Found by the `tensors` fuzzer: a descr whose first character is not ASCII was split
     // inside that character.
-    expect_err(&all, "descr_starts_with_non_ascii.npy", "unsupported numpy dtype");
+    expect_err(
+        &all,
+        "descr_starts_with_non_ascii.npy",
+        "unsupported numpy dtype",
+    );
 }
