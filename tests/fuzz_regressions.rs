@@ -359,3 +359,56 @@ fn tensors_crashers_are_refused_cleanly() {
         "unsupported numpy dtype",
     );
 }
+
+/// x[batch, 2, 2, 2] -> Conv (2 -> 4 channels, 1x1) -> y.
+fn conv_with_batch(batch: i64) -> onnx_safeify::Model {
+    let g = GraphProto {
+        node: vec![common::node("Conv", "conv", &["x", "w"], &["y"])],
+        name: Some("batch".into()),
+        initializer: vec![common::float_init(
+            "w",
+            &[4, 2, 1, 1],
+            &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0],
+        )],
+        input: vec![common::vi("x", &[batch, 2, 2, 2])],
+        output: vec![common::vi("y", &[batch, 4, 2, 2])],
+        ..Default::default()
+    };
+    import_model(common::model(g), None).unwrap()
+}
+
+fn split_rule(axis: &str, max: &str) -> String {
+    format!(
+        "target: t\nextends: none\nrules:\n  - {{id: s, why: w, evidence: [], match: {{op: Conv}}, action: {{split: {{axis: {axis}, max: {max}}}}}}}\n"
+    )
+}
+
+/// A split's piece count comes from what the file claims (a batch of 2^40 in a 200-byte model)
+/// and the rule's `max`: it is bounded, and `max` near i64::MAX does not overflow.
+#[test]
+fn split_pieces_are_bounded_and_do_not_overflow() {
+    let opts = onnx_safeify::engine::Options::default();
+    // A huge static batch, split into pieces of one: refused, not 2^40 Convs.
+    let mut model = conv_with_batch(1 << 40);
+    let target = rules::parse_target_str("t.yaml", &split_rule("batch", "1")).unwrap();
+    let t0 = std::time::Instant::now();
+    let report = onnx_safeify::engine::compile(&mut model, &target, &opts);
+    assert!(t0.elapsed().as_secs() < 10, "took {:?}", t0.elapsed());
+    assert!(report.applied.is_empty(), "{:?}", report.applied);
+    let reason = report.remaining[0].reason.clone().unwrap_or_default();
+    assert!(reason.contains("pieces"), "{reason}");
+    // max = i64::MAX on every axis: the node fits, nothing overflows.
+    for axis in ["batch", "out_channels", "channels"] {
+        let mut model = conv_with_batch(3);
+        let target =
+            rules::parse_target_str("t.yaml", &split_rule(axis, "9223372036854775807")).unwrap();
+        let report = onnx_safeify::engine::compile(&mut model, &target, &opts);
+        assert!(report.applied.is_empty(), "{axis}: {:?}", report.applied);
+    }
+    // A sane split still happens.
+    let mut model = conv_with_batch(3);
+    let target = rules::parse_target_str("t.yaml", &split_rule("batch", "1")).unwrap();
+    let report = onnx_safeify::engine::compile(&mut model, &target, &opts);
+    assert_eq!(report.applied.len(), 1);
+    assert_eq!(onnx_safeify::engine::check_invariants(&model.graph), Ok(()));
+}

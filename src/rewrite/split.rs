@@ -73,6 +73,23 @@ fn slice(p: &mut Patch, opset: i64, x: PValue, axis: i64, start: i64, end: i64) 
     }
 }
 
+/// At most this many pieces per split. The count follows from sizes the file declares (a
+/// static batch) and the rule's `max`; each piece is a few new nodes.
+pub const MAX_SPLIT_PIECES: i64 = 1 << 16;
+
+/// How many pieces of at most `max` units cut `total` units (`total >= 0`, `max >= 1`; no
+/// overflow, unlike `(total + max - 1) / max`).
+fn piece_count(total: i64, max: i64) -> i64 {
+    total / max + i64::from(total % max != 0)
+}
+
+fn too_many_pieces(what: &str, total: i64, max: i64, chunks: i64) -> Result<Patch, SplitOutcome> {
+    Err(SplitOutcome::Unsupported(format!(
+        "{total} {what} in pieces of at most {max} make {chunks} pieces, more than \
+         {MAX_SPLIT_PIECES}"
+    )))
+}
+
 /// Sizes of `n` balanced chunks of `total` units.
 fn balanced(total: i64, n: i64) -> Vec<i64> {
     let base = total / n;
@@ -147,9 +164,12 @@ pub fn split_conv(
                 return unsupported("not a grouped or depthwise Conv (group is 1)".into());
             }
             let gmax = (max / cg).max(1);
-            let chunks = (group + gmax - 1) / gmax;
+            let chunks = piece_count(group, gmax);
             if chunks <= 1 {
                 return Err(SplitOutcome::Fits);
+            }
+            if chunks > MAX_SPLIT_PIECES {
+                return too_many_pieces("groups", group, gmax, chunks);
             }
             let mut g0 = 0;
             for groups in balanced(group, chunks) {
@@ -175,9 +195,12 @@ pub fn split_conv(
                     "a grouped Conv (group {group}) is split along channels, not out_channels"
                 ));
             }
-            let chunks = (m + max - 1) / max;
+            let chunks = piece_count(m, max);
             if chunks <= 1 {
                 return Err(SplitOutcome::Fits);
+            }
+            if chunks > MAX_SPLIT_PIECES {
+                return too_many_pieces("output channels", m, max, chunks);
             }
             let mut r0 = 0;
             for rows in balanced(m, chunks) {
@@ -201,9 +224,12 @@ pub fn split_conv(
         }
         SplitAxis::Batch => {
             let nb = batch.unwrap_or(1);
-            let chunks = (nb + max - 1) / max;
+            let chunks = piece_count(nb, max);
             if chunks <= 1 {
                 return Err(SplitOutcome::Fits);
+            }
+            if chunks > MAX_SPLIT_PIECES {
+                return too_many_pieces("samples", nb, max, chunks);
             }
             let mut s0 = 0;
             for rows in balanced(nb, chunks) {
