@@ -58,14 +58,15 @@ fn rx580() -> &'static Target {
 }
 
 /// A target that rewrites as much as it can: rx580 plus small splits on every axis, CPU pins,
-/// casts and a small barrier budget, so that small fuzzed models get rewritten too.
+/// casts and a small barrier budget, so that small fuzzed models get rewritten too. Splits
+/// only fire on small nodes, so one input makes at most a few dozen pieces.
 pub const STRESS_TARGET: &str = "\
 target: stress
 extends: rx580
 rules:
-  - {id: split-grouped, why: fuzz, evidence: [], match: {op: Conv, grouped: true, channels: {gt: 2}}, action: {split: {axis: channels, max: 2}}}
-  - {id: split-out, why: fuzz, evidence: [], match: {op: [Conv, ConvTranspose], grouped: false, out_channels: {gt: 3}}, action: {split: {axis: out_channels, max: 3}}}
-  - {id: split-batch, why: fuzz, evidence: [], match: {op: Conv, batch: {gt: 1}}, action: {split: {axis: batch, max: 1}}}
+  - {id: split-grouped, why: fuzz, evidence: [], match: {op: Conv, grouped: true, channels: {gt: 2, le: 64}}, action: {split: {axis: channels, max: 2}}}
+  - {id: split-out, why: fuzz, evidence: [], match: {op: [Conv, ConvTranspose], grouped: false, out_channels: {gt: 3, le: 96}}, action: {split: {axis: out_channels, max: 3}}}
+  - {id: split-batch, why: fuzz, evidence: [], match: {op: Conv, batch: {gt: 1, le: 8}}, action: {split: {axis: batch, max: 1}}}
   - {id: pin, why: fuzz, evidence: [], match: {op: [Relu, Add, Concat, Resize, Reshape]}, action: cpu}
   - {id: cast-half, why: fuzz, evidence: [], match: {op: [Add, Mul, Conv, MatMul], any_input: {dtype: float16}}, action: {cast: {from: float16, to: float}}}
   - {id: barrier-small, why: fuzz, evidence: [], match: {op: [Conv, MatMul, Gemm, Add]}, action: {barrier: {budget: 1e4}}}
