@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 /// `engine::compile` stops patching adjacent nodes in one round (see
 /// `adjacent_splits_in_one_round_keep_the_graph_valid`): the sample model hits that bug.
 /// Turn on together with that test.
-const STRESS_COMPILE: bool = false;
+const STRESS_COMPILE: bool = true;
 
 fn files(dir: &Path) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = match std::fs::read_dir(dir) {
