@@ -1,21 +1,26 @@
-//! The compiler's driver: infer facts, match the target's rules, apply their actions as
-//! patches, repeat to a fixpoint (bounded), then check that no rule still fires.
+//! The compiler's driver. One round: analyse (`infer`, through [`Cx`]), match the target's
+//! rules, ask each match's pass for a plan ([`crate::rewrite::pass`]), apply the patches.
+//! Rounds repeat until nothing changes (bounded); then the passes that work on the settled
+//! graph (barrier cuts) run, and finally `check` says what still fires.
 //!
-//! `check` and `compile` share one notion of "a rule fires": a match whose action is not
-//! already satisfied (a `cpu` node already annotated, a `barrier` whose pieces fit).
+//! The driver knows no action: a pass says when it runs ([`Schedule`]), whether a match still
+//! asks for work ([`Pending`]), and what to do ([`Planned`]: patches or a [`Refusal`]). To add
+//! an action, write a pass and add it to [`crate::rewrite::pass::PASSES`].
+//!
+//! `check` and `compile` share one notion of "a rule fires": a match whose pass says
+//! [`Pending::Fires`] or [`Pending::Denied`], plus the graph-wide leftovers of settled passes.
 
 use std::collections::{BTreeMap, HashSet};
 
-use crate::infer::{Dim, Facts, InferOptions};
+use crate::analysis::Sizes;
 use crate::ir::{Graph, Model, NodeId, ValueId};
 use crate::rewrite::barrier;
-use crate::rewrite::cast::{cast_node, CastSpec};
-use crate::rewrite::cpu::{self, DEFAULT_ANNOTATION, LAYER_ANN_KEY};
-use crate::rewrite::split::{split_conv, SplitAxis as RwAxis, SplitOutcome};
-use crate::rewrite::work::ShapeSource;
-use crate::rules::facts::{FactDim, ValueFacts};
+use crate::rewrite::cpu::{DEFAULT_ANNOTATION, LAYER_ANN_KEY};
+use crate::rewrite::pass::{
+    apply_plans, pass_for, rules_by_pass, Cause, Cx, Pending, Planned, Schedule, Summary, PASSES,
+};
 use crate::rules::matcher::{Match, Matcher, Opsets};
-use crate::rules::schema::{Action, SplitAxis, Target};
+use crate::rules::schema::Target;
 
 /// How to compile.
 #[derive(Debug, Clone)]
@@ -103,191 +108,45 @@ pub struct Report {
     pub notes: Vec<String>,
 }
 
-/// `infer::Facts` seen through the interfaces the matcher and the rewrites use.
-pub struct FactView<'a>(pub &'a Facts);
-
-impl ValueFacts for FactView<'_> {
-    fn dtype(&self, v: ValueId) -> Option<i32> {
-        self.0.info(v).dtype
-    }
-    fn shape(&self, v: ValueId) -> Option<Vec<FactDim>> {
-        self.0.info(v).shape.as_ref().map(|s| {
-            s.iter()
-                .map(|d| match d {
-                    Dim::Known(k) => FactDim::Known(*k),
-                    Dim::Sym(n) => FactDim::Sym(n.clone()),
-                    Dim::Unknown => FactDim::Unknown,
-                })
-                .collect()
-        })
-    }
-    fn const_ints(&self, v: ValueId) -> Option<Vec<i64>> {
-        self.0.const_value(v).and_then(|c| c.ints.clone())
-    }
-    fn is_constant(&self, v: ValueId) -> bool {
-        self.0.is_constant(v)
-    }
-}
-
-impl ShapeSource for FactView<'_> {
-    fn dims(&self, v: ValueId) -> Option<Vec<i64>> {
-        self.0.info(v).dims_known()
-    }
-    fn dtype(&self, v: ValueId) -> Option<i32> {
-        self.0.info(v).dtype
-    }
-}
-
-/// Default sizes from the target's barrier rules: `batch` (axis 0 of a graph input),
-/// `spatial` (axes 2.. of a rank-4 graph input), `default` (any other), or a dim's own name.
-fn barrier_defaults(target: &Target) -> BTreeMap<String, i64> {
-    let mut defaults: BTreeMap<String, i64> = BTreeMap::new();
-    for r in &target.rules {
-        if let Action::Barrier { dims, .. } = &r.action {
-            for (k, v) in dims {
-                defaults.entry(k.clone()).or_insert(*v);
-            }
-        }
-    }
-    defaults
-}
-
-/// Sizes for the graph inputs' dims that the file leaves open: by name (`--dim` first, then the
-/// defaults of the target's barrier rules), and by position for dims without a name (`-1`,
-/// missing). Returns (named sizes, (input index, axis) -> size for unnamed dims).
+/// Sizes assumed for the open dimensions of `model`'s inputs, by name (`--dim` first, then
+/// the target's defaults).
 pub fn dim_sizes(model: &Model, target: &Target, opts: &Options) -> BTreeMap<String, i64> {
-    input_dims(model, target, opts).0
+    Sizes::for_model(model, target, &opts.dims).named
 }
 
-type Positional = Vec<(usize, usize, i64)>;
-
-fn input_dims(
-    model: &Model,
-    target: &Target,
-    opts: &Options,
-) -> (BTreeMap<String, i64>, Positional) {
-    use crate::proto::tensor_shape_proto::dimension::Value as DV;
-    let mut named: BTreeMap<String, i64> = BTreeMap::new();
-    let mut by_position: BTreeMap<(String, usize), i64> = BTreeMap::new();
-    for (k, v) in &opts.dims {
-        match k.strip_suffix(']').and_then(|k| k.rsplit_once('[')) {
-            Some((input, axis)) if axis.parse::<usize>().is_ok() => {
-                by_position.insert((input.to_string(), axis.parse().unwrap_or(0)), *v);
-            }
-            _ => {
-                named.insert(k.clone(), *v);
-            }
-        }
-    }
-    let mut positional = Vec::new();
-    let defaults = barrier_defaults(target);
-    let g = &model.graph;
-    for (ii, i) in g.inputs.iter().enumerate() {
-        if g.initializer(i.value).is_some() {
-            continue;
-        }
-        let Some(crate::proto::type_proto::Value::TensorType(t)) =
-            i.proto.r#type.as_ref().and_then(|t| t.value.as_ref())
-        else {
-            continue;
-        };
-        let Some(shape) = &t.shape else { continue };
-        let rank = shape.dim.len();
-        let input_name = g.value_name(i.value).to_string();
-        for (axis, d) in shape.dim.iter().enumerate() {
-            if let Some(v) = by_position.get(&(input_name.clone(), axis)) {
-                positional.push((ii, axis, *v));
-                continue;
-            }
-            let by_role = if axis == 0 {
-                defaults.get("batch")
-            } else if rank == 4 && axis >= 2 {
-                defaults.get("spatial")
-            } else {
-                None
-            };
-            match &d.value {
-                Some(DV::DimParam(name)) if !name.is_empty() => {
-                    if named.contains_key(name) {
-                        continue;
-                    }
-                    if let Some(v) = defaults.get(name).or(by_role).or(defaults.get("default")) {
-                        named.insert(name.clone(), *v);
-                    }
-                }
-                Some(DV::DimValue(v)) if *v > 0 => {}
-                _ => {
-                    if let Some(v) = by_role.or(defaults.get("default")) {
-                        positional.push((ii, axis, *v));
-                    }
-                }
-            }
-        }
-    }
-    (named, positional)
-}
-
-fn infer(model: &Model, dims: &BTreeMap<String, i64>) -> Facts {
-    let opts = InferOptions {
-        dims: dims.iter().map(|(k, v)| (k.clone(), *v)).collect(),
-        ..Default::default()
-    };
-    crate::infer::infer_model(model, &opts)
-}
-
-/// Infer with the sizes above. Unnamed input dims are filled in the declarations for the
-/// duration of the inference, then restored.
-fn infer_with(model: &mut Model, target: &Target, opts: &Options) -> Facts {
-    use crate::proto::tensor_shape_proto::dimension::Value as DV;
-    let (named, positional) = input_dims(model, target, opts);
-    let mut saved = Vec::new();
-    for &(ii, axis, v) in &positional {
-        if let Some(crate::proto::type_proto::Value::TensorType(t)) = model.graph.inputs[ii]
-            .proto
-            .r#type
-            .as_mut()
-            .and_then(|t| t.value.as_mut())
-        {
-            if let Some(d) = t.shape.as_mut().and_then(|s| s.dim.get_mut(axis)) {
-                saved.push((ii, axis, d.value.clone()));
-                d.value = Some(DV::DimValue(v));
-            }
-        }
-    }
-    let facts = infer(model, &named);
-    for (ii, axis, old) in saved {
-        if let Some(crate::proto::type_proto::Value::TensorType(t)) = model.graph.inputs[ii]
-            .proto
-            .r#type
-            .as_mut()
-            .and_then(|t| t.value.as_mut())
-        {
-            if let Some(d) = t.shape.as_mut().and_then(|s| s.dim.get_mut(axis)) {
-                d.value = old;
-            }
-        }
-    }
-    facts
-}
-
-fn finding(
-    target: &Target,
-    g: &Graph,
-    m: &Match,
-    kind: FindingKind,
-    reason: Option<String>,
-) -> Finding {
-    let rule = &target.rules[m.rule];
-    let node = g.node(m.node);
+fn finding(cx: &Cx, m: &Match, kind: FindingKind, reason: Option<String>) -> Finding {
+    let rule = &cx.target.rules[m.rule];
+    let g = cx.graph();
     Finding {
-        node: node.name().to_string(),
-        op: op_label(g, m.node),
+        node: g.node(m.node).name().to_string(),
+        op: crate::rewrite::pass::op_label(g, m.node),
         rule: rule.id.clone(),
         action: rule.action.to_string(),
         why: rule.why.clone(),
         evidence: rule.evidence.clone(),
         kind,
         reason,
+    }
+}
+
+fn rule_finding(
+    target: &Target,
+    ri: usize,
+    node: String,
+    op: String,
+    kind: FindingKind,
+    reason: String,
+) -> Finding {
+    let rule = &target.rules[ri];
+    Finding {
+        node,
+        op,
+        rule: rule.id.clone(),
+        action: rule.action.to_string(),
+        why: rule.why.clone(),
+        evidence: rule.evidence.clone(),
+        kind,
+        reason: Some(reason),
     }
 }
 
@@ -327,410 +186,272 @@ fn prune_orphans(g: &mut Graph, used_before: &HashSet<ValueId>) {
         .retain(|i| inputs.contains(&i.value) || !orphan(&i.value));
 }
 
-/// Does the node read or write a value of this element type (a `cast` has work to do)?
-fn has_dtype(g: &Graph, n: NodeId, dtype: i32, facts: &Facts) -> bool {
-    let node = g.node(n);
-    node.inputs
-        .iter()
-        .chain(node.outputs.iter())
-        .flatten()
-        .any(|v| facts.info(*v).dtype == Some(dtype))
+/// The rules that matched somewhere, in rule order.
+fn matched_rules(matches: &[Match]) -> Vec<usize> {
+    let mut r: Vec<usize> = matches.iter().map(|m| m.rule).collect();
+    r.sort_unstable();
+    r.dedup();
+    r
 }
 
-fn op_label(g: &Graph, n: NodeId) -> String {
-    let node = g.node(n);
-    if node.domain().is_empty() {
-        node.op_type.clone()
-    } else {
-        format!("{}::{}", node.domain(), node.op_type)
-    }
-}
-
-/// The smallest budget among the target's barrier rules that match some node, with its rule.
-fn barrier_rule(target: &Target, matches: &[Match]) -> Option<(usize, u64)> {
-    matches
-        .iter()
-        .filter_map(|m| match &target.rules[m.rule].action {
-            Action::Barrier { budget, .. } => {
-                Some((m.rule, budget.clamp(1.0, u64::MAX as f64) as u64))
-            }
-            _ => None,
-        })
-        .min_by_key(|&(r, b)| (b, r))
+fn find(cx: &Cx, opsets: &Opsets) -> Vec<Match> {
+    Matcher::new(cx.graph(), cx.facts(), opsets).find(cx.target)
 }
 
 /// Findings of `target` on `model`: every rule that would still do something.
 pub fn check(model: &mut Model, target: &Target, opts: &Options) -> Vec<Finding> {
-    let facts = infer_with(model, target, opts);
-    let model = &*model;
-    let view = FactView(&facts);
-    let opsets = Opsets::from_model(model);
-    let g = &model.graph;
-    let matches = Matcher::new(g, &view, &opsets).find(target);
+    let sizes = Sizes::for_model(model, target, &opts.dims);
+    let cx = Cx::new(model, target, &sizes, &opts.annotation);
+    let matches = find(&cx, &Opsets::from_model(model));
     let mut out = Vec::new();
     for m in &matches {
-        match &target.rules[m.rule].action {
-            Action::Cpu if cpu::is_pinned(g, m.node, &opts.annotation) => {}
-            Action::Cast { from, .. } if !has_dtype(g, m.node, *from, &facts) => {}
-            Action::Barrier { .. } => {}
-            Action::Deny => out.push(finding(target, g, m, FindingKind::Denied, None)),
-            _ => out.push(finding(target, g, m, FindingKind::Fires, None)),
+        let rule = &target.rules[m.rule];
+        let Some(pass) = pass_for(rule.action.name()) else {
+            continue;
+        };
+        match pass.pending(&cx, rule, m.node) {
+            Pending::Fires => out.push(finding(&cx, m, FindingKind::Fires, None)),
+            Pending::Denied => out.push(finding(&cx, m, FindingKind::Denied, None)),
+            Pending::Satisfied => {}
         }
     }
-    if let Some((ri, budget)) = barrier_rule(target, &matches) {
-        out.extend(barrier_findings(target, g, &view, ri, budget));
+    for (action, rules) in rules_by_pass(target, &matched_rules(&matches)) {
+        let Some(pass) = pass_for(action) else {
+            continue;
+        };
+        for l in pass.leftovers(&cx, &rules) {
+            out.push(rule_finding(
+                target,
+                l.rule,
+                l.node,
+                String::new(),
+                FindingKind::OverBudget,
+                l.reason,
+            ));
+        }
     }
     out
 }
 
-fn barrier_findings(
-    target: &Target,
-    g: &Graph,
-    view: &FactView,
-    ri: usize,
-    budget: u64,
-) -> Vec<Finding> {
-    let rule = &target.rules[ri];
-    let mk = |node: String, reason: String| Finding {
-        node,
-        op: String::new(),
-        rule: rule.id.clone(),
-        action: rule.action.to_string(),
-        why: rule.why.clone(),
-        evidence: rule.evidence.clone(),
-        kind: FindingKind::OverBudget,
-        reason: Some(reason),
-    };
-    match barrier::pieces(g, view) {
-        Ok(pieces) => pieces
-            .into_iter()
-            .filter(|p| p.work > budget && p.nodes > 1)
-            .map(|p| {
-                mk(
-                    p.first.clone(),
-                    format!(
-                        "a GPU piece of {} nodes from here is estimated at {:.3e} work units, over the budget {:.3e}",
-                        p.nodes, p.work as f64, budget as f64
-                    ),
-                )
-            })
-            .collect(),
-        Err(e) => vec![mk(String::new(), e)],
+/// The state of one compile: the report being written and the (rule, node) pairs whose action
+/// was refused (not asked again).
+struct Driver<'t> {
+    target: &'t Target,
+    report: Report,
+    stuck: HashSet<(usize, NodeId)>,
+}
+
+impl Driver<'_> {
+    /// Apply a batch of plans (each with its rule), in order, and report them in each plan's
+    /// report order. Later patches are re-pointed at the values earlier ones replaced (the
+    /// batch was planned on one graph). Returns the plans that applied.
+    fn apply(&mut self, g: &mut Graph, plans: Vec<(usize, Planned)>) -> Vec<Planned> {
+        let rules: Vec<usize> = plans.iter().map(|(r, _)| *r).collect();
+        let outcomes = apply_plans(g, plans.into_iter().map(|(_, p)| p).collect());
+        let mut applied: Vec<(usize, Applied)> = Vec::new();
+        let mut refused: Vec<(usize, Finding)> = Vec::new();
+        let mut done = Vec::new();
+        for (ri, o) in rules.into_iter().zip(outcomes) {
+            let rule = &self.target.rules[ri];
+            match o.result {
+                Ok(steps) => {
+                    applied.extend(steps.into_iter().map(|s| {
+                        let a = Applied {
+                            rule: rule.id.clone(),
+                            action: rule.action.name().to_string(),
+                            node: s.node,
+                            op: s.op,
+                            nodes: s.count,
+                        };
+                        (s.report_at, a)
+                    }));
+                    done.push(o.plan);
+                }
+                Err(r) => {
+                    for c in &o.plan.covers {
+                        if let Some(n) = c.node {
+                            self.stuck.insert((ri, n));
+                        }
+                    }
+                    // A refusal names every node it covers; a failed multi-node plan, itself.
+                    let names: Vec<(String, String)> =
+                        if r.cause == Cause::Rejected && o.plan.covers.len() > 1 {
+                            vec![(String::new(), String::new())]
+                        } else {
+                            o.plan
+                                .covers
+                                .iter()
+                                .map(|c| (c.name.clone(), c.op.clone()))
+                                .collect()
+                        };
+                    for (name, op) in names {
+                        let f = rule_finding(
+                            self.target,
+                            ri,
+                            name,
+                            op,
+                            FindingKind::Unsupported,
+                            r.reason.clone(),
+                        );
+                        refused.push((o.plan.report_at, f));
+                    }
+                }
+            }
+        }
+        applied.sort_by_key(|(at, _)| *at);
+        refused.sort_by_key(|(at, _)| *at);
+        self.report
+            .applied
+            .extend(applied.into_iter().map(|(_, a)| a));
+        self.report
+            .remaining
+            .extend(refused.into_iter().map(|(_, f)| f));
+        done
     }
 }
 
-/// Rewrite `model` for `target` until no rule fires (or only denials/unsupported remain).
+/// Rewrite `model` for `target` until no rule fires (or only denials/refusals remain).
 pub fn compile(model: &mut Model, target: &Target, opts: &Options) -> Report {
-    let mut report = Report {
-        target: target.name.clone(),
-        annotation: opts.annotation.clone(),
-        ..Report::default()
+    let mut d = Driver {
+        target,
+        report: Report {
+            target: target.name.clone(),
+            annotation: opts.annotation.clone(),
+            ..Report::default()
+        },
+        stuck: HashSet::new(),
     };
-    let opset = model.opset("").unwrap_or(1);
     let opsets = Opsets::from_model(model);
+    let sizes = Sizes::for_model(model, target, &opts.dims);
     let used_before = used_values(&model.graph);
-    let mut stuck: HashSet<(usize, NodeId)> = HashSet::new();
+    let ann = opts.annotation.as_str();
     for iteration in 0..opts.max_iterations {
-        report.iterations = iteration + 1;
-        let facts = infer_with(model, target, opts);
-        let view = FactView(&facts);
-        let matches = Matcher::new(&model.graph, &view, &opsets).find(target);
-        let mut touched: HashSet<NodeId> = HashSet::new();
-        let mut pins: Vec<(usize, NodeId)> = Vec::new();
-        let mut changed = false;
-        let mut patches = Vec::new();
-        let mut unfuse_sets: BTreeMap<usize, HashSet<ValueId>> = BTreeMap::new();
-        {
-            let g = &model.graph;
+        d.report.iterations = iteration + 1;
+        // Match, and plan the per-match passes; per-rule passes collect their matches.
+        let (matches, each, per_rule) = {
+            let cx = Cx::new(model, target, &sizes, ann);
+            let matches = find(&cx, &opsets);
+            let mut claimed: HashSet<NodeId> = HashSet::new();
+            let mut each: Vec<(usize, Planned)> = Vec::new();
+            let mut per_rule: BTreeMap<usize, Vec<NodeId>> = BTreeMap::new();
             for m in &matches {
                 let rule = &target.rules[m.rule];
-                let name = g.node(m.node).name().to_string();
-                if stuck.contains(&(m.rule, m.node)) {
+                let Some(pass) = pass_for(rule.action.name()) else {
                     continue;
-                }
-                if m.nodes().iter().any(|n| touched.contains(n)) {
-                    continue;
-                }
-                let result: Result<Option<crate::rewrite::Patch>, String> = match &rule.action {
-                    Action::Deny | Action::Barrier { .. } => Ok(None),
-                    Action::Cpu => {
-                        if !cpu::is_pinned(g, m.node, &opts.annotation) {
-                            pins.push((m.rule, m.node));
-                        }
-                        Ok(None)
-                    }
-                    Action::Unfuse => {
-                        // Unfused together per rule (NCHWc regions convert as a whole).
-                        let key = g.node(m.node).outputs.iter().flatten().next().copied();
-                        if let Some(v) = key {
-                            unfuse_sets.entry(m.rule).or_default().insert(v);
-                            touched.extend(m.nodes());
-                            continue;
-                        }
-                        Err("the node has no output to identify it by".to_string())
-                    }
-                    Action::Split { axis, max } => {
-                        let ax = match axis {
-                            SplitAxis::Channels => RwAxis::Channels,
-                            SplitAxis::OutChannels => RwAxis::OutChannels,
-                            SplitAxis::Batch => RwAxis::Batch,
-                        };
-                        let batch =
-                            g.node(m.node)
-                                .inputs
-                                .first()
-                                .copied()
-                                .flatten()
-                                .and_then(|x| {
-                                    facts
-                                        .info(x)
-                                        .shape
-                                        .as_ref()
-                                        .and_then(|s| s.first())
-                                        .and_then(|d| d.known())
-                                });
-                        let max = i64::try_from(*max).unwrap_or(i64::MAX);
-                        match split_conv(g, m.node, opset, &rule.id, ax, max, batch) {
-                            Ok(p) => Ok(Some(p)),
-                            Err(SplitOutcome::Fits) => Ok(None),
-                            Err(SplitOutcome::Unsupported(r)) => Err(r),
-                        }
-                    }
-                    Action::Cast { from, .. } if !has_dtype(g, m.node, *from, &facts) => Ok(None),
-                    Action::Cast { from, to } => {
-                        let spec = CastSpec {
-                            from: *from,
-                            to: *to,
-                            inputs: None,
-                        };
-                        cast_node(g, m.node, &rule.id, &spec, &|v| facts.info(v).dtype).map(Some)
-                    }
                 };
-                match result {
-                    Ok(Some(p)) => {
-                        touched.extend(m.nodes());
-                        patches.push((m.rule, m.node, name, op_label(g, m.node), p));
+                if d.stuck.contains(&(m.rule, m.node))
+                    || m.nodes().iter().any(|n| claimed.contains(n))
+                {
+                    continue;
+                }
+                match pass.schedule() {
+                    Schedule::EachMatch => {
+                        let plans = pass.plan(&cx, m.rule, &[m.node]);
+                        for p in plans {
+                            if p.outcome.is_ok() && pass.claims_nodes() {
+                                claimed.extend(m.nodes());
+                            }
+                            let at = each.len();
+                            each.push((m.rule, p.at(at)));
+                        }
                     }
-                    Ok(None) => {}
-                    Err(reason) => {
-                        stuck.insert((m.rule, m.node));
-                        report.remaining.push(finding(
-                            target,
-                            g,
-                            m,
-                            FindingKind::Unsupported,
-                            Some(reason),
-                        ));
+                    Schedule::PerRule => {
+                        if pass.pending(&cx, rule, m.node) == Pending::Fires {
+                            if pass.claims_nodes() {
+                                claimed.extend(m.nodes());
+                            }
+                            per_rule.entry(m.rule).or_default().push(m.node);
+                        }
                     }
+                    Schedule::WhenSettled => {}
                 }
             }
-        }
-        let mut value_map: std::collections::HashMap<ValueId, ValueId> = Default::default();
-        for (ri, node, name, op, mut p) in patches {
-            let rule = &target.rules[ri];
-            p.remap(&value_map);
-            match p.apply_with_map(&mut model.graph) {
-                Ok((created, replaced)) => {
-                    value_map.extend(replaced);
+            (matches, each, per_rule)
+        };
+        let mut changed = false;
+        // Per-match plans, in match order (each under its own action's name).
+        changed |= !d.apply(&mut model.graph, each).is_empty();
+        // Per-rule passes, in registry order, each rule in rule order, planned on the graph as
+        // the earlier ones left it.
+        for pass in PASSES.iter().filter(|p| p.schedule() == Schedule::PerRule) {
+            for (&ri, nodes) in per_rule
+                .iter()
+                .filter(|(&ri, _)| target.rules[ri].action.name() == pass.action())
+            {
+                let nodes: Vec<NodeId> = nodes
+                    .iter()
+                    .copied()
+                    .filter(|&n| model.graph.nodes.contains_node(n))
+                    .collect();
+                let plans = {
+                    let cx = Cx::new(model, target, &sizes, ann);
+                    pass.plan(&cx, ri, &nodes)
+                };
+                let batch = plans.into_iter().map(|p| (ri, p)).collect();
+                let done = d.apply(&mut model.graph, batch);
+                if !done.is_empty() {
                     changed = true;
-                    report.applied.push(Applied {
-                        rule: rule.id.clone(),
-                        action: rule.action.name().to_string(),
-                        node: name,
-                        op,
-                        nodes: created.len(),
-                    });
-                }
-                Err(e) => {
-                    stuck.insert((ri, node));
-                    report.remaining.push(Finding {
-                        node: name,
-                        op,
-                        rule: rule.id.clone(),
-                        action: rule.action.to_string(),
-                        why: rule.why.clone(),
-                        evidence: rule.evidence.clone(),
-                        kind: FindingKind::Unsupported,
-                        reason: Some(e.0),
-                    });
-                }
-            }
-        }
-        for (ri, set) in unfuse_sets {
-            let rule = &target.rules[ri];
-            let uopts = crate::rewrite::unfuse::UnfuseOptions {
-                rule: &rule.id,
-                external: None,
-                nchwc_block_size: None,
-            };
-            let ur = crate::rewrite::unfuse::unfuse_all_with(model, &uopts, |n| {
-                n.outputs.iter().flatten().any(|v| set.contains(v))
-            });
-            for u in &ur.unfused {
-                changed = true;
-                report.applied.push(Applied {
-                    rule: rule.id.clone(),
-                    action: "unfuse".into(),
-                    node: u.node.clone(),
-                    op: if u.domain.is_empty() {
-                        u.op_type.clone()
-                    } else {
-                        format!("{}::{}", u.domain, u.op_type)
-                    },
-                    nodes: u.new_nodes,
-                });
-            }
-            for sk in &ur.unsupported {
-                let g = &model.graph;
-                if let Some(&n) = g.order.iter().find(|&&n| {
-                    let node = g.node(n);
-                    node.name() == sk.node
-                        && node.op_type == sk.op_type
-                        && node.outputs.iter().flatten().any(|v| set.contains(v))
-                }) {
-                    stuck.insert((ri, n));
-                }
-                report.remaining.push(Finding {
-                    node: sk.node.clone(),
-                    op: format!("{}::{}", sk.domain, sk.op_type),
-                    rule: rule.id.clone(),
-                    action: rule.action.to_string(),
-                    why: rule.why.clone(),
-                    evidence: rule.evidence.clone(),
-                    kind: FindingKind::Unsupported,
-                    reason: Some(sk.reason.clone()),
-                });
-            }
-        }
-        // Pins, grouped by rule, in match order.
-        let mut by_rule: BTreeMap<usize, Vec<NodeId>> = BTreeMap::new();
-        for (ri, n) in pins {
-            if model.graph.nodes.contains_node(n) {
-                by_rule.entry(ri).or_default().push(n);
-            }
-        }
-        for (ri, nodes) in by_rule {
-            let rule = &target.rules[ri];
-            let added = cpu::pin(&mut model.graph, &nodes, &rule.id, &opts.annotation);
-            if !added.is_empty() {
-                changed = true;
-                for n in &added {
-                    report.applied.push(Applied {
-                        rule: rule.id.clone(),
-                        action: "cpu".into(),
-                        node: model.graph.node(*n).name().to_string(),
-                        op: op_label(&model.graph, *n),
-                        nodes: 1,
-                    });
+                    pass.finish(&mut model.graph, &done);
                 }
             }
         }
         if changed {
             continue;
         }
-        // The structure is stable: cut GPU partitions under the budget, one cut at a time.
-        if let Some((ri, budget)) = barrier_rule(target, &matches) {
-            let rule = &target.rules[ri];
-            let mut cuts = 0usize;
+        // The structure is stable: graph-wide passes, one patch at a time.
+        let mut settled = 0usize;
+        for (action, rules) in rules_by_pass(target, &matched_rules(&matches)) {
+            let Some(pass) = pass_for(action).filter(|p| p.schedule() == Schedule::WhenSettled)
+            else {
+                continue;
+            };
+            let mut n = 0usize;
             loop {
-                let facts = infer_with(model, target, opts);
-                let view = FactView(&facts);
-                match barrier::next_cut(
-                    &model.graph,
-                    &view,
-                    budget,
-                    &rule.id,
-                    &opts.annotation,
-                    opset,
-                ) {
-                    Ok(Some(p)) => {
-                        let at = p.origin.clone();
-                        match p.apply(&mut model.graph) {
-                            Ok(created) => {
-                                cuts += 1;
-                                report.applied.push(Applied {
-                                    rule: rule.id.clone(),
-                                    action: "barrier".into(),
-                                    node: at,
-                                    op: "barrier".into(),
-                                    nodes: created.len(),
-                                });
-                            }
-                            Err(e) => {
-                                report.remaining.push(Finding {
-                                    node: at,
-                                    op: String::new(),
-                                    rule: rule.id.clone(),
-                                    action: rule.action.to_string(),
-                                    why: rule.why.clone(),
-                                    evidence: rule.evidence.clone(),
-                                    kind: FindingKind::Unsupported,
-                                    reason: Some(e.0),
-                                });
-                                break;
-                            }
-                        }
-                        if cuts > 100_000 {
-                            break;
-                        }
-                    }
-                    Ok(None) => break,
-                    Err(e) => {
-                        report.remaining.push(Finding {
-                            node: String::new(),
-                            op: String::new(),
-                            rule: rule.id.clone(),
-                            action: rule.action.to_string(),
-                            why: rule.why.clone(),
-                            evidence: rule.evidence.clone(),
-                            kind: FindingKind::Unsupported,
-                            reason: Some(e),
-                        });
-                        break;
-                    }
+                let next = {
+                    let cx = Cx::new(model, target, &sizes, ann);
+                    pass.next(&cx, &rules)
+                };
+                let Some((ri, plan)) = next else { break };
+                let ok = plan.outcome.is_ok();
+                let done = d.apply(&mut model.graph, vec![(ri, plan)]);
+                if !ok || done.is_empty() {
+                    break;
+                }
+                n += 1;
+                if n > 100_000 {
+                    break;
                 }
             }
-            if cuts > 0 {
-                continue;
-            }
+            settled += n;
+        }
+        if settled > 0 {
+            continue;
         }
         break;
     }
     prune_orphans(&mut model.graph, &used_before);
-    // What still fires (beyond what was already reported as stuck).
-    let left = check(model, target, opts);
-    for f in left {
-        let dup = report
-            .remaining
-            .iter()
-            .any(|r| r.rule == f.rule && r.node == f.node && r.kind == FindingKind::Unsupported);
+    // What still fires (beyond what was already reported as refused).
+    for f in check(model, target, opts) {
+        let dup =
+            d.report.remaining.iter().any(|r| {
+                r.rule == f.rule && r.node == f.node && r.kind == FindingKind::Unsupported
+            });
         if !dup {
-            report.remaining.push(f);
+            d.report.remaining.push(f);
         }
     }
-    let facts = infer_with(model, target, opts);
-    let view = FactView(&facts);
-    if barrier_rule(
-        target,
-        &Matcher::new(&model.graph, &view, &opsets).find(target),
-    )
-    .is_some()
+    let mut report = d.report;
     {
-        report.pieces = barrier::pieces(&model.graph, &view).unwrap_or_default();
-        let unknown = barrier::unknown_work(&model.graph, &view);
-        if !unknown.is_empty() {
-            let g = &model.graph;
-            let names: Vec<String> = unknown
-                .iter()
-                .take(3)
-                .map(|&n| format!("'{}' ({})", g.node(n).name(), g.node(n).op_type))
-                .collect();
-            report.notes.push(format!(
-                "the work of {} node(s) could not be estimated (unknown shapes, e.g. {}); they count as 0 in the barrier budget. Give sizes with --dim NAME=VALUE or --dim INPUT[AXIS]=VALUE",
-                unknown.len(),
-                names.join(", ")
-            ));
+        let cx = Cx::new(model, target, &sizes, ann);
+        let matches = find(&cx, &opsets);
+        let mut summary = Summary::default();
+        for (action, rules) in rules_by_pass(target, &matched_rules(&matches)) {
+            if let Some(pass) = pass_for(action) {
+                pass.summarize(&cx, &rules, &mut summary);
+            }
         }
+        report.pieces = summary.pieces;
+        report.notes.extend(summary.notes);
     }
     let g = &model.graph;
     report.pinned = g

@@ -118,6 +118,7 @@
 //! assert_eq!(err.kind, onnx_safeify::ErrorKind::Io);
 //! ```
 
+pub mod analysis;
 pub mod doctor;
 pub mod engine;
 pub mod error;

@@ -467,18 +467,15 @@ fn explain(a: &ExplainArgs) -> Result<u8, Error> {
     let target = load_target(&a.target)?;
     let opts = options(&a.target)?;
     let doc = onnx_safeify::load(&a.model)?;
-    let dims = engine::dim_sizes(&doc.model, &target, &opts);
-    let facts = onnx_safeify::infer::infer_model(
-        &doc.model,
-        &onnx_safeify::infer::InferOptions {
-            dims: dims.into_iter().collect(),
-            ..Default::default()
-        },
-    );
-    let view = engine::FactView(&facts);
+    // Named sizes only, as before the pass redesign (check and compile also fill unnamed dims).
+    let sizes = onnx_safeify::analysis::Sizes {
+        named: engine::dim_sizes(&doc.model, &target, &opts),
+        positional: Vec::new(),
+    };
+    let facts = sizes.infer(&doc.model);
     let opsets = Opsets::from_model(&doc.model);
     let g = &doc.model.graph;
-    let matcher = Matcher::new(g, &view, &opsets);
+    let matcher = Matcher::new(g, &facts, &opsets);
     let mut out = String::new();
     match &a.node {
         Some(name) => {

@@ -520,6 +520,7 @@ fn sample_keeps_batch_symbolic_through_resize() {
         &InferOptions {
             dims: [("N".to_string(), 2)].into_iter().collect(),
             ignore_output_decls: true,
+            ..Default::default()
         },
     );
     assert_eq!(

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use onnx_safeify::rules::{
     builtin_names, check_deny, find_matches, load_target, load_target_from, load_target_with_rules,
-    parse_target_str, Action, DeclaredFacts, MemFs, Opsets, SplitAxis,
+    parse_target_str, Action, MemFs, Opsets, SplitAxis,
 };
 use onnx_safeify::tensor::dtype;
 use onnx_safeify::ErrorKind;
@@ -282,7 +282,7 @@ rules:
 ",
     )
     .unwrap();
-    let facts = DeclaredFacts::new(g);
+    let facts = onnx_safeify::infer::declared(g);
     let ms = find_matches(&t, g, &facts, &Opsets::from_model(&doc.model));
     let e = check_deny(&t, g, &ms).unwrap_err();
     assert_eq!(e.kind, ErrorKind::Usage);

@@ -2,16 +2,16 @@
 //! small hand-built graph whose shapes are given by a test implementation of `ValueFacts`,
 //! and `DeclaredFacts` on declared inputs, initializers and `Constant` nodes.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashSet};
 
+use onnx_safeify::infer::{declared, Facts, TensorInfo};
 use onnx_safeify::ir::{Attribute, Graph, Initializer, Node, NodeId, Origin, ValueId, ValueInfo};
 use onnx_safeify::proto::{
     tensor_shape_proto::{dimension, Dimension},
     type_proto, AttributeProto, TensorProto, TensorShapeProto, TypeProto, ValueInfoProto,
 };
 use onnx_safeify::rules::{
-    explain, find_matches, parse_target_str, DeclaredFacts, FactDim, Opsets, Outcome, Target,
-    ValueFacts,
+    explain, find_matches, parse_target_str, FactDim, Opsets, Outcome, Target,
 };
 use onnx_safeify::tensor::dtype;
 
@@ -95,31 +95,33 @@ impl Builder {
     }
 }
 
-/// Shapes and types handed out by the test.
-#[derive(Default)]
+/// Shapes and types handed out by the test, stated into `infer`'s own fact table.
 struct Given {
-    info: HashMap<ValueId, (Option<i32>, Option<Vec<FactDim>>)>,
+    facts: Facts,
     constant: HashSet<ValueId>,
+}
+
+impl Default for Given {
+    fn default() -> Self {
+        Given {
+            facts: Facts::unknown(0),
+            constant: HashSet::new(),
+        }
+    }
 }
 
 impl Given {
     fn set(&mut self, v: ValueId, t: i32, dims: &[FactDim]) {
-        self.info.insert(v, (Some(t), Some(dims.to_vec())));
+        let c = self.constant.contains(&v);
+        self.facts
+            .state(v, TensorInfo::new(Some(t), Some(dims.to_vec())), c);
     }
-}
-
-impl ValueFacts for Given {
-    fn dtype(&self, v: ValueId) -> Option<i32> {
-        self.info.get(&v).and_then(|i| i.0)
-    }
-    fn shape(&self, v: ValueId) -> Option<Vec<FactDim>> {
-        self.info.get(&v).and_then(|i| i.1.clone())
-    }
-    fn const_ints(&self, _: ValueId) -> Option<Vec<i64>> {
-        None
-    }
-    fn is_constant(&self, v: ValueId) -> bool {
-        self.constant.contains(&v)
+    fn finish(mut self) -> Facts {
+        for v in self.constant.clone() {
+            let info = self.facts.info(v).clone();
+            self.facts.state(v, info, true);
+        }
+        self.facts
     }
 }
 
@@ -133,7 +135,7 @@ fn sym(s: &str) -> FactDim {
 
 struct Net {
     g: Graph,
-    facts: Given,
+    facts: Facts,
 }
 
 /// x[1,128,56,56] -> depthwise 3x3 Conv (output shape NOT given) -> Relu [given] ->
@@ -186,7 +188,8 @@ fn net() -> Net {
     f.set(x, f32, &[k(1), k(128), k(56), k(56)]);
     f.set(w_dw, f32, &[k(128), k(1), k(3), k(3)]);
     f.set(w_pw, f32, &[k(256), k(128), k(1), k(1)]);
-    f.info.insert(y1[0], (Some(f32), None));
+    f.facts
+        .state(y1[0], TensorInfo::new(Some(f32), None), false);
     f.set(y2[0], f32, &[k(1), k(128), k(56), k(56)]);
     f.set(y3[0], f32, &[k(1), k(256), k(56), k(56)]);
     f.constant.extend([w_dw, w_pw]);
@@ -199,7 +202,10 @@ fn net() -> Net {
     f.set(p, f32, &[sym("N"), k(256)]);
     f.set(q, f32, &[sym("N"), k(256)]);
     f.set(added[0], f32, &[sym("N"), FactDim::Unknown]);
-    Net { g: b.g, facts: f }
+    Net {
+        g: b.g,
+        facts: f.finish(),
+    }
 }
 
 const PROBES: &str = "\
@@ -420,20 +426,26 @@ fn declared_facts() {
             ..Default::default()
         },
     });
-    let f = DeclaredFacts::new(&b.g);
+    let f = declared(&b.g);
     assert_eq!(f.dtype(x), Some(dtype::FLOAT));
-    assert_eq!(f.shape(x), Some(vec![sym("N"), k(14), FactDim::Unknown]));
+    assert_eq!(
+        f.shape(x).map(<[_]>::to_vec),
+        Some(vec![sym("N"), k(14), FactDim::Unknown])
+    );
     assert!(!f.is_constant(x));
-    assert_eq!(f.const_ints(shape), Some(vec![7, -1]));
+    assert_eq!(f.const_ints(shape).map(<[_]>::to_vec), Some(vec![7, -1]));
     assert!(f.is_constant(shape));
-    assert_eq!(f.shape(shape), Some(vec![k(2)]));
-    assert_eq!(f.const_ints(small), Some(vec![1, -1, 3]));
+    assert_eq!(f.shape(shape).map(<[_]>::to_vec), Some(vec![k(2)]));
+    assert_eq!(f.const_ints(small).map(<[_]>::to_vec), Some(vec![1, -1, 3]));
     assert!(!f.is_constant(dflt));
-    assert_eq!(f.const_ints(dflt), None);
+    assert_eq!(f.const_ints(dflt).map(<[_]>::to_vec), None);
     assert!(f.is_constant(c[0]));
-    assert_eq!(f.const_ints(c[0]), Some(vec![4, 5, 6]));
-    assert_eq!(f.shape(c[0]), Some(vec![k(3)]));
+    assert_eq!(f.const_ints(c[0]).map(<[_]>::to_vec), Some(vec![4, 5, 6]));
+    assert_eq!(f.shape(c[0]).map(<[_]>::to_vec), Some(vec![k(3)]));
     assert_eq!(f.dtype(c[0]), Some(dtype::INT64));
-    assert_eq!(f.shape(r[0]), Some(vec![sym("N"), FactDim::Unknown]));
+    assert_eq!(
+        f.shape(r[0]).map(<[_]>::to_vec),
+        Some(vec![sym("N"), FactDim::Unknown])
+    );
     assert!(!f.is_constant(r[0]));
 }

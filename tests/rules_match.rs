@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 
 use onnx_safeify::ir::{Graph, NodeId};
 use onnx_safeify::rules::{
-    explain, find_matches, load_target, parse_target_str, Action, DeclaredFacts, Match, Opsets,
-    Outcome, SplitAxis, Target,
+    explain, find_matches, load_target, parse_target_str, Action, Match, Opsets, Outcome,
+    SplitAxis, Target,
 };
 
 macro_rules! snap {
@@ -64,7 +64,7 @@ impl Loaded {
         &self.doc.model.graph
     }
     fn matches(&self, t: &Target) -> Vec<Match> {
-        let facts = DeclaredFacts::new(self.graph());
+        let facts = onnx_safeify::infer::declared(self.graph());
         find_matches(
             t,
             self.graph(),
@@ -80,7 +80,7 @@ impl Loaded {
             .unwrap_or_else(|| panic!("no node named {name}"))
     }
     fn explain(&self, t: &Target, node: NodeId) -> String {
-        let facts = DeclaredFacts::new(self.graph());
+        let facts = onnx_safeify::infer::declared(self.graph());
         explain(
             t,
             self.graph(),
@@ -418,7 +418,7 @@ fn corpus_every_target_every_model() {
         .collect();
     for f in &files {
         let model = Loaded::new(f);
-        let facts = DeclaredFacts::new(model.graph());
+        let facts = onnx_safeify::infer::declared(model.graph());
         let opsets = Opsets::from_model(&model.doc.model);
         for t in &targets {
             let ms = find_matches(t, model.graph(), &facts, &opsets);

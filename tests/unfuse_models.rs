@@ -1230,7 +1230,8 @@ fn unsupported_configurations_are_reported_with_reasons() {
         .iter()
         .find(|&&n| g.node(n).op_type == "Softmax")
         .unwrap();
-    let ctx = unfuse::UnfuseCtx::new(13, RULE);
+    let facts = onnx_safeify::infer::infer_model(&doc.model, &Default::default());
+    let ctx = unfuse::UnfuseCtx::new(13, RULE, &facts);
     assert!(unfuse::unfuse_node(&ctx, g, softmax)
         .unwrap_err()
         .reason

@@ -232,10 +232,9 @@ fn exercise_target(target: &Target, compile: bool) {
     let _ = engine::check(&mut model, target, &opts);
     {
         let facts = infer_model(&model, &InferOptions::default());
-        let view = engine::FactView(&facts);
         let opsets = rules::Opsets::from_model(&model);
         for &n in model.graph.order.iter().take(3) {
-            let _ = rules::explain(target, &model.graph, &view, &opsets, n);
+            let _ = rules::explain(target, &model.graph, &facts, &opsets, n);
         }
     }
     if compile {

@@ -270,3 +270,32 @@ pub(crate) fn nchwc_block(g: &Graph) -> Option<i64> {
         _ => None,
     }
 }
+
+/// Mark the values that hold NCHWc-blocked tensors: outputs of NCHWc operators other than
+/// `ReorderOutput`, and of any operator (element-wise ops of any domain, `Concat`, ORT's
+/// `Reshape`s) that reads one, except `Shape` and `Size`. `order` is topological.
+pub(crate) fn mark_blocked(g: &Graph, order: &[crate::ir::NodeId], blocked: &mut [bool]) {
+    const NCHWC: &str = "com.microsoft.nchwc";
+    if !g.order.iter().any(|&n| g.node(n).domain() == NCHWC) {
+        return;
+    }
+    let is = |b: &[bool], v: &crate::ir::ValueId| b.get(v.index()).copied().unwrap_or(false);
+    for &id in order {
+        let Some(node) = g.nodes.node_weight(id) else {
+            continue;
+        };
+        let out_blocked = if node.domain() == NCHWC {
+            node.op_type != "ReorderOutput"
+        } else {
+            !matches!(node.op_type.as_str(), "Shape" | "Size")
+                && node.inputs.iter().flatten().any(|v| is(blocked, v))
+        };
+        if out_blocked {
+            for v in node.outputs.iter().flatten() {
+                if let Some(b) = blocked.get_mut(v.index()) {
+                    *b = true;
+                }
+            }
+        }
+    }
+}

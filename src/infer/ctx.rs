@@ -253,12 +253,7 @@ impl Ctx<'_, '_> {
                 .collect()
         });
         let v = *names.get(name)?;
-        Some(Seed {
-            info: self.facts.info(v).clone(),
-            konst: self.facts.const_value(v).cloned(),
-            data: self.facts.shape_data(v).map(<[Dim]>::to_vec),
-            constant: self.facts.is_constant(v),
-        })
+        Some(self.facts.seed(v))
     }
 
     /// Infer a subgraph of this node, its outer-scope values resolved here (`None` when

@@ -93,6 +93,14 @@ impl TensorInfo {
     pub fn rank(&self) -> Option<usize> {
         self.shape.as_ref().map(|s| s.len())
     }
+    /// Dimension `i`, when known.
+    pub fn dim(&self, i: usize) -> Option<i64> {
+        self.shape.as_ref()?.get(i)?.known()
+    }
+    /// The shape with each dimension as a number when known (`None` for symbolic or unknown).
+    pub fn static_dims(&self) -> Option<Vec<Option<i64>>> {
+        Some(self.shape.as_ref()?.iter().map(Dim::known).collect())
+    }
     /// All dimensions, when every one is known.
     pub fn dims_known(&self) -> Option<Vec<i64>> {
         self.shape.as_ref()?.iter().map(Dim::known).collect()
@@ -148,6 +156,15 @@ pub struct InferOptions {
     /// Do not read the declared types of the graph outputs (tests use this to compare what
     /// inference derives with what the file claims).
     pub ignore_output_decls: bool,
+    /// Read the declarations only (graph inputs, outputs, `value_info`, initializers and
+    /// `Constant` nodes): no operator is inferred.
+    pub declarations_only: bool,
+    /// The NCHWc block size of the CPU that saved the model, when the caller knows it (the
+    /// `unfuse` action resolves it); otherwise inferred from the model's own evidence.
+    pub nchwc_block: Option<i64>,
+    /// Sizes for dimensions of the main graph's inputs that the file leaves open without a
+    /// name: (input index, axis, size). Bodies are not affected.
+    pub input_dims: Vec<(usize, usize, i64)>,
 }
 
 /// A disagreement between a declaration and inference (the declaration was kept).
@@ -166,6 +183,14 @@ pub struct Facts {
     constant: Vec<bool>,
     data: Vec<Option<Vec<Dim>>>,
     conflicts: Vec<Conflict>,
+    /// Read by a node, a body (by name) or as a graph output.
+    used: Vec<bool>,
+    /// Read by name from inside a body (`If`/`Loop`/`Scan`) of this graph.
+    read_by_body: Vec<bool>,
+    /// Holds an NCHWc-blocked tensor (ONNX Runtime's CPU layout; see `nchwc_blocked`).
+    blocked: Vec<bool>,
+    /// The NCHWc block size the inference used (given, or proved by the model).
+    nchwc_block: Option<i64>,
 }
 
 static UNKNOWN: TensorInfo = TensorInfo {
@@ -198,6 +223,77 @@ impl Facts {
     pub fn conflicts(&self) -> &[Conflict] {
         &self.conflicts
     }
+    /// The element type of a value, when known.
+    pub fn dtype(&self, v: ValueId) -> Option<i32> {
+        self.info(v).dtype
+    }
+    /// The shape of a value, when at least its rank is known.
+    pub fn shape(&self, v: ValueId) -> Option<&[Dim]> {
+        self.info(v).shape.as_deref()
+    }
+    /// Every dimension of a value, when all are known.
+    pub fn dims(&self, v: ValueId) -> Option<Vec<i64>> {
+        self.info(v).dims_known()
+    }
+    /// The integers of a small constant (integer or bool element type).
+    pub fn const_ints(&self, v: ValueId) -> Option<&[i64]> {
+        self.const_value(v).and_then(|c| c.ints.as_deref())
+    }
+    /// Is the value read by a node, a body or as a graph output?
+    pub fn is_used(&self, v: ValueId) -> bool {
+        self.used.get(v.index()).copied().unwrap_or(false)
+    }
+    /// Is the value read by name from inside a body of this graph?
+    pub fn read_by_body(&self, v: ValueId) -> bool {
+        self.read_by_body.get(v.index()).copied().unwrap_or(false)
+    }
+    /// Does the value hold an NCHWc-blocked tensor?
+    pub fn is_blocked(&self, v: ValueId) -> bool {
+        self.blocked.get(v.index()).copied().unwrap_or(false)
+    }
+    /// The NCHWc block size the inference used, if any.
+    pub fn nchwc_block(&self) -> Option<i64> {
+        self.nchwc_block
+    }
+    /// What a body of this graph knows of one of its values (outer-scope reads).
+    pub(crate) fn seed(&self, v: ValueId) -> Seed {
+        Seed {
+            info: self.info(v).clone(),
+            konst: self.const_value(v).cloned(),
+            data: self.shape_data(v).map(<[Dim]>::to_vec),
+            constant: self.is_constant(v),
+        }
+    }
+    /// Facts for `n` values, all unknown: for a caller that states facts itself.
+    pub fn unknown(n: usize) -> Facts {
+        Facts {
+            infos: vec![TensorInfo::default(); n],
+            consts: vec![None; n],
+            constant: vec![false; n],
+            data: vec![None; n],
+            used: vec![false; n],
+            read_by_body: vec![false; n],
+            blocked: vec![false; n],
+            ..Default::default()
+        }
+    }
+    /// State what is known of a value (a value added after inference has no facts until a
+    /// caller states them). Grows the table as needed.
+    pub fn state(&mut self, v: ValueId, info: TensorInfo, constant: bool) {
+        let i = v.index();
+        if i >= self.infos.len() {
+            let n = i + 1;
+            self.infos.resize(n, TensorInfo::default());
+            self.consts.resize(n, None);
+            self.constant.resize(n, false);
+            self.data.resize(n, None);
+            self.used.resize(n, false);
+            self.read_by_body.resize(n, false);
+            self.blocked.resize(n, false);
+        }
+        self.infos[i] = info;
+        self.constant[i] = constant;
+    }
     /// The number of values covered.
     pub fn len(&self) -> usize {
         self.infos.len()
@@ -206,6 +302,26 @@ impl Facts {
         self.infos.is_empty()
     }
 }
+
+/// What a graph's own declarations say of its values (graph inputs, outputs, `value_info`,
+/// initializers, `Constant` nodes), with no operator inferred.
+pub fn declared(graph: &Graph) -> Facts {
+    let header = Model {
+        opset_import: vec![crate::proto::OperatorSetIdProto {
+            domain: Some(String::new()),
+            version: Some(MAX_KNOWN_OPSET),
+        }],
+        ..Default::default()
+    };
+    let opts = InferOptions {
+        declarations_only: true,
+        ..Default::default()
+    };
+    infer_graph(&header, graph, &opts)
+}
+
+/// The newest default-domain opset whose operators inference knows.
+pub const MAX_KNOWN_OPSET: i64 = 23;
 
 /// Infer the main graph of a model.
 pub fn infer_model(model: &Model, opts: &InferOptions) -> Facts {
@@ -218,11 +334,23 @@ pub fn infer_graph(model: &Model, graph: &Graph, opts: &InferOptions) -> Facts {
     infer_scoped(model, graph, opts, None, &budget)
 }
 
+/// Infer a body (or any graph) whose outer-scope reads are resolved by name through `outer`.
+pub(crate) fn infer_body(
+    model: &Model,
+    graph: &Graph,
+    opts: &InferOptions,
+    outer: OuterScope,
+) -> Facts {
+    let budget = std::cell::Cell::new(SUBGRAPH_BUDGET);
+    infer_scoped(model, graph, opts, Some(outer), &budget)
+}
+
 /// Subgraph inference (the branches of `If`) is bounded: at most this much work in all
 /// (nodes, plus a fixed cost per subgraph), so nested branches cannot make it explode.
 const SUBGRAPH_BUDGET: usize = 200_000;
 
 /// What a subgraph knows of a value of an enclosing graph.
+#[derive(Debug, Clone)]
 pub(crate) struct Seed {
     pub info: TensorInfo,
     pub konst: Option<ConstTensor>,
@@ -248,7 +376,35 @@ pub(crate) fn infer_scoped(
         constant: vec![false; n],
         data: vec![None; n],
         conflicts: Vec::new(),
+        used: vec![false; n],
+        read_by_body: vec![false; n],
+        blocked: vec![false; n],
+        nchwc_block: None,
     };
+    // Uses: what rewrites must keep (a value read by a body is read by name).
+    for &id in &graph.order {
+        let Some(node) = graph.nodes.node_weight(id) else {
+            continue;
+        };
+        for v in node.inputs.iter().flatten() {
+            if let Some(u) = facts.used.get_mut(v.index()) {
+                *u = true;
+            }
+        }
+        for v in &node.implicit_inputs {
+            if let (Some(u), Some(r)) = (
+                facts.used.get_mut(v.index()),
+                facts.read_by_body.get_mut(v.index()),
+            ) {
+                (*u, *r) = (true, true);
+            }
+        }
+    }
+    for o in &graph.outputs {
+        if let Some(u) = facts.used.get_mut(o.value.index()) {
+            *u = true;
+        }
+    }
 
     // Declarations: inputs, value_info, then outputs (the first declaration of a value wins).
     let mut declared: Vec<Option<TensorInfo>> = vec![None; n];
@@ -261,6 +417,21 @@ pub(crate) fn infer_scoped(
         if let Some(slot) = declared.get_mut(vi.value.index()) {
             if slot.is_none() {
                 *slot = declared_info(&vi.proto, &opts.dims);
+            }
+        }
+    }
+    if outer.is_none() {
+        for &(ii, axis, size) in &opts.input_dims {
+            let Some(vi) = graph.inputs.get(ii) else {
+                continue;
+            };
+            if let Some(Some(d)) = declared
+                .get_mut(vi.value.index())
+                .map(|s| s.as_mut().and_then(|t| t.shape.as_mut()))
+            {
+                if let Some(slot) = d.get_mut(axis) {
+                    *slot = dims::known_dim(size);
+                }
             }
         }
     }
@@ -335,9 +506,12 @@ pub(crate) fn infer_scoped(
     }
 
     let order = graph.topo_order().unwrap_or_else(|_| graph.order.clone());
+    let nchwc_block = opts.nchwc_block.or_else(|| contrib::nchwc_block(graph));
+    facts.nchwc_block = nchwc_block;
+    contrib::mark_blocked(graph, &order, &mut facts.blocked);
     let ops = table::table();
     let env = ctx::Env {
-        nchwc_block: contrib::nchwc_block(graph),
+        nchwc_block,
         model,
         graph,
         opts,
@@ -348,6 +522,10 @@ pub(crate) fn infer_scoped(
         let Some(node) = graph.nodes.node_weight(id) else {
             continue;
         };
+        let is_constant_node = node.domain() == "" && node.op_type == "Constant";
+        if opts.declarations_only && !is_constant_node {
+            continue;
+        }
         let opset = model.opset(node.domain());
         let outs = match ops.get(&(node.domain(), node.op_type.as_str())) {
             Some(f) => {
@@ -356,7 +534,6 @@ pub(crate) fn infer_scoped(
             }
             None => Vec::new(),
         };
-        let is_constant_node = node.domain() == "" && node.op_type == "Constant";
         let mut outs = outs.into_iter();
         for v in node.outputs.iter() {
             let out = outs.next().unwrap_or_default();

@@ -5,6 +5,7 @@
 
 pub mod dot;
 pub mod dump;
+pub mod scope;
 
 use std::collections::HashMap;
 
@@ -174,6 +175,9 @@ pub struct Graph {
     /// Hashes of every value and node name in use, so fresh names are found in O(1).
     /// A hash collision only makes a name look taken (never a duplicate name).
     pub(crate) taken_names: std::collections::HashSet<u64>,
+    /// For each base given to [`Graph::fresh_name`], the suffix it last returned: every lower
+    /// one is taken (names are never freed), so the next search starts there, not at 1.
+    pub(crate) name_suffixes: HashMap<String, u64>,
 }
 
 fn name_hash(s: &str) -> u64 {
@@ -255,12 +259,17 @@ impl Graph {
 
     /// A value or node name not used in this graph, derived from `base`; reserved on return.
     pub fn fresh_name(&mut self, base: &str) -> String {
-        let mut candidate = base.to_string();
-        let mut i = 0u64;
+        let mut i = self.name_suffixes.get(base).copied().unwrap_or(0);
+        let mut candidate = if i == 0 {
+            base.to_string()
+        } else {
+            format!("{base}_{i}")
+        };
         while self.taken_names.contains(&name_hash(&candidate)) {
             i += 1;
             candidate = format!("{base}_{i}");
         }
+        self.name_suffixes.insert(base.to_string(), i);
         self.taken_names.insert(name_hash(&candidate));
         candidate
     }
@@ -409,18 +418,11 @@ impl Graph {
             .map(|i| &i.tensor)
     }
 
-    /// Visit this graph and every subgraph below it, depth first, with the nesting depth.
+    /// Visit this graph and every subgraph below it, depth first, with the nesting depth
+    /// (through [`scope::graphs`], the one walker over scopes).
     pub fn walk<'a>(&'a self, depth: usize, f: &mut dyn FnMut(&'a Graph, usize)) {
-        f(self, depth);
-        for &n in &self.order {
-            for a in &self.nodes[n].attributes {
-                if let Some(g) = &a.g {
-                    g.walk(depth + 1, f);
-                }
-                for g in &a.graphs {
-                    g.walk(depth + 1, f);
-                }
-            }
+        for sg in scope::graphs(self) {
+            f(sg.graph, depth + sg.path.depth());
         }
     }
 }

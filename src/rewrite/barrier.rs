@@ -15,9 +15,10 @@
 
 use std::collections::HashMap;
 
+use crate::infer::Facts;
 use crate::ir::{Graph, NodeId, Origin, ValueId};
 use crate::rewrite::cpu::LAYER_ANN_KEY;
-use crate::rewrite::work::{work, ShapeSource};
+use crate::rewrite::work::work;
 use crate::rewrite::{PValue, Patch};
 
 /// One piece of GPU work between two clean cuts.
@@ -89,7 +90,7 @@ fn layout(g: &Graph) -> Result<Layout, String> {
 
 /// The pieces as the graph stands (existing clean cuts respected). Nodes whose work cannot be
 /// estimated (unknown shapes) count as 0; [`unknown_work`] lists them.
-pub fn pieces(g: &Graph, s: &dyn ShapeSource) -> Result<Vec<Piece>, String> {
+pub fn pieces(g: &Graph, s: &Facts) -> Result<Vec<Piece>, String> {
     let l = layout(g)?;
     let mut out = Vec::new();
     let mut cur = Piece {
@@ -125,7 +126,7 @@ pub fn pieces(g: &Graph, s: &dyn ShapeSource) -> Result<Vec<Piece>, String> {
 }
 
 /// GPU nodes whose work cannot be estimated (their shapes are unknown).
-pub fn unknown_work(g: &Graph, s: &dyn ShapeSource) -> Vec<NodeId> {
+pub fn unknown_work(g: &Graph, s: &Facts) -> Vec<NodeId> {
     g.order
         .iter()
         .copied()
@@ -134,7 +135,7 @@ pub fn unknown_work(g: &Graph, s: &dyn ShapeSource) -> Vec<NodeId> {
 }
 
 /// Does any piece exceed the budget (and could a cut help, i.e. has more than one node)?
-pub fn over_budget(g: &Graph, s: &dyn ShapeSource, budget: u64) -> Result<bool, String> {
+pub fn over_budget(g: &Graph, s: &Facts, budget: u64) -> Result<bool, String> {
     Ok(pieces(g, s)?.iter().any(|p| p.work > budget && p.nodes > 1))
 }
 
@@ -142,7 +143,7 @@ pub fn over_budget(g: &Graph, s: &dyn ShapeSource, budget: u64) -> Result<bool, 
 /// call again until `None` (each cut changes the live values of the next).
 pub fn next_cut(
     g: &Graph,
-    s: &dyn ShapeSource,
+    s: &Facts,
     budget: u64,
     rule: &str,
     annotation: &str,
@@ -188,7 +189,7 @@ fn cut_before(
     i: usize,
     rule: &str,
     annotation: &str,
-    s: &dyn ShapeSource,
+    s: &Facts,
     opset: i64,
 ) -> Patch {
     let consumers = g.consumers();
@@ -235,4 +236,130 @@ fn cut_before(
         }
     }
     p
+}
+
+/// The smallest budget among the barrier rules in `rules`, with its rule (ties: the first).
+fn tightest(target: &crate::rules::schema::Target, rules: &[usize]) -> Option<(usize, u64)> {
+    rules
+        .iter()
+        .filter_map(|&r| match &target.rules[r].action {
+            crate::rules::schema::Action::Barrier { budget, .. } => {
+                Some((r, budget.clamp(1.0, u64::MAX as f64) as u64))
+            }
+            _ => None,
+        })
+        .min_by_key(|&(r, b)| (b, r))
+}
+
+/// The `barrier` pass: once the graph is settled, cut GPU partitions under the tightest
+/// matched budget, one cut at a time (each cut changes the live values of the next).
+pub struct BarrierPass;
+
+impl crate::rewrite::pass::Pass for BarrierPass {
+    fn action(&self) -> &'static str {
+        "barrier"
+    }
+    fn schedule(&self) -> crate::rewrite::pass::Schedule {
+        crate::rewrite::pass::Schedule::WhenSettled
+    }
+    fn pending(
+        &self,
+        _cx: &crate::rewrite::pass::Cx,
+        _rule: &crate::rules::schema::Rule,
+        _node: NodeId,
+    ) -> crate::rewrite::pass::Pending {
+        // Barrier work is graph-wide: see `leftovers`.
+        crate::rewrite::pass::Pending::Satisfied
+    }
+    fn assumed_sizes(&self, rule: &crate::rules::schema::Rule) -> Vec<(String, i64)> {
+        match &rule.action {
+            crate::rules::schema::Action::Barrier { dims, .. } => dims.clone(),
+            _ => Vec::new(),
+        }
+    }
+    fn next(
+        &self,
+        cx: &crate::rewrite::pass::Cx,
+        rules: &[usize],
+    ) -> Option<(usize, crate::rewrite::pass::Planned)> {
+        use crate::rewrite::pass::{Cause, Covered, Planned, Refusal, Step};
+        let (ri, budget) = tightest(cx.target, rules)?;
+        let rule = &cx.target.rules[ri];
+        let g = cx.graph();
+        let plan = |name: String, outcome| Planned {
+            covers: vec![Covered {
+                node: None,
+                name,
+                op: String::new(),
+            }],
+            outcome,
+            report_at: 0,
+            frees: Vec::new(),
+        };
+        match next_cut(g, cx.facts(), budget, &rule.id, cx.annotation, cx.opset) {
+            Ok(Some(p)) => {
+                let at = p.origin.clone();
+                Some((ri, plan(at, Ok(vec![Step::new(p, "barrier".into())]))))
+            }
+            Ok(None) => None,
+            Err(e) => Some((
+                ri,
+                plan(String::new(), Err(Refusal::new(Cause::Rejected, e))),
+            )),
+        }
+    }
+    fn leftovers(
+        &self,
+        cx: &crate::rewrite::pass::Cx,
+        rules: &[usize],
+    ) -> Vec<crate::rewrite::pass::Leftover> {
+        use crate::rewrite::pass::Leftover;
+        let Some((ri, budget)) = tightest(cx.target, rules) else {
+            return Vec::new();
+        };
+        match pieces(cx.graph(), cx.facts()) {
+            Ok(pieces) => pieces
+                .into_iter()
+                .filter(|p| p.work > budget && p.nodes > 1)
+                .map(|p| Leftover {
+                    rule: ri,
+                    node: p.first.clone(),
+                    reason: format!(
+                        "a GPU piece of {} nodes from here is estimated at {:.3e} work units, over the budget {:.3e}",
+                        p.nodes, p.work as f64, budget as f64
+                    ),
+                })
+                .collect(),
+            Err(e) => vec![Leftover {
+                rule: ri,
+                node: String::new(),
+                reason: e,
+            }],
+        }
+    }
+    fn summarize(
+        &self,
+        cx: &crate::rewrite::pass::Cx,
+        rules: &[usize],
+        out: &mut crate::rewrite::pass::Summary,
+    ) {
+        if tightest(cx.target, rules).is_none() {
+            return;
+        }
+        let g = cx.graph();
+        out.pieces = pieces(g, cx.facts()).unwrap_or_default();
+        let unknown = unknown_work(g, cx.facts());
+        if !unknown.is_empty() {
+            let names: Vec<String> = unknown
+                .iter()
+                .take(3)
+                .map(|&n| format!("'{}' ({})", g.node(n).name(), g.node(n).op_type))
+                .collect();
+            out.notes.push(format!(
+                "the work of {} node(s) could not be estimated (unknown shapes, e.g. {}); they count as 0 in the barrier budget. Give sizes with --dim NAME=VALUE or --dim INPUT[AXIS]=VALUE",
+                unknown.len(),
+                names.join(", ")
+            ));
+        }
+    }
 }

@@ -115,3 +115,73 @@ pub fn cast_node(
     p.remove(n);
     Ok(p)
 }
+
+/// Does the node read or write a value of this element type (a `cast` has work to do)?
+fn has_dtype(g: &Graph, n: NodeId, dtype: i32, facts: &crate::infer::Facts) -> bool {
+    let node = g.node(n);
+    node.inputs
+        .iter()
+        .chain(node.outputs.iter())
+        .flatten()
+        .any(|v| facts.dtype(*v) == Some(dtype))
+}
+
+/// The `cast` pass: a precision fence around each matched node that handles the type.
+pub struct CastPass;
+
+impl crate::rewrite::pass::Pass for CastPass {
+    fn action(&self) -> &'static str {
+        "cast"
+    }
+    fn pending(
+        &self,
+        cx: &crate::rewrite::pass::Cx,
+        rule: &crate::rules::schema::Rule,
+        node: NodeId,
+    ) -> crate::rewrite::pass::Pending {
+        use crate::rewrite::pass::Pending;
+        match &rule.action {
+            crate::rules::schema::Action::Cast { from, .. }
+                if !has_dtype(cx.graph(), node, *from, cx.facts()) =>
+            {
+                Pending::Satisfied
+            }
+            _ => Pending::Fires,
+        }
+    }
+    fn plan(
+        &self,
+        cx: &crate::rewrite::pass::Cx,
+        rule: usize,
+        nodes: &[NodeId],
+    ) -> Vec<crate::rewrite::pass::Planned> {
+        use crate::rewrite::pass::{Cause, Planned, Refusal};
+        let r = &cx.target.rules[rule];
+        let crate::rules::schema::Action::Cast { from, to } = &r.action else {
+            return Vec::new();
+        };
+        let g = cx.graph();
+        let facts = cx.facts();
+        let spec = CastSpec {
+            from: *from,
+            to: *to,
+            inputs: None,
+        };
+        nodes
+            .iter()
+            .filter(|&&n| has_dtype(g, n, *from, facts))
+            .map(|&n| {
+                let p = cast_node(g, n, &r.id, &spec, &|v| facts.dtype(v));
+                let cause = |reason: String| {
+                    let c = if reason.contains("unknown") {
+                        Cause::UnknownFact
+                    } else {
+                        Cause::Unsupported
+                    };
+                    Refusal::new(c, reason)
+                };
+                Planned::one(g, n, p.map_err(cause))
+            })
+            .collect()
+    }
+}

@@ -1,9 +1,14 @@
 //! Constant tensors as rewrites need them: the tensor behind a value (an initializer or a
-//! `Constant` node's `value`), and slices of it along axis 0 that share the payload bytes.
+//! `Constant` node's `value`), its contents decoded (also from external data), slices of it
+//! along axis 0 that share the payload bytes, and attribute readers.
+//!
+//! These read the file's own bytes; what a value's shape or type *is* comes from `infer`.
 
-use crate::ir::{Graph, Origin, ValueId};
-use crate::proto::TensorProto;
-use crate::tensor::{element_count, raw_size};
+use crate::io::external::{external_ref, is_external};
+use crate::io::ExternalData;
+use crate::ir::{Graph, NodeId, Origin, ValueId};
+use crate::proto::{AttributeProto, TensorProto};
+use crate::tensor::{dtype, element_count, raw_size};
 
 /// The constant tensor a value holds, if it is an initializer (not overridable by a graph
 /// input) or the output of a `Constant` node with a `value` attribute.
@@ -101,4 +106,118 @@ pub fn scalar_f32(v: f32) -> TensorProto {
         raw_data: Some(bytes::Bytes::from(v.to_le_bytes().to_vec())),
         ..Default::default()
     }
+}
+
+/// An attribute of a node by name.
+pub fn attr<'a>(g: &'a Graph, n: NodeId, name: &str) -> Option<&'a AttributeProto> {
+    g.node(n).attr(name).map(|a| &a.proto)
+}
+
+pub fn attr_i(g: &Graph, n: NodeId, name: &str) -> Option<i64> {
+    attr(g, n, name).and_then(|a| a.i)
+}
+
+pub fn attr_ints(g: &Graph, n: NodeId, name: &str) -> Option<Vec<i64>> {
+    attr(g, n, name).map(|a| a.ints.clone())
+}
+
+/// The constant tensor behind a value, as the decompositions read it: an initializer (also one
+/// that is a graph input's default), or any `value*` attribute of a `Constant` node.
+pub fn const_tensor(g: &Graph, v: ValueId) -> Option<TensorProto> {
+    match g.value(v).origin {
+        Origin::Initializer | Origin::Input => g.initializer(v).cloned(),
+        Origin::Node { node, .. } => {
+            let nd = g.node(node);
+            if nd.op_type != "Constant" || !nd.domain().is_empty() {
+                return None;
+            }
+            let a = nd.attributes.first()?;
+            match a.name() {
+                "value" => a.proto.t.clone(),
+                "value_ints" => Some(TensorProto {
+                    dims: vec![a.proto.ints.len() as i64],
+                    data_type: Some(dtype::INT64),
+                    int64_data: a.proto.ints.clone(),
+                    ..Default::default()
+                }),
+                "value_int" => Some(TensorProto {
+                    data_type: Some(dtype::INT64),
+                    int64_data: vec![a.proto.i?],
+                    ..Default::default()
+                }),
+                "value_float" => Some(TensorProto {
+                    data_type: Some(dtype::FLOAT),
+                    float_data: vec![a.proto.f?],
+                    ..Default::default()
+                }),
+                "value_floats" => Some(TensorProto {
+                    dims: vec![a.proto.floats.len() as i64],
+                    data_type: Some(dtype::FLOAT),
+                    float_data: a.proto.floats.clone(),
+                    ..Default::default()
+                }),
+                _ => None,
+            }
+        }
+        _ => None,
+    }
+}
+
+/// The payload bytes of a tensor stored as `raw_data` (or externally, with a resolver).
+fn raw_bytes(t: &TensorProto, ext: Option<&ExternalData>) -> Option<bytes::Bytes> {
+    if is_external(t) {
+        let ext = ext?;
+        let r = external_ref(t).ok()?;
+        return ext.read(&r).ok();
+    }
+    t.raw_data.clone()
+}
+
+fn element_count_of(t: &TensorProto) -> Option<usize> {
+    let n = crate::tensor::element_count(&t.dims).ok()?;
+    usize::try_from(n).ok()
+}
+
+/// The values of an integer tensor (int64 or int32), or `None`.
+pub fn tensor_i64(t: &TensorProto, ext: Option<&ExternalData>) -> Option<Vec<i64>> {
+    let n = element_count_of(t)?;
+    let v: Vec<i64> = match t.data_type? {
+        dtype::INT64 => match raw_bytes(t, ext) {
+            Some(b) => b
+                .chunks_exact(8)
+                .map(|c| i64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+                .collect(),
+            None => t.int64_data.clone(),
+        },
+        dtype::INT32 => match raw_bytes(t, ext) {
+            Some(b) => b
+                .chunks_exact(4)
+                .map(|c| i32::from_le_bytes(c.try_into().unwrap_or([0; 4])) as i64)
+                .collect(),
+            None => t.int32_data.iter().map(|&x| x as i64).collect(),
+        },
+        _ => return None,
+    };
+    (v.len() == n).then_some(v)
+}
+
+/// The values of a float32 tensor, or `None`.
+pub fn tensor_f32(t: &TensorProto, ext: Option<&ExternalData>) -> Option<Vec<f32>> {
+    if t.data_type? != dtype::FLOAT {
+        return None;
+    }
+    let n = element_count_of(t)?;
+    let v: Vec<f32> = match raw_bytes(t, ext) {
+        Some(b) => b
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes(c.try_into().unwrap_or([0; 4])))
+            .collect(),
+        None => t.float_data.clone(),
+    };
+    (v.len() == n).then_some(v)
+}
+
+/// The integer values of a constant value (initializer or `Constant`).
+pub fn const_i64(g: &Graph, v: ValueId, ext: Option<&ExternalData>) -> Option<Vec<i64>> {
+    tensor_i64(&const_tensor(g, v)?, ext)
 }

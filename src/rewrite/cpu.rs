@@ -60,23 +60,7 @@ pub fn is_pinned(g: &Graph, n: NodeId, annotation: &str) -> bool {
 /// Pin `nodes` and grow the pinned region; returns every node newly pinned (requested ones
 /// first, then grown ones, each in graph order).
 pub fn pin(g: &mut Graph, nodes: &[NodeId], rule: &str, annotation: &str) -> Vec<NodeId> {
-    let mut pinned: HashSet<NodeId> = g
-        .order
-        .iter()
-        .copied()
-        .filter(|&n| is_pinned(g, n, annotation))
-        .collect();
-    let mut added = Vec::new();
-    for &n in nodes {
-        if g.nodes.contains_node(n) && pinned.insert(n) {
-            added.push(n);
-        }
-    }
-    if added.is_empty() {
-        return added;
-    }
-    let grown = grow(g, &mut pinned);
-    added.extend(grown);
+    let added = plan_pins(g, nodes, annotation);
     for &n in &added {
         let node = g.node_mut(n);
         node.set_metadata(LAYER_ANN_KEY, annotation);
@@ -132,4 +116,84 @@ fn grow(g: &Graph, pinned: &mut HashSet<NodeId>) -> Vec<NodeId> {
         g.order.iter().enumerate().map(|(i, &n)| (n, i)).collect();
     added.sort_by_key(|n| pos.get(n).copied());
     added
+}
+
+/// The nodes [`pin`] would pin (requested ones first, then grown ones), without pinning them.
+pub fn plan_pins(g: &Graph, nodes: &[NodeId], annotation: &str) -> Vec<NodeId> {
+    let mut pinned: HashSet<NodeId> = g
+        .order
+        .iter()
+        .copied()
+        .filter(|&n| is_pinned(g, n, annotation))
+        .collect();
+    let mut added = Vec::new();
+    for &n in nodes {
+        if g.nodes.contains_node(n) && pinned.insert(n) {
+            added.push(n);
+        }
+    }
+    if added.is_empty() {
+        return added;
+    }
+    let grown = grow(g, &mut pinned);
+    added.extend(grown);
+    added
+}
+
+/// The `cpu` pass: the rule's matches and the region grown around them, annotated together.
+pub struct CpuPass;
+
+impl crate::rewrite::pass::Pass for CpuPass {
+    fn action(&self) -> &'static str {
+        "cpu"
+    }
+    fn schedule(&self) -> crate::rewrite::pass::Schedule {
+        crate::rewrite::pass::Schedule::PerRule
+    }
+    fn claims_nodes(&self) -> bool {
+        false
+    }
+    fn pending(
+        &self,
+        cx: &crate::rewrite::pass::Cx,
+        _rule: &crate::rules::schema::Rule,
+        node: NodeId,
+    ) -> crate::rewrite::pass::Pending {
+        if is_pinned(cx.graph(), node, cx.annotation) {
+            crate::rewrite::pass::Pending::Satisfied
+        } else {
+            crate::rewrite::pass::Pending::Fires
+        }
+    }
+    fn plan(
+        &self,
+        cx: &crate::rewrite::pass::Cx,
+        rule: usize,
+        nodes: &[NodeId],
+    ) -> Vec<crate::rewrite::pass::Planned> {
+        use crate::rewrite::pass::{covered, Planned, Step};
+        let g = cx.graph();
+        let r = &cx.target.rules[rule];
+        plan_pins(g, nodes, cx.annotation)
+            .into_iter()
+            .enumerate()
+            .map(|(i, n)| {
+                let c = covered(g, n);
+                let mut p = crate::rewrite::Patch::new(&r.id, &c.name, None);
+                p.annotate
+                    .push((n, LAYER_ANN_KEY.to_string(), cx.annotation.to_string()));
+                p.annotate
+                    .push((n, crate::rewrite::RULE_KEY.to_string(), r.id.clone()));
+                let mut step = Step::new(p, c.op.clone());
+                step.count = 1;
+                Planned {
+                    covers: vec![c],
+                    outcome: Ok(vec![step]),
+                    report_at: 0,
+                    frees: Vec::new(),
+                }
+                .at(i)
+            })
+            .collect()
+    }
 }

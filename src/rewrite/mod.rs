@@ -4,6 +4,8 @@ pub mod barrier;
 pub mod cast;
 pub mod consts;
 pub mod cpu;
+pub mod deny;
+pub mod pass;
 pub mod patch;
 pub mod split;
 pub mod unfuse;

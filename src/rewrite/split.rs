@@ -390,3 +390,55 @@ fn scan_per_sample(
     p.remove(n);
     Ok(p)
 }
+
+/// The `split` pass: one patch per matched Conv (see [`split_conv`]).
+pub struct SplitPass;
+
+impl crate::rewrite::pass::Pass for SplitPass {
+    fn action(&self) -> &'static str {
+        "split"
+    }
+    fn plan(
+        &self,
+        cx: &crate::rewrite::pass::Cx,
+        rule: usize,
+        nodes: &[NodeId],
+    ) -> Vec<crate::rewrite::pass::Planned> {
+        use crate::rewrite::pass::{Cause, Planned, Refusal};
+        use crate::rules::schema::{Action, SplitAxis as RuleAxis};
+        let r = &cx.target.rules[rule];
+        let Action::Split { axis, max } = &r.action else {
+            return Vec::new();
+        };
+        let axis = match axis {
+            RuleAxis::Channels => SplitAxis::Channels,
+            RuleAxis::OutChannels => SplitAxis::OutChannels,
+            RuleAxis::Batch => SplitAxis::Batch,
+        };
+        let max = i64::try_from(*max).unwrap_or(i64::MAX);
+        let g = cx.graph();
+        let mut out = Vec::new();
+        for &n in nodes {
+            let batch = g
+                .node(n)
+                .inputs
+                .first()
+                .copied()
+                .flatten()
+                .and_then(|x| cx.facts().shape(x)?.first()?.known());
+            match split_conv(g, n, cx.opset, &r.id, axis, max, batch) {
+                Ok(p) => out.push(Planned::one(g, n, Ok(p))),
+                Err(SplitOutcome::Fits) => {}
+                Err(SplitOutcome::Unsupported(reason)) => {
+                    let cause = if reason.contains("pieces") {
+                        Cause::Limit
+                    } else {
+                        Cause::Unsupported
+                    };
+                    out.push(Planned::one(g, n, Err(Refusal::new(cause, reason))));
+                }
+            }
+        }
+        out
+    }
+}

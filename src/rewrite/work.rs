@@ -8,14 +8,9 @@
 //! - ConvTranspose: 2 · N · C · ∏(input spatial) · (M / group) · ∏(kernel)
 //! - MatMul [.., m, k] x [.., k, n]: 2 · batch · m · k · n; Gemm likewise on its 2-D operands.
 
-use crate::ir::{Graph, NodeId, ValueId};
+use crate::infer::Facts;
+use crate::ir::{Graph, NodeId};
 use crate::tensor::elem_size;
-
-/// Shape and element-type lookups the estimate needs.
-pub trait ShapeSource {
-    fn dims(&self, v: ValueId) -> Option<Vec<i64>>;
-    fn dtype(&self, v: ValueId) -> Option<i32>;
-}
 
 fn numel(d: &[i64]) -> Option<u64> {
     d.iter().try_fold(1u64, |acc, &x| {
@@ -25,7 +20,7 @@ fn numel(d: &[i64]) -> Option<u64> {
 
 /// Floating-point operations of a node, when it is one of the heavy ops and shapes are known;
 /// `Some(0)` for other ops.
-pub fn flops(g: &Graph, n: NodeId, s: &dyn ShapeSource) -> Option<u64> {
+pub fn flops(g: &Graph, n: NodeId, s: &Facts) -> Option<u64> {
     let node = g.node(n);
     let input = |i: usize| node.inputs.get(i).copied().flatten();
     let output = |i: usize| node.outputs.get(i).copied().flatten();
@@ -80,7 +75,7 @@ pub fn flops(g: &Graph, n: NodeId, s: &dyn ShapeSource) -> Option<u64> {
 }
 
 /// Bytes a node reads and writes (all inputs and outputs with known shape and type).
-pub fn bytes(g: &Graph, n: NodeId, s: &dyn ShapeSource) -> Option<u64> {
+pub fn bytes(g: &Graph, n: NodeId, s: &Facts) -> Option<u64> {
     let node = g.node(n);
     let mut total = 0u64;
     for v in node.inputs.iter().chain(node.outputs.iter()).flatten() {
@@ -92,6 +87,6 @@ pub fn bytes(g: &Graph, n: NodeId, s: &dyn ShapeSource) -> Option<u64> {
 }
 
 /// The work estimate: operations plus bytes moved (one unit each).
-pub fn work(g: &Graph, n: NodeId, s: &dyn ShapeSource) -> Option<u64> {
+pub fn work(g: &Graph, n: NodeId, s: &Facts) -> Option<u64> {
     flops(g, n, s)?.checked_add(bytes(g, n, s)?)
 }

@@ -9,8 +9,9 @@ use crate::ir::{Node, ValueId};
 use crate::proto::AttributeProto;
 use crate::tensor::elem_size;
 
-use super::facts::{FactDim, ValueFacts};
 use super::pattern::{Fact, Flag, Num};
+use super::FactDim;
+use crate::infer::Facts;
 
 /// A derived value, or why there is none.
 #[derive(Debug, Clone, PartialEq)]
@@ -172,7 +173,7 @@ fn attr_s(node: &Node, name: &str) -> Option<String> {
 
 /// The shape of a node's input or output slot.
 pub(crate) struct Shapes<'a> {
-    pub facts: &'a dyn ValueFacts,
+    pub facts: &'a Facts,
 }
 
 fn known_all(dims: &[FactDim]) -> Option<Vec<i64>> {
@@ -200,10 +201,14 @@ impl<'a> Shapes<'a> {
         node.outputs.get(slot).copied().flatten()
     }
     fn in_shape(&self, node: &Node, slot: usize) -> Option<Vec<FactDim>> {
-        self.facts.shape(self.input(node, slot)?)
+        self.facts
+            .shape(self.input(node, slot)?)
+            .map(<[FactDim]>::to_vec)
     }
     fn out_shape(&self, node: &Node, slot: usize) -> Option<Vec<FactDim>> {
-        self.facts.shape(self.output(node, slot)?)
+        self.facts
+            .shape(self.output(node, slot)?)
+            .map(<[FactDim]>::to_vec)
     }
 
     fn conv(&self, node: &Node) -> Option<ConvView> {
@@ -516,7 +521,7 @@ impl<'a> Shapes<'a> {
         for (what, slot, v) in ins.chain(outs) {
             let Some(v) = v else { continue };
             let name = format!("{what} {slot}");
-            let s = self.known_shape(self.facts.shape(v), &name)?;
+            let s = self.known_shape(self.facts.shape(v).map(<[FactDim]>::to_vec), &name)?;
             let t = self
                 .facts
                 .dtype(v)

@@ -14,12 +14,13 @@ use crate::ir::{Graph, Model, Node, NodeId, Origin, ValueId, IMPLICIT_SLOT};
 use crate::tensor::dtype_name;
 
 use super::derive::{attr_default, attr_value, show_dims, AttrVal, Derived, Shapes};
-use super::facts::{FactDim, ValueFacts};
 use super::pattern::{
     AttrCheck, AttrTest, DimPat, Link, Lit, Num, Pattern, Pred, PredKind, SourceLoc, StrTest,
     TensorCheck, TensorTest,
 };
 use super::schema::{Action, Target};
+use super::FactDim;
+use crate::infer::Facts;
 
 /// The operator set versions a model imports, by domain (`""` for the default domain).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -145,7 +146,7 @@ impl V {
 /// many nodes): the consumer lists that links need are built once, on first use.
 pub struct Matcher<'a> {
     graph: &'a Graph,
-    facts: &'a dyn ValueFacts,
+    facts: &'a Facts,
     opsets: &'a Opsets,
     /// The distinct nodes reading each value (subgraph reads excluded), by value id.
     users: OnceCell<Vec<Vec<NodeId>>>,
@@ -219,7 +220,7 @@ fn str_test_text(t: &StrTest) -> String {
 }
 
 impl<'a> Matcher<'a> {
-    pub fn new(graph: &'a Graph, facts: &'a dyn ValueFacts, opsets: &'a Opsets) -> Self {
+    pub fn new(graph: &'a Graph, facts: &'a Facts, opsets: &'a Opsets) -> Self {
         Matcher {
             graph,
             facts,
@@ -910,12 +911,7 @@ fn dims_match(pats: &[DimPat], dims: &[FactDim]) -> (Tri, String) {
 }
 
 /// `find` for one call: every match of `target` in `graph`.
-pub fn find_matches(
-    target: &Target,
-    graph: &Graph,
-    facts: &dyn ValueFacts,
-    opsets: &Opsets,
-) -> Vec<Match> {
+pub fn find_matches(target: &Target, graph: &Graph, facts: &Facts, opsets: &Opsets) -> Vec<Match> {
     Matcher::new(graph, facts, opsets).find(target)
 }
 
@@ -923,7 +919,7 @@ pub fn find_matches(
 pub fn explain(
     target: &Target,
     graph: &Graph,
-    facts: &dyn ValueFacts,
+    facts: &Facts,
     opsets: &Opsets,
     node: NodeId,
 ) -> Vec<Explanation> {

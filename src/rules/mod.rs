@@ -102,7 +102,6 @@
 pub mod builtin;
 pub(crate) mod derive;
 pub mod diag;
-pub mod facts;
 pub mod loader;
 pub mod matcher;
 pub mod ops;
@@ -113,9 +112,10 @@ pub mod yaml;
 
 use std::path::PathBuf;
 
+/// A dimension as the matcher sees it: `infer`'s own [`Dim`](crate::infer::Dim).
+pub use crate::infer::Dim as FactDim;
 pub use builtin::{builtin, builtin_names, BUILTIN};
 pub use diag::{Diagnostic, RuleErrors};
-pub use facts::{DeclaredFacts, FactDim, ValueFacts};
 pub use loader::{Loader, MemFs, RuleFs, StdFs};
 pub use matcher::{
     check_deny, explain, find_matches, Explanation, Match, Matcher, Opsets, Outcome,

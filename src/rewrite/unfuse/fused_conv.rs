@@ -119,7 +119,7 @@ pub fn nhwc_conv(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch, Unsuppo
     }
     // Check the weight against the channels-last reading when the shapes are known.
     let wf = rw.in_facts(1);
-    if let (Some(k), Some(ws)) = (rw.attr_ints("kernel_shape"), wf.shape.as_ref()) {
+    if let (Some(k), Some(ws)) = (rw.attr_ints("kernel_shape"), wf.static_dims()) {
         let spatial: Vec<Option<i64>> = ws[1..w_rank - 1].to_vec();
         if spatial
             .iter()

@@ -12,7 +12,6 @@
 
 pub mod activation;
 pub mod attention;
-pub mod facts;
 pub mod function_ops;
 pub mod fused_conv;
 pub mod fused_gemm;
@@ -24,11 +23,14 @@ pub mod rw;
 
 use std::collections::{HashMap, HashSet};
 
+use crate::infer::{Facts, InferOptions, Seed};
 use crate::io::ExternalData;
+use crate::ir::scope::fold_graphs_mut;
 use crate::ir::{Graph, Model, Node, NodeId, ValueId};
+use crate::rewrite::pass::{
+    apply_plans, covered, op_label, Cause, Cx, Pass, Planned, Refusal, Schedule, Step,
+};
 use crate::rewrite::Patch;
-
-pub use facts::{Facts, ValueFacts};
 
 /// The NCHWc layout domain of ONNX Runtime's CPU provider.
 pub const NCHWC_DOMAIN: &str = "com.microsoft.nchwc";
@@ -42,8 +44,9 @@ pub struct UnfuseCtx<'a> {
     pub model_opset: i64,
     /// The rule id stamped on new nodes.
     pub rule: &'a str,
-    /// Value facts (element type, rank, static dims) of the graph; computed on demand if absent.
-    pub facts: Option<&'a Facts>,
+    /// What `infer` established about the graph's values (element type, shape, uses,
+    /// NCHWc-blocked), before any decomposition of this round.
+    pub facts: &'a Facts,
     /// Resolver for weights stored as external data.
     pub external: Option<&'a ExternalData>,
     /// NCHWc block size of the CPU that produced the model (8 with AVX2, 16 with AVX-512):
@@ -52,36 +55,19 @@ pub struct UnfuseCtx<'a> {
 }
 
 impl<'a> UnfuseCtx<'a> {
-    pub fn new(model_opset: i64, rule: &'a str) -> Self {
+    pub fn new(model_opset: i64, rule: &'a str, facts: &'a Facts) -> Self {
         UnfuseCtx {
             model_opset,
             rule,
-            facts: None,
+            facts,
             external: None,
             nchwc_block_size: None,
         }
     }
 }
 
-/// Why a node was not decomposed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Unsupported {
-    pub reason: String,
-}
-
-impl Unsupported {
-    pub fn new(reason: impl Into<String>) -> Self {
-        Unsupported {
-            reason: reason.into(),
-        }
-    }
-}
-
-impl std::fmt::Display for Unsupported {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.reason)
-    }
-}
+/// Why a node was not decomposed: a [`Refusal`] (its cause and reason).
+pub type Unsupported = Refusal;
 
 /// A decomposition: builds the patch for one node (nothing is changed yet).
 pub type Decompose = fn(&UnfuseCtx, &Graph, NodeId) -> Result<Patch, Unsupported>;
@@ -181,27 +167,239 @@ pub fn is_fused(node: &Node, opset: i64) -> bool {
 /// Build the patch that decomposes node `n`.
 pub fn unfuse_node(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch, Unsupported> {
     if !g.nodes.contains_node(n) {
-        return Err(Unsupported::new("no such node"));
+        return Err(Refusal::unsupported("no such node"));
     }
     let node = g.node(n);
     match lookup(node.domain(), &node.op_type) {
         Some(f) => f(ctx, g, n),
-        None => Err(Unsupported::new(format!(
-            "no decomposition for {}::{}",
-            if node.domain().is_empty() {
-                "ai.onnx"
-            } else {
-                node.domain()
-            },
-            node.op_type
-        ))),
+        None => Err(Refusal::new(
+            Cause::NoRewrite,
+            format!(
+                "no decomposition for {}::{}",
+                if node.domain().is_empty() {
+                    "ai.onnx"
+                } else {
+                    node.domain()
+                },
+                node.op_type
+            ),
+        )),
+    }
+}
+
+/// Options of the decompositions of one batch.
+#[derive(Clone, Copy, Default)]
+pub struct UnfuseOptions<'a> {
+    pub rule: &'a str,
+    pub external: Option<&'a ExternalData>,
+    pub nchwc_block_size: Option<i64>,
+}
+
+/// Plans for the `selected` nodes of graph `g`, whose facts (before any change) are `facts`;
+/// `reinfer` infers `g` again under a given NCHWc block size.
+///
+/// Each node's patch is built on the unchanged graph and the plans are returned consumers
+/// first (reverse topological order), so every patch reads values of the original graph and
+/// the driver re-points the rest. The NCHWc operators share one tensor layout: they are
+/// converted all together, as one all-or-nothing plan, or not at all. Plans are reported in
+/// the graph's order.
+pub fn plan_graph(
+    g: &Graph,
+    facts: &Facts,
+    reinfer: &dyn Fn(Option<i64>) -> Facts,
+    opset: Option<i64>,
+    opts: &UnfuseOptions,
+    selected: &[NodeId],
+) -> (Vec<Planned>, Option<i64>) {
+    let pos: HashMap<NodeId, usize> = g.order.iter().enumerate().map(|(i, &n)| (n, i)).collect();
+    let at = |n: NodeId| pos.get(&n).copied().unwrap_or(usize::MAX);
+    let frees = |n: NodeId| {
+        g.node(n)
+            .inputs
+            .iter()
+            .flatten()
+            .copied()
+            .collect::<Vec<_>>()
+    };
+    let Some(opset) = opset else {
+        let plans = selected
+            .iter()
+            .map(|&n| {
+                let r = Refusal::new(Cause::Limit, "the model imports no default-domain opset");
+                Planned::one(g, n, Err(r)).at(at(n))
+            })
+            .collect();
+        return (plans, None);
+    };
+    let nchwc_all: Vec<NodeId> = g
+        .order
+        .iter()
+        .copied()
+        .filter(|&n| g.node(n).domain() == NCHWC_DOMAIN)
+        .collect();
+    let want_nchwc = selected.iter().any(|&n| g.node(n).domain() == NCHWC_DOMAIN);
+    let todo: HashSet<NodeId> = selected
+        .iter()
+        .copied()
+        .filter(|&n| g.node(n).domain() != NCHWC_DOMAIN)
+        .collect();
+
+    let mut block = opts.nchwc_block_size;
+    let mut nchwc_error: Option<String> = None;
+    if want_nchwc {
+        match nchwc::infer_block_size(g, facts, opts.nchwc_block_size) {
+            Ok(b) => block = Some(b),
+            Err(e) => nchwc_error = Some(e),
+        }
+    }
+    // Infer again only when the resolved block size is not the one inference assumed.
+    let refined;
+    let facts = if want_nchwc && block.is_some() && block != facts.nchwc_block() {
+        refined = reinfer(block);
+        &refined
+    } else {
+        facts
+    };
+    let ctx = UnfuseCtx {
+        model_opset: opset,
+        rule: opts.rule,
+        facts,
+        external: opts.external,
+        nchwc_block_size: block,
+    };
+    // The region: every NCHWc node must decompose (in graph order, naming the first that
+    // does not).
+    let mut region: HashMap<NodeId, Patch> = HashMap::new();
+    if want_nchwc && nchwc_error.is_none() {
+        for &n in &nchwc_all {
+            match unfuse_node(&ctx, g, n) {
+                Ok(p) => {
+                    region.insert(n, p);
+                }
+                Err(e) => {
+                    let node = g.node(n);
+                    nchwc_error = Some(format!(
+                        "NCHWc node '{}' ({}): {}",
+                        node.name(),
+                        node.op_type,
+                        e.reason
+                    ));
+                    break;
+                }
+            }
+        }
+    }
+    let mut plans = Vec::new();
+    if let (Some(e), true) = (&nchwc_error, want_nchwc) {
+        for &n in &nchwc_all {
+            let reason = format!("the NCHWc layout region is converted whole; {e}");
+            plans.push(Planned::one(g, n, Err(Refusal::new(Cause::Layout, reason))).at(at(n)));
+        }
+        region.clear();
+    }
+
+    let topo = g.topo_order().unwrap_or_else(|_| g.order.clone());
+    let mut ordered: Vec<NodeId> = topo
+        .iter()
+        .rev()
+        .copied()
+        .filter(|n| todo.contains(n) || region.contains_key(n))
+        .collect();
+    // Nodes outside the topological order (none in a valid graph) last.
+    let seen: HashSet<NodeId> = ordered.iter().copied().collect();
+    ordered.extend(
+        selected
+            .iter()
+            .copied()
+            .filter(|n| todo.contains(n) && !seen.contains(n)),
+    );
+
+    let mut group: Option<Planned> = None;
+    let mut group_slot: Option<usize> = None;
+    for n in ordered {
+        if let Some(p) = region.remove(&n) {
+            let mut step = Step::new(p, op_label(g, n));
+            step.report_at = at(n);
+            let gp = group.get_or_insert_with(|| Planned {
+                covers: nchwc_all.iter().map(|&m| covered(g, m)).collect(),
+                outcome: Ok(Vec::new()),
+                report_at: at(n),
+                frees: Vec::new(),
+            });
+            gp.frees.extend(frees(n));
+            if let Ok(steps) = &mut gp.outcome {
+                steps.push(step);
+            }
+            if group_slot.is_none() {
+                group_slot = Some(plans.len());
+                plans.push(Planned {
+                    covers: Vec::new(),
+                    outcome: Ok(Vec::new()),
+                    report_at: 0,
+                    frees: Vec::new(),
+                });
+            }
+            continue;
+        }
+        let mut plan = Planned::one(g, n, unfuse_node(&ctx, g, n)).at(at(n));
+        plan.frees = frees(n);
+        plans.push(plan);
+    }
+    if let (Some(slot), Some(gp)) = (group_slot, group) {
+        plans[slot] = gp;
+    }
+    let resolved = if want_nchwc && nchwc_error.is_none() {
+        block
+    } else {
+        None
+    };
+    (plans, resolved)
+}
+
+/// The `unfuse` pass: each rule's matches decomposed together (a layout region converts
+/// whole), on the facts with the model's own declarations.
+pub struct UnfusePass;
+
+impl Pass for UnfusePass {
+    fn action(&self) -> &'static str {
+        "unfuse"
+    }
+    fn schedule(&self) -> Schedule {
+        Schedule::PerRule
+    }
+    fn plan(&self, cx: &Cx, rule: usize, nodes: &[NodeId]) -> Vec<Planned> {
+        let opts = UnfuseOptions {
+            rule: &cx.target.rules[rule].id,
+            external: None,
+            nchwc_block_size: None,
+        };
+        let reinfer = |block: Option<i64>| {
+            let io = InferOptions {
+                nchwc_block: block,
+                ..Default::default()
+            };
+            crate::infer::infer_model(cx.model, &io)
+        };
+        plan_graph(
+            cx.graph(),
+            cx.exact_facts(),
+            &reinfer,
+            cx.model.opset(""),
+            &opts,
+            nodes,
+        )
+        .0
+    }
+    fn finish(&self, g: &mut Graph, done: &[Planned]) {
+        let freed: HashSet<ValueId> = done.iter().flat_map(|p| p.frees.iter().copied()).collect();
+        drop_dead_initializers(g, &freed);
     }
 }
 
 /// One node decomposed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Unfused {
-    /// The graph it was in ("" for the main graph, else `node/attribute` path).
+    /// The graph it was in ("" for the main graph, else its scope path, `loop/body`).
     pub graph: String,
     pub node: String,
     pub domain: String,
@@ -237,22 +435,10 @@ impl UnfuseReport {
     }
 }
 
-/// Options of [`unfuse_all_with`].
-#[derive(Clone, Copy, Default)]
-pub struct UnfuseOptions<'a> {
-    pub rule: &'a str,
-    pub external: Option<&'a ExternalData>,
-    pub nchwc_block_size: Option<i64>,
-}
-
-/// Decompose every node the filter selects, in the main graph and its subgraphs. Never panics:
-/// a selected node that cannot be decomposed (no decomposition, or a configuration it does not
-/// handle) is left as it was and listed with the reason.
-///
-/// Nodes are rewritten consumers first (reverse topological order), so each decomposition
-/// reads only values of the original graph, whose facts are computed once; the NCHWc nodes of
-/// a graph are converted all together or not at all. Initializers only the removed nodes read
-/// are dropped. The default-domain opset import is never changed.
+/// Decompose every node the filter selects, in the main graph and every body below it (the
+/// one walker over scopes, [`crate::ir::scope`]). Never panics: a selected node that cannot be
+/// decomposed is left as it was and listed with the reason. The plans are the `unfuse` pass's
+/// ([`plan_graph`]); the default-domain opset import is never changed.
 pub fn unfuse_all(model: &mut Model, rule: &str, filter: impl Fn(&Node) -> bool) -> UnfuseReport {
     unfuse_all_with(
         model,
@@ -272,270 +458,116 @@ pub fn unfuse_all_with(
 ) -> UnfuseReport {
     let mut report = UnfuseReport::default();
     let opset = model.opset("");
-    unfuse_graph(
-        &mut model.graph,
-        opset,
-        opts,
-        &filter,
-        "",
-        None,
-        &mut report,
-    );
+    // Inference reads the opsets and IR version only; the graphs are walked below.
+    let header = Model {
+        ir_version: model.ir_version,
+        opset_import: model.opset_import.clone(),
+        ..Default::default()
+    };
+    let top: HashMap<String, Seed> = HashMap::new();
+    fold_graphs_mut(&mut model.graph, &top, &mut |scope, g, outer| {
+        let selected: Vec<NodeId> = g
+            .order
+            .iter()
+            .copied()
+            .filter(|&n| filter(g.node(n)))
+            .collect();
+        let path = scope.to_string();
+        let facts = infer_in(&header, g, outer, None);
+        if !selected.is_empty() {
+            let reinfer = |b: Option<i64>| infer_in(&header, g, outer, b);
+            let (plans, block) = plan_graph(g, &facts, &reinfer, opset, opts, &selected);
+            if block.is_some() {
+                report.nchwc_block_size = block;
+            }
+            let outcomes = apply_plans(g, plans);
+            let mut done: Vec<(usize, Unfused)> = Vec::new();
+            let mut failed: Vec<(usize, Skipped)> = Vec::new();
+            let mut freed: HashSet<ValueId> = HashSet::new();
+            let split = |op: &str| match op.rsplit_once("::") {
+                Some((d, o)) => (d.to_string(), o.to_string()),
+                None => (String::new(), op.to_string()),
+            };
+            for o in outcomes {
+                match o.result {
+                    Ok(steps) => {
+                        freed.extend(o.plan.frees.iter().copied());
+                        for d in steps {
+                            let (domain, op_type) = split(&d.op);
+                            done.push((
+                                d.report_at,
+                                Unfused {
+                                    graph: path.clone(),
+                                    node: d.node,
+                                    domain,
+                                    op_type,
+                                    new_nodes: d.count,
+                                },
+                            ));
+                        }
+                    }
+                    Err(r) => {
+                        for c in &o.plan.covers {
+                            let (domain, op_type) = split(&c.op);
+                            failed.push((
+                                o.plan.report_at,
+                                Skipped {
+                                    graph: path.clone(),
+                                    node: c.name.clone(),
+                                    domain,
+                                    op_type,
+                                    reason: r.reason.clone(),
+                                },
+                            ));
+                        }
+                    }
+                }
+            }
+            done.sort_by_key(|(p, _)| *p);
+            failed.sort_by_key(|(p, _)| *p);
+            report.unfused.extend(done.into_iter().map(|(_, u)| u));
+            report
+                .unsupported
+                .extend(failed.into_iter().map(|(_, s)| s));
+            report.removed_initializers += drop_dead_initializers(g, &freed);
+        }
+        // What the bodies of this graph may read: the enclosing scopes' facts, and this
+        // graph's after the rewrite.
+        if !crate::ir::scope::has_bodies(g) {
+            return HashMap::new();
+        }
+        let mut for_bodies = outer.clone();
+        if opset.is_some() {
+            let f = if selected.is_empty() {
+                facts
+            } else {
+                infer_in(&header, g, outer, opts.nchwc_block_size)
+            };
+            for (i, v) in g.values.iter().enumerate() {
+                let s = f.seed(ValueId(i as u32));
+                if s.info.dtype.is_some() || s.info.shape.is_some() {
+                    for_bodies.insert(v.name.clone(), s);
+                }
+            }
+        }
+        for_bodies
+    });
     report
 }
 
-/// What [`apply_all`] did.
-struct Applied {
-    done: Vec<Unfused>,
-    failed: Vec<Skipped>,
-    read_by_removed: HashSet<ValueId>,
-}
-
-/// Build and apply the patch of every node of `todo`, consumers first: each patch then reads
-/// only values of the original graph, whose facts `ctx` holds. Fails (having changed `g`) only
-/// when an NCHWc patch does not apply.
-fn apply_all(
-    g: &mut Graph,
-    ctx: &UnfuseCtx,
-    todo: &[NodeId],
-    path: &str,
-) -> Result<Applied, String> {
-    let topo = g.topo_order().unwrap_or_else(|_| g.order.clone());
-    let todo_set: HashSet<NodeId> = todo.iter().copied().collect();
-    let mut ordered: Vec<NodeId> = topo
-        .into_iter()
-        .rev()
-        .filter(|n| todo_set.contains(n))
-        .collect();
-    // Nodes outside the topological order (none in a valid graph) last.
-    let seen: HashSet<NodeId> = ordered.iter().copied().collect();
-    ordered.extend(todo.iter().copied().filter(|n| !seen.contains(n)));
-
-    let mut read_by_removed: HashSet<ValueId> = HashSet::new();
-    let mut done: Vec<(usize, Unfused)> = Vec::new();
-    let mut failed: Vec<(usize, Skipped)> = Vec::new();
-    for n in ordered {
-        if !g.nodes.contains_node(n) {
-            continue;
-        }
-        let pos = g.order.iter().position(|&m| m == n).unwrap_or(0);
-        let node = g.node(n).clone();
-        let built = unfuse_node(ctx, g, n);
-        let result = built.and_then(|p| {
-            let count = p.nodes.len();
-            p.apply(g).map(|_| count).map_err(|e| Unsupported::new(e.0))
-        });
-        match result {
-            Ok(new_nodes) => {
-                read_by_removed.extend(node.inputs.iter().flatten());
-                done.push((
-                    pos,
-                    Unfused {
-                        graph: path.to_string(),
-                        node: node.name().to_string(),
-                        domain: node.domain().to_string(),
-                        op_type: node.op_type.clone(),
-                        new_nodes,
-                    },
-                ));
-            }
-            Err(e) if node.domain() == NCHWC_DOMAIN => {
-                return Err(format!(
-                    "NCHWc node '{}' ({}): {}",
-                    node.name(),
-                    node.op_type,
-                    e.reason
-                ));
-            }
-            Err(e) => failed.push((
-                pos,
-                Skipped {
-                    graph: path.to_string(),
-                    node: node.name().to_string(),
-                    domain: node.domain().to_string(),
-                    op_type: node.op_type.clone(),
-                    reason: e.reason,
-                },
-            )),
-        }
-    }
-    // In the graph's order (patches insert where their node was, so the positions of the nodes
-    // not yet processed, all earlier, do not move).
-    done.sort_by_key(|(p, _)| *p);
-    failed.sort_by_key(|(p, _)| *p);
-    Ok(Applied {
-        done: done.into_iter().map(|(_, u)| u).collect(),
-        failed: failed.into_iter().map(|(_, s)| s).collect(),
-        read_by_removed,
-    })
-}
-
-fn skip(report: &mut UnfuseReport, path: &str, node: &Node, reason: String) {
-    report.unsupported.push(Skipped {
-        graph: path.to_string(),
-        node: node.name().to_string(),
-        domain: node.domain().to_string(),
-        op_type: node.op_type.clone(),
-        reason,
-    });
-}
-
-fn unfuse_graph(
-    g: &mut Graph,
-    opset: Option<i64>,
-    opts: &UnfuseOptions,
-    filter: &dyn Fn(&Node) -> bool,
-    path: &str,
-    outer: Option<&HashMap<String, ValueFacts>>,
-    report: &mut UnfuseReport,
-) {
-    let selected: Vec<NodeId> = g
-        .order
-        .iter()
-        .copied()
-        .filter(|&n| filter(g.node(n)))
-        .collect();
-    // The NCHWc operators share one tensor layout: they are converted all together or not at
-    // all (a partial conversion would mix blocked and plain tensors).
-    let nchwc_all: Vec<NodeId> = g
-        .order
-        .iter()
-        .copied()
-        .filter(|&n| g.node(n).domain() == NCHWC_DOMAIN)
-        .collect();
-    let want_nchwc = selected.iter().any(|&n| g.node(n).domain() == NCHWC_DOMAIN);
-    let mut todo: Vec<NodeId> = selected
-        .iter()
-        .copied()
-        .filter(|&n| g.node(n).domain() != NCHWC_DOMAIN)
-        .collect();
-
-    if let Some(opset) = opset {
-        let mut block = opts.nchwc_block_size;
-        let mut nchwc_error: Option<String> = None;
-        if want_nchwc {
-            let f1 = Facts::compute_in(g, opset, None, outer);
-            match nchwc::infer_block_size(g, &f1, opts.nchwc_block_size) {
-                Ok(b) => {
-                    block = Some(b);
-                    report.nchwc_block_size = Some(b);
-                }
-                Err(e) => nchwc_error = Some(e),
-            }
-        }
-        let facts = Facts::compute_in(g, opset, block, outer);
-        let ctx = UnfuseCtx {
-            model_opset: opset,
-            rule: opts.rule,
-            facts: Some(&facts),
-            external: opts.external,
-            nchwc_block_size: block,
-        };
-        if want_nchwc && nchwc_error.is_none() {
-            // Dry run on the unchanged graph: every NCHWc node must be convertible.
-            for &n in &nchwc_all {
-                if let Err(e) = unfuse_node(&ctx, g, n) {
-                    nchwc_error = Some(format!(
-                        "NCHWc node '{}' ({}): {}",
-                        g.node(n).name(),
-                        g.node(n).op_type,
-                        e.reason
-                    ));
-                    break;
-                }
-            }
-        }
-        match (&nchwc_error, want_nchwc) {
-            (Some(e), true) => {
-                for &n in &nchwc_all {
-                    let reason = format!("the NCHWc layout region is converted whole; {e}");
-                    skip(report, path, g.node(n), reason);
-                }
-            }
-            (None, true) => todo.extend(nchwc_all.iter().copied()),
-            _ => {}
-        }
-
-        // The region must not end half converted: on a failed NCHWc patch, start again from
-        // the unchanged graph without the region.
-        let snapshot = (want_nchwc && nchwc_error.is_none()).then(|| g.clone());
-        let mut run = apply_all(g, &ctx, &todo, path);
-        if let (Err(e), Some(snapshot)) = (&run, snapshot) {
-            *g = snapshot;
-            for &n in &nchwc_all {
-                let reason = format!("the NCHWc layout region is converted whole; {e}");
-                skip(report, path, g.node(n), reason);
-            }
-            todo.retain(|&n| g.node(n).domain() != NCHWC_DOMAIN);
-            run = apply_all(g, &ctx, &todo, path);
-        }
-        match run {
-            Ok(a) => {
-                report.unfused.extend(a.done);
-                report.unsupported.extend(a.failed);
-                report.removed_initializers += drop_dead_initializers(g, &a.read_by_removed);
-            }
-            // Only NCHWc patches fail this way, and the retry has none.
-            Err(e) => report.unsupported.push(Skipped {
-                graph: path.to_string(),
-                node: String::new(),
-                domain: NCHWC_DOMAIN.to_string(),
-                op_type: String::new(),
-                reason: e,
-            }),
-        }
-    } else {
-        for &n in &selected {
-            let reason = "the model imports no default-domain opset".to_string();
-            skip(report, path, g.node(n), reason);
-        }
-    }
-
-    // Subgraphs (If/Loop/Scan bodies): same treatment, their own facts, seeded with the facts
-    // of the values they read from this scope.
-    let has_subgraphs = g.order.iter().any(|&n| {
-        g.node(n)
-            .attributes
-            .iter()
-            .any(|a| a.g.is_some() || !a.graphs.is_empty())
-    });
-    if !has_subgraphs {
-        return;
-    }
-    let mut scope: HashMap<String, ValueFacts> = outer.cloned().unwrap_or_default();
-    if let Some(opset) = opset {
-        scope.extend(Facts::compute_in(g, opset, opts.nchwc_block_size, outer).by_name(g));
-    }
-    let nodes: Vec<NodeId> = g.order.clone();
-    for n in nodes {
-        let name = g.node(n).name().to_string();
-        let node = g.node_mut(n);
-        for a in node.attributes.iter_mut() {
-            let sub_path = |attr: &str| {
-                if path.is_empty() {
-                    format!("{name}/{attr}")
-                } else {
-                    format!("{path}/{name}/{attr}")
-                }
-            };
-            let an = a.name().to_string();
-            if let Some(sg) = a.g.as_mut() {
-                unfuse_graph(
-                    sg,
-                    opset,
-                    opts,
-                    filter,
-                    &sub_path(&an),
-                    Some(&scope),
-                    report,
-                );
-            }
-            for (i, sg) in a.graphs.iter_mut().enumerate() {
-                let p = format!("{}[{i}]", sub_path(&an));
-                unfuse_graph(sg, opset, opts, filter, &p, Some(&scope), report);
-            }
-        }
-    }
+/// The facts of `g`'s values, its outer-scope reads seeded from `outer`.
+fn infer_in(
+    header: &Model,
+    g: &Graph,
+    outer: &HashMap<String, Seed>,
+    nchwc_block: Option<i64>,
+) -> Facts {
+    let opts = InferOptions {
+        nchwc_block,
+        ..Default::default()
+    };
+    let lookup = |name: &str| outer.get(name).cloned();
+    crate::infer::infer_body(header, g, &opts, &lookup)
 }
 
 /// Remove initializers that only removed nodes read (not graph inputs or outputs).

@@ -26,47 +26,24 @@
 //! a channel Slice (and Transpose), pools the standard pools, Upsample a Resize. A conversion
 //! must cover every NCHWc node of the graph (see `unfuse_all`).
 
-use std::collections::HashSet;
-
-use crate::ir::{Graph, NodeId, ValueId};
+use crate::ir::{Graph, NodeId};
 use crate::proto::AttributeProto;
 use crate::rewrite::{AttrValue, PValue, Patch};
 use crate::tensor::dtype;
 
 use super::activation;
-use super::facts::{self, Facts};
 use super::fused_conv::{act_dtype, conv_act, CONV_ATTRS};
 use super::rw::{unsupported, Rw};
 use super::{UnfuseCtx, Unsupported, NCHWC_DOMAIN};
+use crate::infer::Facts;
+use crate::rewrite::consts;
 
 /// Block sizes MLAS uses for NCHWc.
 const CANDIDATES: &[i64] = &[4, 8, 16, 32];
 
-/// Values holding NCHWc tensors: outputs of NCHWc operators other than ReorderOutput, and of
-/// the operators that read one (element-wise operators of any domain such as QuickGelu,
-/// Concat, ORT's Reshapes).
-pub fn blocked_values(g: &Graph) -> HashSet<ValueId> {
-    let mut blocked = HashSet::new();
-    let order = g.topo_order().unwrap_or_else(|_| g.order.clone());
-    for n in order {
-        let node = g.node(n);
-        let is_blocked = if node.domain() == NCHWC_DOMAIN {
-            node.op_type != "ReorderOutput"
-        } else {
-            !matches!(node.op_type.as_str(), "Shape" | "Size")
-                && node.inputs.iter().flatten().any(|v| blocked.contains(v))
-        };
-        if is_blocked {
-            blocked.extend(node.outputs.iter().flatten().copied());
-        }
-    }
-    blocked
-}
-
 fn weight_dims(g: &Graph, f: &Facts, n: NodeId) -> Option<Vec<i64>> {
     let w = g.node(n).inputs.get(1).copied().flatten()?;
-    let s = f.get(w).shape?;
-    s.into_iter().collect()
+    f.dims(w)
 }
 
 /// The NCHWc block size of the CPU that produced the model: the sizes consistent with every
@@ -94,7 +71,7 @@ pub fn infer_block_size(g: &Graph, f: &Facts, hint: Option<i64>) -> Result<i64, 
                 let Some(w) = weight_dims(g, f, n).filter(|w| w.len() >= 3) else {
                     continue;
                 };
-                let group = facts::attr_i(g, n, "group").unwrap_or(1);
+                let group = consts::attr_i(g, n, "group").unwrap_or(1);
                 let (op, iw) = (w[0], w[1]);
                 keep(&|b| op % b == 0);
                 let depthwise = iw == 1 && group > 1 && group == op;
@@ -105,13 +82,13 @@ pub fn infer_block_size(g: &Graph, f: &Facts, hint: Option<i64>) -> Result<i64, 
                 }
             }
             (NCHWC_DOMAIN, "ReorderOutput") => {
-                let c = facts::attr_i(g, n, "channels").unwrap_or(0);
+                let c = consts::attr_i(g, n, "channels").unwrap_or(0);
                 let cp = node
                     .inputs
                     .first()
                     .copied()
                     .flatten()
-                    .and_then(|v| f.get(v).dim(1));
+                    .and_then(|v| f.info(v).dim(1));
                 if let (true, Some(cp)) = (c > 0, cp) {
                     keep(&|b| (c + b - 1) / b * b == cp);
                 }
@@ -122,7 +99,7 @@ pub fn infer_block_size(g: &Graph, f: &Facts, hint: Option<i64>) -> Result<i64, 
                     .get(1)
                     .copied()
                     .flatten()
-                    .and_then(|v| facts::const_i64(g, v, None));
+                    .and_then(|v| consts::const_i64(g, v, None));
                 if let Some(t) = target.filter(|t| t.len() == 5) {
                     let b = t[4];
                     keep(&|x| x == b);
@@ -154,7 +131,8 @@ pub fn infer_block_size(g: &Graph, f: &Facts, hint: Option<i64>) -> Result<i64, 
 fn block_size(rw: &Rw) -> Result<i64, Unsupported> {
     match rw.ctx.nchwc_block_size {
         Some(b) if b > 0 => Ok(b),
-        _ => infer_block_size(rw.g, rw.facts(), None).map_err(Unsupported::new),
+        _ => infer_block_size(rw.g, rw.facts(), None)
+            .map_err(|e| Unsupported::new(crate::rewrite::pass::Cause::Layout, e)),
     }
 }
 
@@ -259,7 +237,7 @@ pub fn conv(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch, Unsupported>
             if plain_input { "plain" } else { "NCHWc" }
         ));
     }
-    let plain = unblock_filter(&dims, &data, b, layout).map_err(Unsupported::new)?;
+    let plain = unblock_filter(&dims, &data, b, layout).map_err(Unsupported::unsupported)?;
     let w = rw.f32s("weight", &dims, &plain);
     let dt = act_dtype(&rw, act)?;
     let attrs = rw.copy_attrs(CONV_ATTRS);

@@ -2,19 +2,24 @@
 //! typed constants, attribute readers and builders that pick the form an operator takes at the
 //! model's opset (axes as attribute or input, Clip bounds as attributes or inputs, ...).
 
-use std::borrow::Cow;
-
 use crate::ir::{Graph, Node, NodeId, ValueId};
 use crate::proto::{AttributeProto, TensorProto};
 use crate::rewrite::{AttrValue, PValue, Patch};
 use crate::tensor::dtype;
 
-use super::facts::{self, Facts, ValueFacts};
 use super::{UnfuseCtx, Unsupported};
+use crate::infer::{Facts, TensorInfo};
+use crate::rewrite::consts;
+use crate::rewrite::pass::{Cause, Refusal};
 
 /// Shorthand for a refusal with a reason.
 pub fn unsupported<T>(reason: impl Into<String>) -> Result<T, Unsupported> {
-    Err(Unsupported::new(reason))
+    Err(Refusal::unsupported(reason))
+}
+
+/// A refusal with its cause.
+fn refuse<T>(cause: Cause, reason: String) -> Result<T, Unsupported> {
+    Err(Refusal::new(cause, reason))
 }
 
 /// One node being decomposed.
@@ -25,16 +30,13 @@ pub struct Rw<'a> {
     pub node: &'a Node,
     pub p: Patch,
     pub opset: i64,
-    facts: Cow<'a, Facts>,
+    facts: &'a Facts,
 }
 
 impl<'a> Rw<'a> {
     pub fn new(ctx: &'a UnfuseCtx<'a>, g: &'a Graph, id: NodeId) -> Self {
         let node = g.node(id);
-        let facts = match ctx.facts {
-            Some(f) => Cow::Borrowed(f),
-            None => Cow::Owned(Facts::compute(g, ctx.model_opset, ctx.nchwc_block_size)),
-        };
+        let facts = ctx.facts;
         Rw {
             ctx,
             g,
@@ -47,7 +49,7 @@ impl<'a> Rw<'a> {
     }
 
     pub fn facts(&self) -> &Facts {
-        &self.facts
+        self.facts
     }
 
     // ---- inputs and outputs -------------------------------------------------------------
@@ -69,9 +71,10 @@ impl<'a> Rw<'a> {
         }
     }
 
-    pub fn in_facts(&self, i: usize) -> ValueFacts {
+    /// What `infer` knows of input `i` (nothing for an omitted input).
+    pub fn in_facts(&self, i: usize) -> TensorInfo {
         self.input_id(i)
-            .map(|v| self.facts.get(v))
+            .map(|v| self.facts.info(v).clone())
             .unwrap_or_default()
     }
 
@@ -79,7 +82,10 @@ impl<'a> Rw<'a> {
     pub fn rank(&self, i: usize, why: &str) -> Result<usize, Unsupported> {
         match self.in_facts(i).rank() {
             Some(r) => Ok(r),
-            None => unsupported(format!("the rank of input {i} is unknown ({why})")),
+            None => refuse(
+                Cause::UnknownFact,
+                format!("the rank of input {i} is unknown ({why})"),
+            ),
         }
     }
 
@@ -91,9 +97,10 @@ impl<'a> Rw<'a> {
                 "input {i} has element type {}, not a floating-point type",
                 crate::tensor::dtype_name(t)
             )),
-            None => unsupported(format!(
-                "the element type of input {i} is unknown (needed for constants)"
-            )),
+            None => refuse(
+                Cause::UnknownFact,
+                format!("the element type of input {i} is unknown (needed for constants)"),
+            ),
         }
     }
 
@@ -109,13 +116,13 @@ impl<'a> Rw<'a> {
 
     /// The constant integers behind input `i`, if it is a constant.
     pub fn const_ints(&self, i: usize) -> Option<Vec<i64>> {
-        facts::const_i64(self.g, self.input_id(i)?, self.ctx.external)
+        consts::const_i64(self.g, self.input_id(i)?, self.ctx.external)
     }
 
     /// The float32 constant behind input `i`, with its dims.
     pub fn const_f32(&self, i: usize) -> Option<(Vec<i64>, Vec<f32>)> {
-        let t = facts::const_tensor(self.g, self.input_id(i)?)?;
-        let v = facts::tensor_f32(&t, self.ctx.external)?;
+        let t = consts::const_tensor(self.g, self.input_id(i)?)?;
+        let v = consts::tensor_f32(&t, self.ctx.external)?;
         Some((t.dims, v))
     }
 
@@ -353,11 +360,14 @@ impl<'a> Rw<'a> {
         for (slot, v) in self.node.outputs.iter().enumerate() {
             let Some(v) = v else { continue };
             // A subgraph reads the value by name, which a patch does not re-point.
-            if self.facts.read_by_subgraph(*v) {
-                return unsupported(format!(
-                    "output {slot} ('{}') is read inside a subgraph (outer-scope name)",
-                    self.g.value_name(*v)
-                ));
+            if self.facts.read_by_body(*v) {
+                return refuse(
+                    Cause::OuterScopeRead,
+                    format!(
+                        "output {slot} ('{}') is read inside a subgraph (outer-scope name)",
+                        self.g.value_name(*v)
+                    ),
+                );
             }
             match outs.iter().find(|(s, _)| *s == slot) {
                 Some((_, new)) => {

@@ -1,0 +1,405 @@
+//! Passes: one per action, behind one interface. The driver (`engine`) matches the target's
+//! rules, asks each match's pass for a plan, applies the patches, and repeats; it knows nothing
+//! of any action's details.
+//!
+//! A plan is either patches (labelled with their rule) or a [`Refusal`]: a value that says why
+//! the action cannot be applied to the node, which a fallback can act on.
+//!
+//! Adding an action: a module with a type that implements [`Pass`], and one line in [`PASSES`].
+
+use std::cell::OnceCell;
+use std::collections::BTreeMap;
+
+use crate::analysis::Sizes;
+use crate::infer::Facts;
+use crate::ir::{Graph, Model, NodeId};
+use crate::rewrite::Patch;
+use crate::rules::schema::{Rule, Target};
+
+/// Every pass, in the order the driver runs the per-rule ones. One line per action.
+pub const PASSES: &[&dyn Pass] = &[
+    &crate::rewrite::split::SplitPass,
+    &crate::rewrite::cast::CastPass,
+    &crate::rewrite::unfuse::UnfusePass,
+    &crate::rewrite::cpu::CpuPass,
+    &crate::rewrite::barrier::BarrierPass,
+    &crate::rewrite::deny::DenyPass,
+];
+
+/// The pass of an action (by its name in rule files).
+pub fn pass_for(action: &str) -> Option<&'static dyn Pass> {
+    PASSES.iter().copied().find(|p| p.action() == action)
+}
+
+/// When the driver asks a pass for plans.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Schedule {
+    /// Each match on its own, in match order, in every round (split, cast).
+    EachMatch,
+    /// All of one rule's matches together, after the per-match patches of the round (unfuse:
+    /// layout regions convert whole; cpu: pinned regions grow).
+    PerRule,
+    /// Once a round changes nothing: graph-wide work, one patch at a time (barrier).
+    WhenSettled,
+}
+
+/// Whether a match still asks for work (`check`'s notion of "a rule fires").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pending {
+    /// The action would rewrite the node.
+    Fires,
+    /// The node already satisfies the rule (pinned already, no value of that type...).
+    Satisfied,
+    /// The rule refuses the node outright (`deny`).
+    Denied,
+}
+
+/// Why an action cannot be applied to a node: the cause (for fallbacks to act on) and the
+/// reason in words (for people).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    pub cause: Cause,
+    pub reason: String,
+}
+
+/// The kinds of refusal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Cause {
+    /// No rewrite exists for this operator (e.g. no decomposition).
+    NoRewrite,
+    /// A fact the rewrite needs is unknown (a shape, an element type, a rank).
+    UnknownFact,
+    /// A weight or parameter the rewrite needs is not a constant.
+    NotConstant,
+    /// A value the rewrite would replace is read by name inside a body.
+    OuterScopeRead,
+    /// A layout cannot be resolved (e.g. an ambiguous NCHWc block size).
+    Layout,
+    /// The rewrite would exceed a limit (too many pieces, an opset too old...).
+    Limit,
+    /// The node's configuration is not one the rewrite handles.
+    Unsupported,
+    /// The patch was built but the graph refused it (a broken invariant).
+    Rejected,
+}
+
+impl Refusal {
+    pub fn new(cause: Cause, reason: impl Into<String>) -> Self {
+        Refusal {
+            cause,
+            reason: reason.into(),
+        }
+    }
+    /// A refusal whose cause is not more specific than "this configuration is not handled".
+    pub fn unsupported(reason: impl Into<String>) -> Self {
+        Refusal::new(Cause::Unsupported, reason)
+    }
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.reason)
+    }
+}
+
+/// A node a plan covers: what the report names (`node` is `None` for graph-wide work).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Covered {
+    pub node: Option<NodeId>,
+    pub name: String,
+    pub op: String,
+}
+
+/// One patch of a plan, with what the report says of it.
+#[derive(Debug, Clone)]
+pub struct Step {
+    pub patch: Patch,
+    /// The rewritten node's name and op label (`Patch::origin` is the name).
+    pub op: String,
+    /// Nodes created (for pins: nodes annotated).
+    pub count: usize,
+    /// Where the step is reported among the batch's (plans apply in the order returned).
+    pub report_at: usize,
+}
+
+impl Step {
+    pub fn new(patch: Patch, op: String) -> Self {
+        let count = patch.nodes.len();
+        Step {
+            patch,
+            op,
+            count,
+            report_at: 0,
+        }
+    }
+}
+
+/// One plan: steps applied in order, all or none; or a refusal for the nodes it covers.
+#[derive(Debug, Clone)]
+pub struct Planned {
+    /// The nodes rewritten (or refused).
+    pub covers: Vec<Covered>,
+    pub outcome: Result<Vec<Step>, Refusal>,
+    /// Where a refusal is reported among the batch's.
+    pub report_at: usize,
+    /// Values the rewrite may leave unread (for a pass's clean-up in [`Pass::finish`]).
+    pub frees: Vec<crate::ir::ValueId>,
+}
+
+impl Planned {
+    /// A plan for one node: one patch, or a refusal.
+    pub fn one(g: &Graph, node: NodeId, outcome: Result<Patch, Refusal>) -> Self {
+        let c = covered(g, node);
+        let op = c.op.clone();
+        Planned {
+            covers: vec![c],
+            outcome: outcome.map(|p| vec![Step::new(p, op)]),
+            report_at: 0,
+            frees: Vec::new(),
+        }
+    }
+    /// Reported at `at` (and its steps too).
+    pub fn at(mut self, at: usize) -> Self {
+        self.report_at = at;
+        if let Ok(steps) = &mut self.outcome {
+            for s in steps {
+                s.report_at = at;
+            }
+        }
+        self
+    }
+}
+
+/// A node as the report names it: its name and `domain::op` label.
+pub fn covered(g: &Graph, n: NodeId) -> Covered {
+    Covered {
+        node: Some(n),
+        name: g.node(n).name().to_string(),
+        op: op_label(g, n),
+    }
+}
+
+/// `op` for the default domain, `domain::op` otherwise.
+pub fn op_label(g: &Graph, n: NodeId) -> String {
+    let node = g.node(n);
+    if node.domain().is_empty() {
+        node.op_type.clone()
+    } else {
+        format!("{}::{}", node.domain(), node.op_type)
+    }
+}
+
+/// Graph-wide work left for a [`Schedule::WhenSettled`] pass (what `check` reports).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Leftover {
+    pub rule: usize,
+    pub node: String,
+    pub reason: String,
+}
+
+/// What a pass may consult: the model as it is now and the one analysis of it, computed on
+/// first use. A context is made afresh after every change to the graph.
+pub struct Cx<'a> {
+    pub model: &'a Model,
+    pub target: &'a Target,
+    pub sizes: &'a Sizes,
+    /// The `layer_ann` value pins and cuts write.
+    pub annotation: &'a str,
+    /// The model's default-domain opset (new nodes use its operator forms).
+    pub opset: i64,
+    facts: OnceCell<Facts>,
+    exact: OnceCell<Option<Facts>>,
+}
+
+impl<'a> Cx<'a> {
+    pub fn new(
+        model: &'a Model,
+        target: &'a Target,
+        sizes: &'a Sizes,
+        annotation: &'a str,
+    ) -> Self {
+        Cx {
+            model,
+            target,
+            sizes,
+            annotation,
+            opset: model.opset("").unwrap_or(1),
+            facts: OnceCell::new(),
+            exact: OnceCell::new(),
+        }
+    }
+    pub fn graph(&self) -> &'a Graph {
+        &self.model.graph
+    }
+    /// The facts with the sizes assumed for open dimensions (`--dim`, the target's defaults):
+    /// what matching and work estimates see.
+    pub fn facts(&self) -> &Facts {
+        self.facts.get_or_init(|| self.sizes.infer(self.model))
+    }
+    /// The facts with the model's own declarations only: what rewrites may bake into the
+    /// output (a size assumed for an estimate must never become part of the model).
+    pub fn exact_facts(&self) -> &Facts {
+        let exact = self.exact.get_or_init(|| {
+            (!self.sizes.is_empty()).then(|| crate::analysis::Sizes::none().infer(self.model))
+        });
+        match exact {
+            Some(f) => f,
+            None => self.facts(),
+        }
+    }
+}
+
+/// One action's pass.
+pub trait Pass: Sync {
+    /// The action's name in rule files.
+    fn action(&self) -> &'static str;
+    /// When the driver asks for plans.
+    fn schedule(&self) -> Schedule {
+        Schedule::EachMatch
+    }
+    /// Whether a planned match keeps other rules off its nodes for the rest of the round.
+    fn claims_nodes(&self) -> bool {
+        true
+    }
+    /// Does this match still ask for work?
+    fn pending(&self, _cx: &Cx, _rule: &Rule, _node: NodeId) -> Pending {
+        Pending::Fires
+    }
+    /// Plans for matches of `rule` (one node for [`Schedule::EachMatch`]). A match with nothing
+    /// to do gets no plan.
+    fn plan(&self, _cx: &Cx, _rule: usize, _nodes: &[NodeId]) -> Vec<Planned> {
+        Vec::new()
+    }
+    /// After a batch of this pass's plans was applied (`done`: those that applied).
+    fn finish(&self, _g: &mut Graph, _done: &[Planned]) {}
+    /// [`Schedule::WhenSettled`]: the next plan for the matched rules of this action, if any.
+    fn next(&self, _cx: &Cx, _rules: &[usize]) -> Option<(usize, Planned)> {
+        None
+    }
+    /// [`Schedule::WhenSettled`]: graph-wide work left (what `check` reports).
+    fn leftovers(&self, _cx: &Cx, _rules: &[usize]) -> Vec<Leftover> {
+        Vec::new()
+    }
+    /// Sizes this rule assumes for open dimensions when estimating (name -> size).
+    fn assumed_sizes(&self, _rule: &Rule) -> Vec<(String, i64)> {
+        Vec::new()
+    }
+    /// Notes and summaries for the report once the compile is done.
+    fn summarize(&self, _cx: &Cx, _rules: &[usize], _out: &mut Summary) {}
+}
+
+/// What passes add to the report at the end.
+#[derive(Debug, Clone, Default)]
+pub struct Summary {
+    pub pieces: Vec<crate::rewrite::barrier::Piece>,
+    pub notes: Vec<String>,
+}
+
+/// The rules of `target` per pass, for the matched rules (`rules`), in rule order.
+pub fn rules_by_pass(target: &Target, rules: &[usize]) -> BTreeMap<&'static str, Vec<usize>> {
+    let mut by: BTreeMap<&'static str, Vec<usize>> = BTreeMap::new();
+    for &r in rules {
+        if let Some(p) = pass_for(target.rules[r].action.name()) {
+            let v = by.entry(p.action()).or_default();
+            if !v.contains(&r) {
+                v.push(r);
+            }
+        }
+    }
+    by
+}
+
+/// A step that applied: what the report says of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Done {
+    /// The rewritten node's name (the patch's origin).
+    pub node: String,
+    pub op: String,
+    pub count: usize,
+    pub report_at: usize,
+}
+
+/// What became of one plan.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// The plan, less its patches.
+    pub plan: Planned,
+    /// The steps that applied, or why the plan was refused or failed (the graph is then as
+    /// it was before the plan).
+    pub result: Result<Vec<Done>, Refusal>,
+}
+
+/// Apply plans in order, each all or nothing (a multi-step plan is undone from a copy when a
+/// step fails). Later patches are re-pointed at the values earlier ones replaced: the plans
+/// were built on one graph.
+pub fn apply_plans(g: &mut Graph, plans: Vec<Planned>) -> Vec<Outcome> {
+    let mut out = Vec::with_capacity(plans.len());
+    let mut value_map: std::collections::HashMap<crate::ir::ValueId, crate::ir::ValueId> =
+        Default::default();
+    for plan in plans {
+        let Planned {
+            covers,
+            outcome,
+            report_at,
+            frees,
+        } = plan;
+        let plan = Planned {
+            covers,
+            outcome: Ok(Vec::new()),
+            report_at,
+            frees,
+        };
+        let steps = match outcome {
+            Ok(steps) => steps,
+            Err(r) => {
+                out.push(Outcome {
+                    plan,
+                    result: Err(r),
+                });
+                continue;
+            }
+        };
+        let snapshot = (steps.len() > 1).then(|| (g.clone(), value_map.clone()));
+        let mut done = Vec::with_capacity(steps.len());
+        let mut failure = None;
+        for step in steps {
+            let mut p = step.patch;
+            p.remap(&value_map);
+            let origin = p.origin.clone();
+            match p.apply_with_map(g) {
+                Ok((_, replaced)) => {
+                    value_map.extend(replaced);
+                    done.push(Done {
+                        node: origin,
+                        op: step.op,
+                        count: step.count,
+                        report_at: step.report_at,
+                    });
+                }
+                Err(e) => {
+                    failure = Some(Refusal::new(Cause::Rejected, e.0));
+                    break;
+                }
+            }
+        }
+        let result = match failure {
+            None => Ok(done),
+            Some(r) => {
+                if let Some((g0, m0)) = snapshot {
+                    *g = g0;
+                    value_map = m0;
+                }
+                // A single failed step names the patch's origin when the plan covers several.
+                let mut r = r;
+                if plan.covers.len() > 1 {
+                    if let Some(d) = done.first() {
+                        r.reason = format!("{}: {}", d.node, r.reason);
+                    }
+                }
+                Err(r)
+            }
+        };
+        out.push(Outcome { plan, result });
+    }
+    out
+}
