@@ -10,7 +10,6 @@ use std::collections::BTreeMap;
 use crate::infer::{Facts, InferOptions};
 use crate::ir::Model;
 use crate::proto::tensor_shape_proto::dimension::Value as DV;
-use crate::rules::schema::Target;
 
 /// Sizes assumed for open dimensions: by name, and by position for unnamed ones.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -32,9 +31,13 @@ impl Sizes {
     }
 
     /// The sizes for `model`'s open input dimensions: `dims` first (`NAME=V`, or
-    /// `INPUT[AXIS]=V` for an unnamed one), then the target's defaults by name, by role
-    /// (`batch`: axis 0; `spatial`: axes 2.. of a rank-4 input) or `default`.
-    pub fn for_model(model: &Model, target: &Target, dims: &BTreeMap<String, i64>) -> Self {
+    /// `INPUT[AXIS]=V` for an unnamed one), then `defaults` (what the target's rules assume)
+    /// by name, by role (`batch`: axis 0; `spatial`: axes 2.. of a rank-4 input) or `default`.
+    pub fn for_model(
+        model: &Model,
+        dims: &BTreeMap<String, i64>,
+        defaults: &BTreeMap<String, i64>,
+    ) -> Self {
         let mut named: BTreeMap<String, i64> = BTreeMap::new();
         let mut by_position: BTreeMap<(String, usize), i64> = BTreeMap::new();
         for (k, v) in dims {
@@ -47,7 +50,6 @@ impl Sizes {
                 }
             }
         }
-        let defaults = assumed_sizes(target);
         let mut positional = Vec::new();
         let g = &model.graph;
         for (ii, i) in g.inputs.iter().enumerate() {
@@ -105,17 +107,4 @@ impl Sizes {
         };
         crate::infer::infer_model(model, &opts)
     }
-}
-
-/// The sizes the target's rules assume for open dimensions (first rule wins per name).
-fn assumed_sizes(target: &Target) -> BTreeMap<String, i64> {
-    let mut out: BTreeMap<String, i64> = BTreeMap::new();
-    for r in &target.rules {
-        if let Some(p) = crate::rewrite::pass::pass_for(r.action.name()) {
-            for (k, v) in p.assumed_sizes(r) {
-                out.entry(k).or_insert(v);
-            }
-        }
-    }
-    out
 }

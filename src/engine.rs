@@ -17,8 +17,9 @@ use crate::ir::{Graph, Model, NodeId, ValueId};
 use crate::rewrite::barrier;
 use crate::rewrite::cpu::{DEFAULT_ANNOTATION, LAYER_ANN_KEY};
 use crate::rewrite::pass::{
-    apply_plans, pass_for, rules_by_pass, Cause, Cx, Pending, Planned, Schedule, Summary, PASSES,
+    apply_plans, assumed_sizes, rules_by_pass, Cause, Cx, Pending, Planned, Schedule, Summary,
 };
+use crate::rewrite::{pass_for, PASSES};
 use crate::rules::matcher::{Match, Matcher, Opsets};
 use crate::rules::schema::Target;
 
@@ -111,7 +112,12 @@ pub struct Report {
 /// Sizes assumed for the open dimensions of `model`'s inputs, by name (`--dim` first, then
 /// the target's defaults).
 pub fn dim_sizes(model: &Model, target: &Target, opts: &Options) -> BTreeMap<String, i64> {
-    Sizes::for_model(model, target, &opts.dims).named
+    sizes(model, target, opts).named
+}
+
+/// The sizes assumed for `model`'s open dimensions: `--dim`, then the target's defaults.
+fn sizes(model: &Model, target: &Target, opts: &Options) -> Sizes {
+    Sizes::for_model(model, &opts.dims, &assumed_sizes(target))
 }
 
 fn finding(cx: &Cx, m: &Match, kind: FindingKind, reason: Option<String>) -> Finding {
@@ -200,7 +206,7 @@ fn find(cx: &Cx, opsets: &Opsets) -> Vec<Match> {
 
 /// Findings of `target` on `model`: every rule that would still do something.
 pub fn check(model: &mut Model, target: &Target, opts: &Options) -> Vec<Finding> {
-    let sizes = Sizes::for_model(model, target, &opts.dims);
+    let sizes = sizes(model, target, opts);
     let cx = Cx::new(model, target, &sizes, &opts.annotation);
     let matches = find(&cx, &Opsets::from_model(model));
     let mut out = Vec::new();
@@ -322,7 +328,7 @@ pub fn compile(model: &mut Model, target: &Target, opts: &Options) -> Report {
         stuck: HashSet::new(),
     };
     let opsets = Opsets::from_model(model);
-    let sizes = Sizes::for_model(model, target, &opts.dims);
+    let sizes = sizes(model, target, opts);
     let used_before = used_values(&model.graph);
     let ann = opts.annotation.as_str();
     for iteration in 0..opts.max_iterations {

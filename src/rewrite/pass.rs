@@ -5,7 +5,8 @@
 //! A plan is either patches (labelled with their rule) or a [`Refusal`]: a value that says why
 //! the action cannot be applied to the node, which a fallback can act on.
 //!
-//! Adding an action: a module with a type that implements [`Pass`], and one line in [`PASSES`].
+//! Adding an action: a module with a type that implements [`Pass`], and one line in
+//! [`crate::rewrite::PASSES`].
 
 use std::cell::OnceCell;
 use std::collections::BTreeMap;
@@ -15,21 +16,6 @@ use crate::infer::Facts;
 use crate::ir::{Graph, Model, NodeId};
 use crate::rewrite::Patch;
 use crate::rules::schema::{Rule, Target};
-
-/// Every pass, in the order the driver runs the per-rule ones. One line per action.
-pub const PASSES: &[&dyn Pass] = &[
-    &crate::rewrite::split::SplitPass,
-    &crate::rewrite::cast::CastPass,
-    &crate::rewrite::unfuse::UnfusePass,
-    &crate::rewrite::cpu::CpuPass,
-    &crate::rewrite::barrier::BarrierPass,
-    &crate::rewrite::deny::DenyPass,
-];
-
-/// The pass of an action (by its name in rule files).
-pub fn pass_for(action: &str) -> Option<&'static dyn Pass> {
-    PASSES.iter().copied().find(|p| p.action() == action)
-}
 
 /// When the driver asks a pass for plans.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -299,7 +285,7 @@ pub struct Summary {
 pub fn rules_by_pass(target: &Target, rules: &[usize]) -> BTreeMap<&'static str, Vec<usize>> {
     let mut by: BTreeMap<&'static str, Vec<usize>> = BTreeMap::new();
     for &r in rules {
-        if let Some(p) = pass_for(target.rules[r].action.name()) {
+        if let Some(p) = crate::rewrite::pass_for(target.rules[r].action.name()) {
             let v = by.entry(p.action()).or_default();
             if !v.contains(&r) {
                 v.push(r);
@@ -400,6 +386,19 @@ pub fn apply_plans(g: &mut Graph, plans: Vec<Planned>) -> Vec<Outcome> {
             }
         };
         out.push(Outcome { plan, result });
+    }
+    out
+}
+
+/// The sizes the target's rules assume for open dimensions (first rule wins per name).
+pub fn assumed_sizes(target: &Target) -> BTreeMap<String, i64> {
+    let mut out: BTreeMap<String, i64> = BTreeMap::new();
+    for r in &target.rules {
+        if let Some(p) = crate::rewrite::pass_for(r.action.name()) {
+            for (k, v) in p.assumed_sizes(r) {
+                out.entry(k).or_insert(v);
+            }
+        }
     }
     out
 }
