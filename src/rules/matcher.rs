@@ -597,8 +597,8 @@ impl<'a> Matcher<'a> {
                 (TensorCheck::Dims(pats), Some(v)) => match self.facts.shape(v) {
                     None => out(Tri::U, &|| format!("{what} shape is unknown")),
                     Some(s) => {
-                        let (tri, msg) = dims_match(pats, &s);
-                        out(tri, &|| format!("{what} shape {}: {msg}", show_dims(&s)))
+                        let (tri, msg) = dims_match(pats, s);
+                        out(tri, &|| format!("{what} shape {}: {msg}", show_dims(s)))
                     }
                 },
                 (TensorCheck::Static(want_static), Some(v)) => match self.facts.shape(v) {
@@ -615,7 +615,7 @@ impl<'a> Matcher<'a> {
                         out(tri, &|| {
                             format!(
                                 "{what} shape {} is {}, needs {}",
-                                show_dims(&s),
+                                show_dims(s),
                                 if is_static { "static" } else { "not static" },
                                 if *want_static { "static" } else { "dynamic" }
                             )

@@ -1,0 +1,258 @@
+//! One compile's state and its steps: plan a round, apply plans, run the per-rule passes,
+//! settle, and write the report. The driver knows no action; passes say what to do.
+
+use std::collections::{BTreeMap, HashSet};
+
+use super::output::{prune_orphans, used_values};
+use super::{
+    check, find, matched_rules, rule_finding, Applied, Finding, FindingKind, Options, Report,
+};
+use crate::analysis::Sizes;
+use crate::ir::{Graph, Model, NodeId, ValueId};
+use crate::rewrite::cpu::LAYER_ANN_KEY;
+use crate::rewrite::pass::{
+    apply_plans, rules_by_pass, Cause, Cx, Pending, Planned, Schedule, Summary,
+};
+use crate::rewrite::{pass_for, PASSES};
+use crate::rules::matcher::{Match, Opsets};
+use crate::rules::schema::Target;
+
+/// What one round's matching found: per-match plans, and per-rule passes' matches.
+pub(super) struct Round {
+    pub matches: Vec<Match>,
+    pub each: Vec<(usize, Planned)>,
+    pub per_rule: BTreeMap<usize, Vec<NodeId>>,
+}
+
+/// The state of one compile: the report being written and the (rule, node) pairs whose action
+/// was refused (not asked again).
+pub(super) struct Driver<'t> {
+    pub target: &'t Target,
+    pub opts: &'t Options,
+    pub sizes: Sizes,
+    pub opsets: Opsets,
+    pub report: Report,
+    stuck: HashSet<(usize, NodeId)>,
+    used_before: HashSet<ValueId>,
+}
+
+impl<'t> Driver<'t> {
+    pub fn new(model: &Model, target: &'t Target, opts: &'t Options, sizes: Sizes) -> Self {
+        Driver {
+            target,
+            opts,
+            sizes,
+            opsets: Opsets::from_model(model),
+            report: Report {
+                target: target.name.clone(),
+                annotation: opts.annotation.clone(),
+                ..Report::default()
+            },
+            stuck: HashSet::new(),
+            used_before: used_values(&model.graph),
+        }
+    }
+
+    fn cx<'a>(&'a self, model: &'a Model) -> Cx<'a> {
+        Cx::new(model, self.target, &self.sizes, &self.opts.annotation)
+    }
+
+    /// Match; plan the per-match passes (a planned match keeps later rules off its nodes);
+    /// collect the matches the per-rule passes will plan together.
+    pub fn plan_round(&self, model: &Model) -> Round {
+        let cx = self.cx(model);
+        let matches = find(&cx, &self.opsets);
+        let mut claimed: HashSet<NodeId> = HashSet::new();
+        let mut each: Vec<(usize, Planned)> = Vec::new();
+        let mut per_rule: BTreeMap<usize, Vec<NodeId>> = BTreeMap::new();
+        for m in &matches {
+            let rule = &self.target.rules[m.rule];
+            let Some(pass) = pass_for(rule.action.name()) else {
+                continue;
+            };
+            if self.stuck.contains(&(m.rule, m.node))
+                || m.nodes().iter().any(|n| claimed.contains(n))
+            {
+                continue;
+            }
+            match pass.schedule() {
+                Schedule::EachMatch => {
+                    for p in pass.plan(&cx, m.rule, &[m.node]) {
+                        if p.outcome.is_ok() && pass.claims_nodes() {
+                            claimed.extend(m.nodes());
+                        }
+                        let at = each.len();
+                        each.push((m.rule, p.at(at)));
+                    }
+                }
+                Schedule::PerRule => {
+                    if pass.pending(&cx, rule, m.node) == Pending::Fires {
+                        if pass.claims_nodes() {
+                            claimed.extend(m.nodes());
+                        }
+                        per_rule.entry(m.rule).or_default().push(m.node);
+                    }
+                }
+                Schedule::WhenSettled => {}
+            }
+        }
+        Round {
+            matches,
+            each,
+            per_rule,
+        }
+    }
+
+    /// The per-rule passes, in registry order, each rule in rule order, each planned on the
+    /// graph as the earlier ones left it. Returns whether anything changed.
+    pub fn run_per_rule(
+        &mut self,
+        model: &mut Model,
+        per_rule: &BTreeMap<usize, Vec<NodeId>>,
+    ) -> bool {
+        let mut changed = false;
+        for pass in PASSES.iter().filter(|p| p.schedule() == Schedule::PerRule) {
+            for (&ri, nodes) in per_rule
+                .iter()
+                .filter(|(&ri, _)| self.target.rules[ri].action.name() == pass.action())
+            {
+                let nodes: Vec<NodeId> = nodes
+                    .iter()
+                    .copied()
+                    .filter(|&n| model.graph.nodes.contains_node(n))
+                    .collect();
+                let plans = pass.plan(&self.cx(model), ri, &nodes);
+                let done = self.apply(
+                    &mut model.graph,
+                    plans.into_iter().map(|p| (ri, p)).collect(),
+                );
+                if !done.is_empty() {
+                    changed = true;
+                    pass.finish(&mut model.graph, &done);
+                }
+            }
+        }
+        changed
+    }
+
+    /// The structure is stable: graph-wide passes (barrier cuts), one patch at a time, each
+    /// planned on the graph the last one left. Returns how many applied.
+    pub fn settle(&mut self, model: &mut Model, matches: &[Match]) -> usize {
+        let mut settled = 0usize;
+        for (action, rules) in rules_by_pass(self.target, &matched_rules(matches)) {
+            let Some(pass) = pass_for(action).filter(|p| p.schedule() == Schedule::WhenSettled)
+            else {
+                continue;
+            };
+            let mut n = 0usize;
+            while n <= 100_000 {
+                let Some((ri, plan)) = pass.next(&self.cx(model), &rules) else {
+                    break;
+                };
+                let ok = plan.outcome.is_ok();
+                if self.apply(&mut model.graph, vec![(ri, plan)]).is_empty() || !ok {
+                    break;
+                }
+                n += 1;
+            }
+            settled += n;
+        }
+        settled
+    }
+
+    /// Prune what the rewrites orphaned, add what still fires, and the passes' summaries.
+    pub fn finish(mut self, model: &mut Model) -> Report {
+        prune_orphans(&mut model.graph, &self.used_before);
+        for f in check(model, self.target, self.opts) {
+            let dup = self.report.remaining.iter().any(|r| {
+                r.rule == f.rule && r.node == f.node && r.kind == FindingKind::Unsupported
+            });
+            if !dup {
+                self.report.remaining.push(f);
+            }
+        }
+        let cx = self.cx(model);
+        let matches = find(&cx, &self.opsets);
+        let mut summary = Summary::default();
+        for (action, rules) in rules_by_pass(self.target, &matched_rules(&matches)) {
+            if let Some(pass) = pass_for(action) {
+                pass.summarize(&cx, &rules, &mut summary);
+            }
+        }
+        let mut report = self.report;
+        report.pieces = summary.pieces;
+        report.notes.extend(summary.notes);
+        let g = &model.graph;
+        report.pinned = g
+            .order
+            .iter()
+            .filter(|&&n| g.node(n).metadata(LAYER_ANN_KEY) == Some(self.opts.annotation.as_str()))
+            .map(|&n| g.node(n).name().to_string())
+            .collect();
+        report
+    }
+
+    pub fn apply(&mut self, g: &mut Graph, plans: Vec<(usize, Planned)>) -> Vec<Planned> {
+        let rules: Vec<usize> = plans.iter().map(|(r, _)| *r).collect();
+        let outcomes = apply_plans(g, plans.into_iter().map(|(_, p)| p).collect());
+        let mut applied: Vec<(usize, Applied)> = Vec::new();
+        let mut refused: Vec<(usize, Finding)> = Vec::new();
+        let mut done = Vec::new();
+        for (ri, o) in rules.into_iter().zip(outcomes) {
+            let rule = &self.target.rules[ri];
+            match o.result {
+                Ok(steps) => {
+                    applied.extend(steps.into_iter().map(|s| {
+                        let a = Applied {
+                            rule: rule.id.clone(),
+                            action: rule.action.name().to_string(),
+                            node: s.node,
+                            op: s.op,
+                            nodes: s.count,
+                        };
+                        (s.report_at, a)
+                    }));
+                    done.push(o.plan);
+                }
+                Err(r) => {
+                    for c in &o.plan.covers {
+                        if let Some(n) = c.node {
+                            self.stuck.insert((ri, n));
+                        }
+                    }
+                    // A refusal names every node it covers; a failed multi-node plan, itself.
+                    let names: Vec<(String, String)> =
+                        if r.cause == Cause::Rejected && o.plan.covers.len() > 1 {
+                            vec![(String::new(), String::new())]
+                        } else {
+                            o.plan
+                                .covers
+                                .iter()
+                                .map(|c| (c.name.clone(), c.op.clone()))
+                                .collect()
+                        };
+                    for (name, op) in names {
+                        let f = rule_finding(
+                            self.target,
+                            ri,
+                            name,
+                            op,
+                            FindingKind::Unsupported,
+                            r.reason.clone(),
+                        );
+                        refused.push((o.plan.report_at, f));
+                    }
+                }
+            }
+        }
+        applied.sort_by_key(|(at, _)| *at);
+        refused.sort_by_key(|(at, _)| *at);
+        self.report
+            .applied
+            .extend(applied.into_iter().map(|(_, a)| a));
+        self.report
+            .remaining
+            .extend(refused.into_iter().map(|(_, f)| f));
+        done
+    }
+}

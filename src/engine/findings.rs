@@ -1,0 +1,66 @@
+//! What a compile reports: findings (rules that still fire, refusals, denials) and rewrites.
+
+/// Why a finding is there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FindingKind {
+    /// The rule would rewrite this node.
+    Fires,
+    /// The rule says no safe rewrite exists (`deny`).
+    Denied,
+    /// The rule's action cannot be applied to this node (the reason says why).
+    Unsupported,
+    /// A GPU piece's estimated work is over the barrier budget.
+    OverBudget,
+}
+
+impl FindingKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FindingKind::Fires => "fires",
+            FindingKind::Denied => "denied",
+            FindingKind::Unsupported => "unsupported",
+            FindingKind::OverBudget => "over-budget",
+        }
+    }
+}
+
+/// One rule firing on one node.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Finding {
+    pub node: String,
+    pub op: String,
+    pub rule: String,
+    pub action: String,
+    pub why: String,
+    pub evidence: Vec<String>,
+    pub kind: FindingKind,
+    pub reason: Option<String>,
+}
+
+/// One rewrite that was applied.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Applied {
+    pub rule: String,
+    pub action: String,
+    pub node: String,
+    pub op: String,
+    /// Nodes created (for `cpu`: nodes annotated).
+    pub nodes: usize,
+}
+
+/// What a compile did.
+#[derive(Debug, Clone, Default)]
+pub struct Report {
+    pub target: String,
+    pub applied: Vec<Applied>,
+    /// Findings left after the last round (denied, unsupported, or not converged).
+    pub remaining: Vec<Finding>,
+    pub iterations: usize,
+    /// GPU pieces between clean cuts, with their estimated work, when a barrier rule is active.
+    pub pieces: Vec<crate::rewrite::barrier::Piece>,
+    /// Nodes carrying the CPU annotation in the output.
+    pub pinned: Vec<String>,
+    pub annotation: String,
+    /// Warnings that do not block the output (e.g. work estimates missing for some nodes).
+    pub notes: Vec<String>,
+}

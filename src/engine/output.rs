@@ -1,0 +1,138 @@
+//! The output side of a compile: weights the rewrites orphaned are pruned, the target's
+//! runtime settings are stamped into the model, and the graph invariants are checked before
+//! anything is written.
+
+use std::collections::HashSet;
+
+use crate::ir::{Graph, Model, NodeId, ValueId};
+use crate::rules::schema::Target;
+
+/// Values read by some node (or its subgraphs) or given out as graph outputs.
+pub(crate) fn used_values(g: &Graph) -> HashSet<ValueId> {
+    let mut used: HashSet<ValueId> = g.outputs.iter().map(|o| o.value).collect();
+    for &n in &g.order {
+        let node = g.node(n);
+        used.extend(node.inputs.iter().flatten().copied());
+        used.extend(node.implicit_inputs.iter().copied());
+    }
+    used
+}
+
+/// Remove weights the rewrites orphaned: `Constant` nodes and initializers whose values were
+/// used before the compile and are used by nothing now (e.g. a split Conv's full weight).
+/// Constants that were already unused are left alone, so untouched parts stay as they were.
+pub(crate) fn prune_orphans(g: &mut Graph, used_before: &HashSet<ValueId>) {
+    let used = used_values(g);
+    let orphan = |v: &ValueId| used_before.contains(v) && !used.contains(v);
+    let dead: Vec<NodeId> = g
+        .order
+        .iter()
+        .copied()
+        .filter(|&n| {
+            let node = g.node(n);
+            node.op_type == "Constant"
+                && node.domain().is_empty()
+                && !node.outputs.iter().flatten().any(|v| !orphan(v))
+        })
+        .collect();
+    for n in dead {
+        g.remove_node(n);
+    }
+    let inputs: HashSet<ValueId> = g.inputs.iter().map(|i| i.value).collect();
+    g.initializers
+        .retain(|i| inputs.contains(&i.value) || !orphan(&i.value));
+}
+
+/// Metadata key prefix under which the target's runtime settings travel with the model.
+pub const RUNTIME_KEY_PREFIX: &str = "onnx_safeify.runtime.";
+/// Metadata key naming the target a model was compiled for.
+pub const TARGET_KEY: &str = "onnx_safeify.target";
+
+/// Store the target's name and runtime settings in the model's metadata_props (replacing
+/// earlier values of the same keys; deterministic order).
+pub fn stamp_runtime(model: &mut Model, target: &Target) {
+    let mut entries: Vec<(String, String)> = vec![(TARGET_KEY.to_string(), target.name.clone())];
+    for s in &target.runtime {
+        entries.push((format!("{RUNTIME_KEY_PREFIX}{}", s.key), s.value.clone()));
+    }
+    for (k, v) in entries {
+        match model
+            .metadata_props
+            .iter_mut()
+            .find(|e| e.key.as_deref() == Some(k.as_str()))
+        {
+            Some(e) => e.value = Some(v),
+            None => model
+                .metadata_props
+                .push(crate::proto::StringStringEntryProto {
+                    key: Some(k),
+                    value: Some(v),
+                }),
+        }
+    }
+}
+
+/// Graph invariants that must hold before anything is written: no cycle, every value read is
+/// defined, graph outputs are produced, and names are unique.
+pub fn check_invariants(g: &Graph) -> Result<(), String> {
+    use crate::ir::Origin;
+    if let Err(cycle) = g.topo_order() {
+        return Err(format!(
+            "the rewritten graph has a cycle through {} nodes",
+            cycle.len()
+        ));
+    }
+    let defined = |v: ValueId| -> bool {
+        match g.value(v).origin {
+            Origin::Input | Origin::Initializer | Origin::OuterScope => true,
+            Origin::Node { node, slot } => {
+                g.nodes.contains_node(node)
+                    && g.node(node).outputs.get(slot as usize).copied().flatten() == Some(v)
+            }
+            Origin::Unbound => false,
+        }
+    };
+    let mut names: HashSet<&str> = HashSet::new();
+    for &n in &g.order {
+        let node = g.node(n);
+        for v in node
+            .inputs
+            .iter()
+            .flatten()
+            .chain(node.implicit_inputs.iter())
+        {
+            if !defined(*v) {
+                return Err(format!(
+                    "node '{}' ({}) reads '{}', which nothing defines",
+                    node.name(),
+                    node.op_type,
+                    g.value_name(*v)
+                ));
+            }
+        }
+        for v in node.outputs.iter().flatten() {
+            if !names.insert(g.value_name(*v)) {
+                return Err(format!("two values are named '{}'", g.value_name(*v)));
+            }
+        }
+    }
+    for o in &g.outputs {
+        if !defined(o.value) {
+            return Err(format!(
+                "graph output '{}' is not produced",
+                g.value_name(o.value)
+            ));
+        }
+    }
+    let mut created: HashSet<&str> = HashSet::new();
+    for &n in &g.order {
+        let node = g.node(n);
+        if node.metadata(crate::rewrite::RULE_KEY).is_some()
+            && node.metadata(crate::rewrite::ORIGIN_KEY).is_some()
+            && !created.insert(node.name())
+        {
+            return Err(format!("two new nodes are named '{}'", node.name()));
+        }
+    }
+    Ok(())
+}

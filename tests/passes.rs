@@ -1,0 +1,293 @@
+//! The compiler's core: every action has a pass, refusals are values with a cause, and the one
+//! walker gives every node of every body with its scope path.
+
+mod common;
+
+use common::{float_init, model, node, vi};
+use onnx_safeify::analysis::Sizes;
+use onnx_safeify::engine::{self, FindingKind};
+use onnx_safeify::ir::scope;
+use onnx_safeify::proto::{
+    attribute_proto::AttributeType, tensor_proto, type_proto, AttributeProto, GraphProto,
+    OperatorSetIdProto, TypeProto, ValueInfoProto,
+};
+use onnx_safeify::rewrite::pass::{Cause, Cx, Pending};
+use onnx_safeify::rewrite::{pass_for, unfuse, PASSES};
+use onnx_safeify::rules::{parse_target_str, Action};
+
+#[test]
+fn every_action_has_exactly_one_pass() {
+    for name in Action::NAMES {
+        let p = pass_for(name).unwrap_or_else(|| panic!("no pass for action {name}"));
+        assert_eq!(p.action(), name);
+        assert_eq!(PASSES.iter().filter(|p| p.action() == name).count(), 1);
+    }
+    assert_eq!(PASSES.len(), Action::NAMES.len());
+}
+
+fn scalar_type(elem: i32) -> TypeProto {
+    TypeProto {
+        value: Some(type_proto::Value::TensorType(type_proto::Tensor {
+            elem_type: Some(elem),
+            shape: Some(Default::default()),
+        })),
+        ..Default::default()
+    }
+}
+
+fn graph_attr(name: &str, g: GraphProto) -> AttributeProto {
+    AttributeProto {
+        name: Some(name.into()),
+        r#type: Some(AttributeType::Graph as i32),
+        g: Some(g),
+        ..Default::default()
+    }
+}
+
+/// main: r = Relu(x); if c { loop trip times { deep_add = r + r } } else { Identity(r) }.
+fn nested() -> onnx_safeify::Model {
+    let body = GraphProto {
+        name: Some("body".into()),
+        node: vec![
+            node("Add", "deep_add", &["r", "r"], &["s"]),
+            node("Identity", "keep_going", &["cond_in"], &["cond_out"]),
+        ],
+        input: vec![
+            ValueInfoProto {
+                name: Some("i".into()),
+                r#type: Some(scalar_type(tensor_proto::DataType::Int64 as i32)),
+                ..Default::default()
+            },
+            ValueInfoProto {
+                name: Some("cond_in".into()),
+                r#type: Some(scalar_type(tensor_proto::DataType::Bool as i32)),
+                ..Default::default()
+            },
+        ],
+        output: vec![
+            ValueInfoProto {
+                name: Some("cond_out".into()),
+                ..Default::default()
+            },
+            ValueInfoProto {
+                name: Some("s".into()),
+                ..Default::default()
+            },
+        ],
+        ..Default::default()
+    };
+    let mut inner_loop = node("Loop", "inner_loop", &["trip", ""], &["stacked"]);
+    inner_loop.attribute.push(graph_attr("body", body));
+    let then_branch = GraphProto {
+        name: Some("then".into()),
+        node: vec![inner_loop],
+        output: vec![ValueInfoProto {
+            name: Some("stacked".into()),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let else_branch = GraphProto {
+        name: Some("else".into()),
+        node: vec![node("Identity", "pass_through", &["r"], &["e"])],
+        output: vec![ValueInfoProto {
+            name: Some("e".into()),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let mut iff = node("If", "if", &["c"], &["y"]);
+    iff.attribute.push(graph_attr("then_branch", then_branch));
+    iff.attribute.push(graph_attr("else_branch", else_branch));
+    let g = GraphProto {
+        name: Some("main".into()),
+        node: vec![node("Relu", "outer_relu", &["x"], &["r"]), iff],
+        input: vec![
+            vi("x", &[1, 4]),
+            ValueInfoProto {
+                name: Some("c".into()),
+                r#type: Some(scalar_type(tensor_proto::DataType::Bool as i32)),
+                ..Default::default()
+            },
+            ValueInfoProto {
+                name: Some("trip".into()),
+                r#type: Some(scalar_type(tensor_proto::DataType::Int64 as i32)),
+                ..Default::default()
+            },
+        ],
+        output: vec![ValueInfoProto {
+            name: Some("y".into()),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    onnx_safeify::import::import_model(model(g), None).expect("a valid nested model")
+}
+
+#[test]
+fn the_walker_gives_every_scope_with_its_path() {
+    let m = nested();
+    let scopes = scope::graphs(&m.graph);
+    let paths: Vec<String> = scopes.iter().map(|s| s.path.to_string()).collect();
+    assert_eq!(
+        paths,
+        [
+            "",
+            "if/then_branch",
+            "if/then_branch/inner_loop/body",
+            "if/else_branch"
+        ]
+    );
+    assert_eq!(
+        scopes.iter().map(|s| s.path.depth()).collect::<Vec<_>>(),
+        [0, 1, 2, 1]
+    );
+    let names: Vec<String> = scope::nodes(&scopes).map(|n| n.qualified_name()).collect();
+    assert_eq!(
+        names,
+        [
+            "outer_relu",
+            "if",
+            "if/then_branch/inner_loop",
+            "if/then_branch/inner_loop/body/deep_add",
+            "if/then_branch/inner_loop/body/keep_going",
+            "if/else_branch/pass_through"
+        ]
+    );
+    // `r`, read two levels down, resolves to the main graph's Relu output.
+    let body = &scopes[2];
+    let add = body
+        .graph
+        .order
+        .iter()
+        .copied()
+        .find(|&n| body.graph.node(n).name() == "deep_add")
+        .unwrap();
+    let r_inner = body.graph.node(add).inputs[0].unwrap();
+    let found = body.resolve(r_inner).expect("an outer-scope value");
+    assert_eq!(found.levels_up, 2);
+    assert!(std::ptr::eq(found.graph, &m.graph));
+    assert_eq!(found.graph.value_name(found.value), "r");
+    // A value defined in the body itself is not an outer-scope read.
+    let s = body.graph.node(add).outputs[0].unwrap();
+    assert!(body.resolve(s).is_none());
+    // Graph::walk goes through the same walker.
+    let mut depths = Vec::new();
+    m.graph.walk(0, &mut |_, d| depths.push(d));
+    assert_eq!(depths, [0, 1, 2, 1]);
+}
+
+#[test]
+fn the_mutable_walker_hands_each_body_what_its_parent_computed() {
+    let mut m = nested();
+    let mut seen = Vec::new();
+    scope::fold_graphs_mut(&mut m.graph, &0usize, &mut |path, g, depth_from_parent| {
+        assert_eq!(*depth_from_parent, path.depth());
+        seen.push((path.to_string(), g.node_count()));
+        path.depth() + 1
+    });
+    assert_eq!(
+        seen,
+        [
+            ("".to_string(), 2),
+            ("if/then_branch".to_string(), 1),
+            ("if/then_branch/inner_loop/body".to_string(), 2),
+            ("if/else_branch".to_string(), 1),
+        ]
+    );
+}
+
+/// x -> com.microsoft::DynamicQuantizeMatMul (no decomposition) -> y.
+fn undecomposable() -> onnx_safeify::Model {
+    let g = GraphProto {
+        name: Some("q".into()),
+        node: vec![{
+            let mut n = node("DynamicQuantizeMatMul", "dqmm", &["x", "w", "s"], &["y"]);
+            n.domain = Some("com.microsoft".into());
+            n
+        }],
+        initializer: vec![
+            float_init("w", &[4, 4], &[0.0; 16]),
+            float_init("s", &[1], &[1.0]),
+        ],
+        input: vec![vi("x", &[1, 4])],
+        output: vec![vi("y", &[1, 4])],
+        ..Default::default()
+    };
+    let mut p = model(g);
+    p.opset_import.push(OperatorSetIdProto {
+        domain: Some("com.microsoft".into()),
+        version: Some(1),
+    });
+    onnx_safeify::import::import_model(p, None).unwrap()
+}
+
+const UNFUSE_MS: &str = "target: t
+description: unfuse contrib ops
+extends: none
+rules:
+  - id: unfuse-ms
+    why: test
+    evidence: [test]
+    match: {domain: com.microsoft}
+    action: unfuse
+";
+
+#[test]
+fn a_refusal_is_a_value_with_a_cause() {
+    let m = undecomposable();
+    let target = parse_target_str("t.yaml", UNFUSE_MS).unwrap();
+    let sizes = Sizes::none();
+    let cx = Cx::new(&m, &target, &sizes, "safeify_cpu");
+    let dqmm = m.graph.order[0];
+    let pass = pass_for("unfuse").unwrap();
+    assert_eq!(pass.pending(&cx, &target.rules[0], dqmm), Pending::Fires);
+    let plans = pass.plan(&cx, 0, &[dqmm]);
+    assert_eq!(plans.len(), 1);
+    let refusal = plans[0].outcome.as_ref().unwrap_err();
+    assert_eq!(refusal.cause, Cause::NoRewrite);
+    assert!(refusal.reason.contains("no decomposition"), "{refusal}");
+    assert_eq!(plans[0].covers[0].name, "dqmm");
+    assert_eq!(
+        plans[0].covers[0].op,
+        "com.microsoft::DynamicQuantizeMatMul"
+    );
+
+    // The driver reports it once, as unsupported, and leaves the node as it was.
+    let mut m = m;
+    let report = engine::compile(&mut m, &target, &engine::Options::default());
+    assert!(report.applied.is_empty());
+    assert_eq!(report.remaining.len(), 1, "{:?}", report.remaining);
+    assert_eq!(report.remaining[0].kind, FindingKind::Unsupported);
+    assert_eq!(report.remaining[0].node, "dqmm");
+    assert_eq!(m.graph.node_count(), 1);
+    // The same decomposition, asked directly, gives the same cause.
+    let facts = onnx_safeify::infer::infer_model(&m, &Default::default());
+    let ctx = unfuse::UnfuseCtx::new(17, "r", &facts);
+    assert_eq!(
+        unfuse::unfuse_node(&ctx, &m.graph, dqmm).unwrap_err().cause,
+        Cause::NoRewrite
+    );
+}
+
+#[test]
+fn infer_is_the_one_source_of_uses_and_body_reads() {
+    let m = nested();
+    let facts = onnx_safeify::infer::infer_model(&m, &Default::default());
+    let g = &m.graph;
+    let relu = g.order[0];
+    let r = g.node(relu).outputs[0].unwrap();
+    // `r` is read by name inside both branches (If's implicit input), and used.
+    assert!(facts.is_used(r));
+    assert!(facts.read_by_body(r));
+    let x = g.node(relu).inputs[0].unwrap();
+    assert!(facts.is_used(x));
+    assert!(!facts.read_by_body(x));
+    assert_eq!(
+        facts.shape(r).map(<[_]>::to_vec),
+        Some(vec![
+            onnx_safeify::infer::Dim::Known(1),
+            onnx_safeify::infer::Dim::Known(4)
+        ])
+    );
+}
