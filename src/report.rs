@@ -249,6 +249,10 @@ pub fn compile_json(report: &Report, target: &Target, input: &str, outputs: &[St
             "rule": a.rule, "action": a.action, "node": a.node, "op": a.op, "nodes": a.nodes,
         })).collect::<Vec<_>>(),
         "remaining": report.remaining.iter().map(finding_json).collect::<Vec<_>>(),
+        "fallbacks": report.fallbacks.iter().map(|f| serde_json::json!({
+            "node": f.node, "op": f.op, "rule": f.rule, "action": f.action, "cause": f.cause,
+            "reason": f.reason, "to": f.to,
+        })).collect::<Vec<_>>(),
         "pieces": report.pieces.iter().map(|p| serde_json::json!({
             "first": p.first, "nodes": p.nodes, "work": p.work,
         })).collect::<Vec<_>>(),

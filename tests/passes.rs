@@ -13,6 +13,7 @@ use onnx_safeify::proto::{
 };
 use onnx_safeify::rewrite::pass::{Cause, Cx, Pending};
 use onnx_safeify::rewrite::{pass_for, unfuse, PASSES};
+use onnx_safeify::rules::schema::Fallback;
 use onnx_safeify::rules::{parse_target_str, Action};
 
 #[test]
@@ -290,4 +291,106 @@ fn infer_is_the_one_source_of_uses_and_body_reads() {
             onnx_safeify::infer::Dim::Known(4)
         ])
     );
+}
+
+const FALLBACK_CPU: &str = "target: t
+description: unfuse contrib ops, else the CPU
+extends: none
+fallback: cpu
+rules:
+  - id: unfuse-ms
+    why: test
+    evidence: [test]
+    match: {domain: com.microsoft}
+    action: unfuse
+";
+
+#[test]
+fn a_node_that_cannot_be_rewritten_falls_back_to_the_cpu() {
+    let target = parse_target_str("t.yaml", FALLBACK_CPU).unwrap();
+    assert_eq!(target.fallback, Some(Fallback::Cpu));
+    let opts = engine::Options::default();
+    // check says what the compile will do with it, and why.
+    let mut m = undecomposable();
+    let found = engine::check(&mut m, &target, &opts);
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].kind, FindingKind::FallsBack);
+    assert!(found[0]
+        .reason
+        .as_deref()
+        .unwrap()
+        .contains("no decomposition"));
+    // The compile pins it, reports it as a fallback, and leaves nothing blocking.
+    let report = engine::compile(&mut m, &target, &opts);
+    assert!(report.remaining.is_empty(), "{:?}", report.remaining);
+    assert_eq!(report.fallbacks.len(), 1);
+    let fb = &report.fallbacks[0];
+    assert_eq!(
+        (
+            fb.node.as_str(),
+            fb.cause.as_str(),
+            fb.to.as_str(),
+            fb.rule.as_str()
+        ),
+        ("dqmm", "no-rewrite", "cpu", "unfuse-ms")
+    );
+    assert_eq!(report.pinned, ["dqmm"]);
+    let node = m.graph.node(m.graph.order[0]);
+    assert_eq!(node.metadata("layer_ann"), Some("safeify_cpu"));
+    assert_eq!(node.metadata("onnx_safeify.rule"), Some("unfuse-ms"));
+    // The output is clean under check, and compiling it again changes nothing.
+    assert!(engine::check(&mut m, &target, &opts).is_empty());
+    let again = engine::compile(&mut m, &target, &opts);
+    assert!(again.applied.is_empty() && again.fallbacks.is_empty());
+}
+
+#[test]
+fn a_rule_may_fall_back_to_deny_and_a_later_file_overrides_the_default() {
+    let deny = FALLBACK_CPU.replace(
+        "    action: unfuse\n",
+        "    action: unfuse\n    fallback: deny\n",
+    );
+    let target = parse_target_str("t.yaml", &deny).unwrap();
+    assert_eq!(target.rules[0].fallback, Some(Fallback::Deny));
+    let mut m = undecomposable();
+    let report = engine::compile(&mut m, &target, &engine::Options::default());
+    assert!(report.fallbacks.is_empty());
+    assert_eq!(report.remaining.len(), 1);
+    assert_eq!(report.remaining[0].kind, FindingKind::Denied);
+    assert!(report.pinned.is_empty());
+
+    // No fallback: the node is unsupported, as before fallbacks existed.
+    let target = parse_target_str("t.yaml", UNFUSE_MS).unwrap();
+    assert_eq!(target.fallback, None);
+    let mut m = undecomposable();
+    let report = engine::compile(&mut m, &target, &engine::Options::default());
+    assert_eq!(report.remaining[0].kind, FindingKind::Unsupported);
+
+    // A fallback that is neither cpu nor deny is an error at its line.
+    let bad = FALLBACK_CPU.replace("fallback: cpu", "fallback: cpux");
+    let err = parse_target_str("t.yaml", &bad).unwrap_err().to_string();
+    assert!(err.contains("t.yaml:4:"), "{err}");
+    assert!(err.contains("unknown fallback `cpux`"), "{err}");
+    assert!(err.contains("did you mean `cpu`?"), "{err}");
+}
+
+#[test]
+fn built_in_gpu_targets_fall_back_to_the_cpu() {
+    for name in onnx_safeify::rules::builtin_names() {
+        let t = onnx_safeify::rules::load_target(name).unwrap();
+        let expected = match name {
+            "none" => None,
+            // Its runtime settings do not make ONNX Runtime honour CPU pins.
+            "openvino-gpu" => None,
+            _ => Some(Fallback::Cpu),
+        };
+        assert_eq!(t.fallback, expected, "{name}");
+        if expected == Some(Fallback::Cpu) {
+            assert!(
+                t.runtime_value("session.layer_assignment_settings")
+                    .is_some(),
+                "{name} pins nodes without the session option that honours the pins"
+            );
+        }
+    }
 }

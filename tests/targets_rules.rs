@@ -420,8 +420,8 @@ fn rocm_migraphx_unfuses_skip_layer_norm_and_refuses_what_it_cannot_unfuse() {
             assert!(report.passed(), "{}", report.to_text());
         }
     }
-    // EmbedLayerNormalization (the other op of the MIGraphX reports) has no decomposition: the
-    // compile refuses and writes nothing.
+    // EmbedLayerNormalization (the other op of the MIGraphX reports) has no decomposition: it
+    // falls back to the CPU (the target's default), and the report says so and why.
     let mut n = node(
         "EmbedLayerNormalization",
         &["ids", "", "word", "pos", "", "gamma", "beta"],
@@ -449,20 +449,52 @@ fn rocm_migraphx_unfuses_skip_layer_norm_and_refuses_what_it_cannot_unfuse() {
     );
     let src = write(dir.path(), "embed.onnx", &m);
     let out = dir.path().join("embed.rocm.onnx");
+    let json = dir.path().join("embed.json");
     let o = cli(&[
         src.as_os_str(),
         "--target".as_ref(),
         "rocm-migraphx".as_ref(),
         "-o".as_ref(),
         out.as_os_str(),
+        "--report".as_ref(),
+        json.as_os_str(),
     ]);
-    assert_eq!(o.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(
-        err.contains("unfuse-contrib") && err.contains("EmbedLayerNormalization"),
-        "{err}"
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
     );
-    assert!(!out.exists());
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let fb = &report["fallbacks"][0];
+    assert_eq!(fb["rule"], "unfuse-contrib");
+    assert_eq!(fb["op"], "com.microsoft::EmbedLayerNormalization");
+    assert_eq!(fb["cause"], "no-rewrite");
+    assert_eq!(fb["to"], "cpu");
+    assert!(report["remaining"].as_array().unwrap().is_empty());
+    let g = read(&out).graph.unwrap();
+    let embed = g
+        .node
+        .iter()
+        .find(|n| n.op_type.as_deref() == Some("EmbedLayerNormalization"))
+        .unwrap();
+    assert!(embed.metadata_props.iter().any(
+        |p| p.key.as_deref() == Some("layer_ann") && p.value.as_deref() == Some("safeify_cpu")
+    ));
+    // The output is clean for the target.
+    let o = cli(&[
+        "check".as_ref(),
+        out.as_os_str(),
+        "--target".as_ref(),
+        "rocm-migraphx".as_ref(),
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
 }
 
 #[test]

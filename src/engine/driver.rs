@@ -5,7 +5,8 @@ use std::collections::{BTreeMap, HashSet};
 
 use super::output::{prune_orphans, used_values};
 use super::{
-    check, find, matched_rules, rule_finding, Applied, Finding, FindingKind, Options, Report,
+    check, find, matched_rules, rule_finding, Applied, FellBack, Finding, FindingKind, Options,
+    Report,
 };
 use crate::analysis::Sizes;
 use crate::ir::{Graph, Model, NodeId, ValueId};
@@ -15,7 +16,7 @@ use crate::rewrite::pass::{
 };
 use crate::rewrite::{pass_for, PASSES};
 use crate::rules::matcher::{Match, Opsets};
-use crate::rules::schema::Target;
+use crate::rules::schema::{Fallback, Target};
 
 /// What one round's matching found: per-match plans, and per-rule passes' matches.
 pub(super) struct Round {
@@ -34,6 +35,8 @@ pub(super) struct Driver<'t> {
     pub report: Report,
     stuck: HashSet<(usize, NodeId)>,
     used_before: HashSet<ValueId>,
+    /// A fallback changed the graph since the flag was last taken.
+    fell_back_now: bool,
 }
 
 impl<'t> Driver<'t> {
@@ -50,7 +53,13 @@ impl<'t> Driver<'t> {
             },
             stuck: HashSet::new(),
             used_before: used_values(&model.graph),
+            fell_back_now: false,
         }
+    }
+
+    /// Whether a fallback changed the graph since the last call.
+    pub fn take_fallback_change(&mut self) -> bool {
+        std::mem::take(&mut self.fell_back_now)
     }
 
     fn cx<'a>(&'a self, model: &'a Model) -> Cx<'a> {
@@ -72,6 +81,12 @@ impl<'t> Driver<'t> {
             };
             if self.stuck.contains(&(m.rule, m.node))
                 || m.nodes().iter().any(|n| claimed.contains(n))
+            {
+                continue;
+            }
+            // A node on the CPU is out of the GPU's way (as `check` sees it too).
+            if self.target.fallback_of(rule) == Some(Fallback::Cpu)
+                && crate::rewrite::cpu::is_pinned(cx.graph(), m.node, &self.opts.annotation)
             {
                 continue;
             }
@@ -165,7 +180,9 @@ impl<'t> Driver<'t> {
         prune_orphans(&mut model.graph, &self.used_before);
         for f in check(model, self.target, self.opts) {
             let dup = self.report.remaining.iter().any(|r| {
-                r.rule == f.rule && r.node == f.node && r.kind == FindingKind::Unsupported
+                r.rule == f.rule
+                    && r.node == f.node
+                    && matches!(r.kind, FindingKind::Unsupported | FindingKind::Denied)
             });
             if !dup {
                 self.report.remaining.push(f);
@@ -197,6 +214,7 @@ impl<'t> Driver<'t> {
         let outcomes = apply_plans(g, plans.into_iter().map(|(_, p)| p).collect());
         let mut applied: Vec<(usize, Applied)> = Vec::new();
         let mut refused: Vec<(usize, Finding)> = Vec::new();
+        let mut fell_back: BTreeMap<usize, Vec<NodeId>> = BTreeMap::new();
         let mut done = Vec::new();
         for (ri, o) in rules.into_iter().zip(outcomes) {
             let rule = &self.target.rules[ri];
@@ -220,6 +238,31 @@ impl<'t> Driver<'t> {
                             self.stuck.insert((ri, n));
                         }
                     }
+                    let fallback = self.target.fallback_of(rule);
+                    if fallback == Some(Fallback::Cpu) {
+                        // The node runs on the CPU instead; the report says so, and why.
+                        for c in &o.plan.covers {
+                            let Some(n) = c.node else { continue };
+                            fell_back.entry(ri).or_default().push(n);
+                            self.report.fallbacks.push(FellBack {
+                                node: c.name.clone(),
+                                op: c.op.clone(),
+                                rule: rule.id.clone(),
+                                action: rule.action.to_string(),
+                                cause: r.cause.as_str().to_string(),
+                                reason: r.reason.clone(),
+                                to: "cpu".into(),
+                            });
+                        }
+                        if o.plan.covers.iter().any(|c| c.node.is_some()) {
+                            continue;
+                        }
+                    }
+                    let kind = if fallback == Some(Fallback::Deny) {
+                        FindingKind::Denied
+                    } else {
+                        FindingKind::Unsupported
+                    };
                     // A refusal names every node it covers; a failed multi-node plan, itself.
                     let names: Vec<(String, String)> =
                         if r.cause == Cause::Rejected && o.plan.covers.len() > 1 {
@@ -232,17 +275,22 @@ impl<'t> Driver<'t> {
                                 .collect()
                         };
                     for (name, op) in names {
-                        let f = rule_finding(
-                            self.target,
-                            ri,
-                            name,
-                            op,
-                            FindingKind::Unsupported,
-                            r.reason.clone(),
-                        );
+                        let f = rule_finding(self.target, ri, name, op, kind, r.reason.clone());
                         refused.push((o.plan.report_at, f));
                     }
                 }
+            }
+        }
+        // Fallbacks to the CPU: pinned like the `cpu` action pins (regions grow), under the
+        // rule that could not be applied.
+        for (ri, nodes) in fell_back {
+            let nodes: Vec<NodeId> = nodes
+                .into_iter()
+                .filter(|&n| g.nodes.contains_node(n))
+                .collect();
+            let rule = &self.target.rules[ri].id;
+            if !crate::rewrite::cpu::pin(g, &nodes, rule, &self.opts.annotation).is_empty() {
+                self.fell_back_now = true;
             }
         }
         applied.sort_by_key(|(at, _)| *at);

@@ -11,6 +11,8 @@ pub enum FindingKind {
     Unsupported,
     /// A GPU piece's estimated work is over the barrier budget.
     OverBudget,
+    /// The rule's action cannot be applied to this node; it falls back to the CPU.
+    FallsBack,
 }
 
 impl FindingKind {
@@ -20,6 +22,7 @@ impl FindingKind {
             FindingKind::Denied => "denied",
             FindingKind::Unsupported => "unsupported",
             FindingKind::OverBudget => "over-budget",
+            FindingKind::FallsBack => "fallback",
         }
     }
 }
@@ -61,6 +64,23 @@ pub struct Report {
     /// Nodes carrying the CPU annotation in the output.
     pub pinned: Vec<String>,
     pub annotation: String,
+    /// Nodes whose rule could not be applied and that fell back (to the CPU), with why.
+    pub fallbacks: Vec<FellBack>,
     /// Warnings that do not block the output (e.g. work estimates missing for some nodes).
     pub notes: Vec<String>,
+}
+
+/// A node whose rule could not be applied, and what happened instead.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FellBack {
+    pub node: String,
+    pub op: String,
+    pub rule: String,
+    /// The action that could not be applied.
+    pub action: String,
+    /// Why, as a kind (`no-rewrite`, `unknown-fact`, `outer-scope-read`, ...) and in words.
+    pub cause: String,
+    pub reason: String,
+    /// Where the node went: `cpu`.
+    pub to: String,
 }

@@ -24,11 +24,13 @@ pub use output::{check_invariants, stamp_runtime, RUNTIME_KEY_PREFIX, TARGET_KEY
 
 use crate::analysis::Sizes;
 use crate::ir::Model;
+use crate::ir::NodeId;
+use crate::rewrite::cpu::is_pinned;
 use crate::rewrite::cpu::DEFAULT_ANNOTATION;
-use crate::rewrite::pass::{assumed_sizes, rules_by_pass, Cx, Pending};
+use crate::rewrite::pass::{assumed_sizes, rules_by_pass, Cx, Pending, Schedule};
 use crate::rewrite::pass_for;
 use crate::rules::matcher::{Match, Matcher, Opsets};
-use crate::rules::schema::Target;
+use crate::rules::schema::{Fallback, Target};
 
 /// How to compile.
 #[derive(Debug, Clone)]
@@ -59,6 +61,7 @@ pub fn compile(model: &mut Model, target: &Target, opts: &Options) -> Report {
         let round = d.plan_round(model);
         let mut changed = !d.apply(&mut model.graph, round.each).is_empty();
         changed |= d.run_per_rule(model, &round.per_rule);
+        changed |= d.take_fallback_change();
         if changed {
             continue;
         }
@@ -75,15 +78,54 @@ pub fn check(model: &mut Model, target: &Target, opts: &Options) -> Vec<Finding>
     let cx = Cx::new(model, target, &sizes, &opts.annotation);
     let matches = find(&cx, &Opsets::from_model(model));
     let mut out = Vec::new();
+    // Matches of rules with a fallback, by rule: planned below to see which would fall back.
+    let mut with_fallback: BTreeMap<usize, Vec<(usize, NodeId)>> = BTreeMap::new();
     for m in &matches {
         let rule = &target.rules[m.rule];
         let Some(pass) = pass_for(rule.action.name()) else {
             continue;
         };
+        let fallback = target.fallback_of(rule);
+        // A node on the CPU is out of the GPU's way: a rule that would fall back to the CPU
+        // has nothing left to do there.
+        if fallback == Some(Fallback::Cpu) && is_pinned(cx.graph(), m.node, &opts.annotation) {
+            continue;
+        }
         match pass.pending(&cx, rule, m.node) {
-            Pending::Fires => out.push(finding(&cx, m, FindingKind::Fires, None)),
+            Pending::Fires => {
+                if fallback.is_some() && pass.schedule() != Schedule::WhenSettled {
+                    with_fallback
+                        .entry(m.rule)
+                        .or_default()
+                        .push((out.len(), m.node));
+                }
+                out.push(finding(&cx, m, FindingKind::Fires, None));
+            }
             Pending::Denied => out.push(finding(&cx, m, FindingKind::Denied, None)),
             Pending::Satisfied => {}
+        }
+    }
+    // A dry run of those rules' plans: a refused node is reported as what the compile will
+    // do with it (fall back to the CPU, or deny), with the reason.
+    for (ri, nodes) in with_fallback {
+        let rule = &target.rules[ri];
+        let Some(pass) = pass_for(rule.action.name()) else {
+            continue;
+        };
+        let ids: Vec<NodeId> = nodes.iter().map(|&(_, n)| n).collect();
+        for plan in pass.plan(&cx, ri, &ids) {
+            let Err(r) = &plan.outcome else { continue };
+            for c in &plan.covers {
+                let Some(&(at, _)) = nodes.iter().find(|&&(_, n)| Some(n) == c.node) else {
+                    continue;
+                };
+                let f = &mut out[at];
+                f.kind = match target.fallback_of(rule) {
+                    Some(Fallback::Deny) => FindingKind::Denied,
+                    _ => FindingKind::FallsBack,
+                };
+                f.reason = Some(r.reason.clone());
+            }
         }
     }
     for (action, rules) in rules_by_pass(target, &matched_rules(&matches)) {

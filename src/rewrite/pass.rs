@@ -69,6 +69,22 @@ pub enum Cause {
     Rejected,
 }
 
+impl Cause {
+    /// The cause as reports write it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Cause::NoRewrite => "no-rewrite",
+            Cause::UnknownFact => "unknown-fact",
+            Cause::NotConstant => "not-constant",
+            Cause::OuterScopeRead => "outer-scope-read",
+            Cause::Layout => "layout",
+            Cause::Limit => "limit",
+            Cause::Unsupported => "unsupported",
+            Cause::Rejected => "rejected",
+        }
+    }
+}
+
 impl Refusal {
     pub fn new(cause: Cause, reason: impl Into<String>) -> Self {
         Refusal {

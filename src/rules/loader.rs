@@ -111,6 +111,7 @@ struct Loaded {
 struct Acc {
     rules: Vec<Rule>,
     runtime: Vec<RuntimeSetting>,
+    fallback: Option<crate::rules::schema::Fallback>,
     chain: Vec<String>,
     /// Every file of the chain was read and checked without error.
     ok: bool,
@@ -201,6 +202,7 @@ impl<'f> Loader<'f> {
             chain,
             rules: acc.rules,
             runtime: acc.runtime,
+            fallback: acc.fallback,
         })
     }
 
@@ -340,6 +342,9 @@ impl<'f> Loader<'f> {
                     for s in sub.runtime {
                         replace_or_push(&mut acc.runtime, s, |a, b| a.key == b.key);
                     }
+                    if sub.fallback.is_some() {
+                        acc.fallback = sub.fallback;
+                    }
                     for c in sub.chain {
                         if !acc.chain.contains(&c) {
                             acc.chain.push(c);
@@ -387,6 +392,9 @@ impl<'f> Loader<'f> {
         }
         for s in &doc.runtime {
             replace_or_push(&mut acc.runtime, s.clone(), |a, b| a.key == b.key);
+        }
+        if doc.fallback.is_some() {
+            acc.fallback = doc.fallback;
         }
     }
 }

@@ -8,7 +8,7 @@ use super::pattern::{
     AttrCheck, AttrTest, CmpOp, DimPat, Fact, Flag, Link, Lit, Num, NumTest, Pattern, Pred,
     PredKind, SourceLoc, StrTest, TensorCheck, TensorTest,
 };
-use super::schema::{Action, Rule, RuntimeSetting, SplitAxis};
+use super::schema::{Action, Fallback, Rule, RuntimeSetting, SplitAxis};
 use super::yaml::{Loc, Node, Value};
 use crate::tensor::{dtype_from_name, dtype_name};
 
@@ -28,6 +28,7 @@ pub(crate) struct FileDoc {
     pub rules: Vec<Rule>,
     pub runtime: Vec<RuntimeSetting>,
     pub disable: Vec<(String, Loc)>,
+    pub fallback: Option<Fallback>,
 }
 
 /// The keys of a target file.
@@ -38,9 +39,12 @@ pub(crate) const TOP_KEYS: &[&str] = &[
     "rules",
     "runtime",
     "disable",
+    "fallback",
 ];
 /// The keys of a rule.
-pub(crate) const RULE_KEYS: &[&str] = &["id", "why", "evidence", "match", "action", "priority"];
+pub(crate) const RULE_KEYS: &[&str] = &[
+    "id", "why", "evidence", "match", "action", "priority", "fallback",
+];
 /// The keys of a runtime entry.
 pub(crate) const RUNTIME_KEYS: &[&str] = &["key", "value", "why", "evidence"];
 /// The predicate keys of a `match:` map.
@@ -1126,6 +1130,10 @@ impl<'a> P<'a> {
             Some((_, v)) => self.int(v, "`priority`"),
             None => Some(0),
         };
+        let fallback = match field(&f, "fallback") {
+            Some((_, v)) => self.fallback(v).map(Some),
+            None => Some(None),
+        };
         if self.count != before {
             return None;
         }
@@ -1138,6 +1146,7 @@ impl<'a> P<'a> {
                 priority: priority?,
                 pattern: pattern?.0,
                 action: action?,
+                fallback: fallback?,
                 source: self.here(id_loc),
             },
             id_loc,
@@ -1318,7 +1327,27 @@ impl<'a> P<'a> {
                 doc.disable = ids;
             }
         }
+        if let Some((_, v)) = field(&f, "fallback") {
+            doc.fallback = self.fallback(v);
+        }
         doc
+    }
+
+    /// A fallback: `cpu` or `deny`.
+    fn fallback(&mut self, v: &Node) -> Option<Fallback> {
+        let s = self.string(v, "`fallback`")?;
+        match Fallback::ALL.iter().find(|(n, _)| *n == s) {
+            Some((_, f)) => Some(*f),
+            None => {
+                let names: Vec<&str> = Fallback::ALL.iter().map(|(n, _)| *n).collect();
+                let mut d = self.diag(v.loc, format!("unknown fallback `{s}`"));
+                if let Some(h) = ops::suggest(&s, names.iter().copied()) {
+                    d = d.label(format!("did you mean `{h}`?"));
+                }
+                self.error(d.note(format!("a fallback is one of {}", backticked(&names))));
+                None
+            }
+        }
     }
 }
 

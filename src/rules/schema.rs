@@ -103,6 +103,26 @@ impl fmt::Display for Action {
     }
 }
 
+/// What happens to a node when a rule's action cannot be applied to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fallback {
+    /// The node runs on the CPU (pinned like the `cpu` action does).
+    Cpu,
+    /// The compile refuses, as a `deny` rule would.
+    Deny,
+}
+
+impl Fallback {
+    pub const ALL: [(&'static str, Fallback); 2] =
+        [("cpu", Fallback::Cpu), ("deny", Fallback::Deny)];
+    pub fn name(self) -> &'static str {
+        match self {
+            Fallback::Cpu => "cpu",
+            Fallback::Deny => "deny",
+        }
+    }
+}
+
 /// One rule of a resolved target.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Rule {
@@ -115,6 +135,8 @@ pub struct Rule {
     pub priority: i64,
     pub pattern: Pattern,
     pub action: Action,
+    /// When the action cannot be applied to a node (`None`: the target's default).
+    pub fallback: Option<Fallback>,
     /// Where the rule's `id` was written.
     pub source: SourceLoc,
 }
@@ -140,9 +162,19 @@ pub struct Target {
     /// The rules in order: bases' first, each replaced in place by a later rule of the same id.
     pub rules: Vec<Rule>,
     pub runtime: Vec<RuntimeSetting>,
+    /// The default fallback of the target's rules (the last file of the chain that sets one).
+    pub fallback: Option<Fallback>,
 }
 
 impl Target {
+    /// What happens to a node when `rule`'s action cannot be applied to it.
+    pub fn fallback_of(&self, rule: &Rule) -> Option<Fallback> {
+        match rule.action {
+            // Pinning and refusing are already what a fallback would do.
+            Action::Cpu | Action::Deny => None,
+            _ => rule.fallback.or(self.fallback),
+        }
+    }
     /// The rule with this id.
     pub fn rule(&self, id: &str) -> Option<&Rule> {
         self.rules.iter().find(|r| r.id == id)
