@@ -539,3 +539,26 @@ pub fn check_attribute(a: &AttributeProto) -> std::result::Result<(), String> {
     }
     Ok(())
 }
+
+/// The newest IR version this tool's schema (`proto/onnx.proto`) describes.
+pub const NEWEST_IR_VERSION: i64 = 14;
+/// The newest default-domain (`ai.onnx`) opset this tool knows, that of the same ONNX release.
+pub const NEWEST_OPSET: i64 = 28;
+
+/// Warnings for a model newer than this tool knows: its IR version or default-domain opset.
+/// Such a model is still read (unknown operators stay unknown, never guessed), but operators
+/// may have changed meaning in versions the rules were not written for.
+pub fn version_warnings(model: &Model) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(v) = model.ir_version.filter(|&v| v > NEWEST_IR_VERSION) {
+        out.push(format!(
+            "the model's IR version {v} is newer than the newest this tool knows ({NEWEST_IR_VERSION}); fields it does not know are not rewritten"
+        ));
+    }
+    if let Some(v) = model.opset("").filter(|&v| v > NEWEST_OPSET) {
+        out.push(format!(
+            "the model imports ai.onnx opset {v}, newer than the newest this tool knows ({NEWEST_OPSET}); operators may have changed meaning since, so verify the output"
+        ));
+    }
+    out
+}

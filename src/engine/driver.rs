@@ -198,6 +198,7 @@ impl<'t> Driver<'t> {
         }
         let mut report = self.report;
         report.pieces = summary.pieces;
+        report.notes.extend(crate::import::version_warnings(model));
         report.notes.extend(summary.notes);
         let g = &model.graph;
         report.pinned = g

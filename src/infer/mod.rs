@@ -309,7 +309,7 @@ pub fn declared(graph: &Graph) -> Facts {
     let header = Model {
         opset_import: vec![crate::proto::OperatorSetIdProto {
             domain: Some(String::new()),
-            version: Some(MAX_KNOWN_OPSET),
+            version: Some(crate::import::NEWEST_OPSET),
         }],
         ..Default::default()
     };
@@ -319,9 +319,6 @@ pub fn declared(graph: &Graph) -> Facts {
     };
     infer_graph(&header, graph, &opts)
 }
-
-/// The newest default-domain opset whose operators inference knows.
-pub const MAX_KNOWN_OPSET: i64 = 23;
 
 /// Infer the main graph of a model.
 pub fn infer_model(model: &Model, opts: &InferOptions) -> Facts {

@@ -30,6 +30,15 @@ pub struct Piece {
     pub work: u64,
     /// Name of the first node of the piece.
     pub first: String,
+    /// Nodes whose work cannot be estimated.
+    pub unknown: usize,
+}
+
+impl Piece {
+    /// Is the piece over `budget` (work that cannot be estimated counts as over)?
+    pub fn over(&self, budget: u64) -> bool {
+        self.work > budget || self.unknown > 0
+    }
 }
 
 fn is_cpu(g: &Graph, n: NodeId) -> bool {
@@ -88,8 +97,9 @@ fn layout(g: &Graph) -> Result<Layout, String> {
     })
 }
 
-/// The pieces as the graph stands (existing clean cuts respected). Nodes whose work cannot be
-/// estimated (unknown shapes) count as 0; [`unknown_work`] lists them.
+/// The pieces as the graph stands (existing clean cuts respected). `work` sums what can be
+/// estimated; `unknown` counts the nodes whose work cannot be (unknown shapes), which make a
+/// piece of more than one node over any budget ([`unknown_work`] lists them).
 pub fn pieces(g: &Graph, s: &Facts) -> Result<Vec<Piece>, String> {
     let l = layout(g)?;
     let mut out = Vec::new();
@@ -97,6 +107,7 @@ pub fn pieces(g: &Graph, s: &Facts) -> Result<Vec<Piece>, String> {
         nodes: 0,
         work: 0,
         first: String::new(),
+        unknown: 0,
     };
     for (i, &n) in l.topo.iter().enumerate() {
         if i > 0 && l.gpu_live[i] == 0 && cur.nodes > 0 {
@@ -106,18 +117,20 @@ pub fn pieces(g: &Graph, s: &Facts) -> Result<Vec<Piece>, String> {
                     nodes: 0,
                     work: 0,
                     first: String::new(),
+                    unknown: 0,
                 },
             ));
         }
         if is_cpu(g, n) || is_constant_node(g, n) {
             continue;
         }
-        let w = work(g, n, s).unwrap_or(0);
+        let w = work(g, n, s);
         if cur.nodes == 0 {
             cur.first = g.node(n).name().to_string();
         }
         cur.nodes += 1;
-        cur.work = cur.work.saturating_add(w);
+        cur.work = cur.work.saturating_add(w.unwrap_or(0));
+        cur.unknown += usize::from(w.is_none());
     }
     if cur.nodes > 0 {
         out.push(cur);
@@ -136,7 +149,7 @@ pub fn unknown_work(g: &Graph, s: &Facts) -> Vec<NodeId> {
 
 /// Does any piece exceed the budget (and could a cut help, i.e. has more than one node)?
 pub fn over_budget(g: &Graph, s: &Facts, budget: u64) -> Result<bool, String> {
-    Ok(pieces(g, s)?.iter().any(|p| p.work > budget && p.nodes > 1))
+    Ok(pieces(g, s)?.iter().any(|p| p.over(budget) && p.nodes > 1))
 }
 
 /// Build the patch for the first cut needed, or `None` when every piece fits. Apply it and
@@ -160,11 +173,14 @@ pub fn next_cut(
         if is_cpu(g, n) || is_constant_node(g, n) {
             continue;
         }
-        let w = work(g, n, s).unwrap_or(0);
-        if count > 0 && acc.saturating_add(w) > budget {
+        // Work that cannot be estimated counts as over the budget: such a node runs between
+        // cuts of its own (the unsafe direction would be to count it as nothing).
+        let w = work(g, n, s);
+        let over = w.is_none_or(|w| acc.saturating_add(w) > budget);
+        if count > 0 && over {
             return Ok(Some(cut_before(g, &l, i, rule, annotation, s, opset)));
         }
-        acc = acc.saturating_add(w);
+        acc = w.map_or(u64::MAX, |w| acc.saturating_add(w));
         count += 1;
     }
     Ok(None)
@@ -320,14 +336,21 @@ impl crate::rewrite::pass::Pass for BarrierPass {
         match pieces(cx.graph(), cx.facts()) {
             Ok(pieces) => pieces
                 .into_iter()
-                .filter(|p| p.work > budget && p.nodes > 1)
+                .filter(|p| p.over(budget) && p.nodes > 1)
                 .map(|p| Leftover {
                     rule: ri,
                     node: p.first.clone(),
-                    reason: format!(
-                        "a GPU piece of {} nodes from here is estimated at {:.3e} work units, over the budget {:.3e}",
-                        p.nodes, p.work as f64, budget as f64
-                    ),
+                    reason: if p.unknown > 0 {
+                        format!(
+                            "a GPU piece of {} nodes from here holds {} whose work cannot be estimated (counted as over the budget {:.3e})",
+                            p.nodes, p.unknown, budget as f64
+                        )
+                    } else {
+                        format!(
+                            "a GPU piece of {} nodes from here is estimated at {:.3e} work units, over the budget {:.3e}",
+                            p.nodes, p.work as f64, budget as f64
+                        )
+                    },
                 })
                 .collect(),
             Err(e) => vec![Leftover {
@@ -356,7 +379,7 @@ impl crate::rewrite::pass::Pass for BarrierPass {
                 .map(|&n| format!("'{}' ({})", g.node(n).name(), g.node(n).op_type))
                 .collect();
             out.notes.push(format!(
-                "the work of {} node(s) could not be estimated (unknown shapes, e.g. {}); they count as 0 in the barrier budget. Give sizes with --dim NAME=VALUE or --dim INPUT[AXIS]=VALUE",
+                "the work of {} node(s) could not be estimated (unknown shapes, e.g. {}); each counts as over the barrier budget and runs between cuts of its own. Give sizes with --dim NAME=VALUE or --dim INPUT[AXIS]=VALUE for exact estimates",
                 unknown.len(),
                 names.join(", ")
             ));
