@@ -90,8 +90,13 @@ async function main() {
     ort.env.logLevel = 'verbose';
     stage = 'session';
     const model = new Uint8Array(await (await fetch('/model.onnx')).arrayBuffer());
+    // force_cpu_nodes: node names the WebGPU provider must leave to the CPU (its own
+    // forceCpuNodeNames option, an alternative to layer_ann + session.layer_assignment_settings).
+    const ep = provider === 'webgpu' && Array.isArray(request.force_cpu_nodes) && request.force_cpu_nodes.length
+      ? { name: 'webgpu', forceCpuNodeNames: request.force_cpu_nodes }
+      : provider;
     const options = {
-      executionProviders: [provider],
+      executionProviders: [ep],
       logSeverityLevel: 0,
       logVerbosityLevel: 0,
       graphOptimizationLevel: request.graph_optimization_level || 'all',
