@@ -447,6 +447,7 @@ fn graph_nodes(path: &Path) -> (Vec<PlacedNode>, HashSet<String>) {
             op: n.op_type.clone().unwrap_or_default(),
             name,
             pinned: false,
+            reason: None,
         });
     }
     (all, pinned)

@@ -25,6 +25,10 @@ pub struct PlacedNode {
     /// The node carries `layer_ann` (pinned by the rewrite); otherwise the runtime chose
     /// the CPU itself.
     pub pinned: bool,
+    /// The reason the runtime logged for choosing the CPU, when it logged one (ONNX
+    /// Runtime's "Force fallback to CPU execution for node: N because ...").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// The placement the runtime logged.
@@ -57,6 +61,8 @@ impl Placement {
 }
 
 const MARKER: &str = "VerifyEachNodeIsAssignedToAnEp]";
+const FALLBACK: &str = "Force fallback to CPU execution for node: ";
+const CANDIDATE: &str = "Candidate for fallback CPU execution: ";
 /// The CPU provider's name in ONNX Runtime's logs.
 pub const CPU_PROVIDER: &str = "CPUExecutionProvider";
 
@@ -66,8 +72,21 @@ pub const CPU_PROVIDER: &str = "CPUExecutionProvider";
 pub fn parse_placement<S: AsRef<str>>(lines: &[S]) -> Option<Placement> {
     let mut found: Option<Placement> = None;
     let mut current: Option<String> = None;
+    let mut reasons: Vec<(String, String)> = Vec::new();
     for line in lines {
         let line = line.as_ref();
+        if let Some(pos) = line.find(FALLBACK) {
+            let rest = line[pos + FALLBACK.len()..].trim_end();
+            if let Some((name, why)) = rest.split_once(" because ") {
+                reasons.push((name.to_string(), why.to_string()));
+            }
+        } else if let Some(pos) = line.find(CANDIDATE) {
+            let name = line[pos + CANDIDATE.len()..].trim();
+            reasons.push((
+                name.to_string(),
+                "ONNX Runtime prefers the CPU for it (a candidate for fallback CPU execution: shape-related computations whose results are read on the CPU)".into(),
+            ));
+        }
         let Some(pos) = line.find(MARKER) else {
             current = None;
             continue;
@@ -98,6 +117,15 @@ pub fn parse_placement<S: AsRef<str>>(lines: &[S]) -> Option<Placement> {
             }
         }
     }
+    if let Some(p) = found.as_mut() {
+        for n in &mut p.cpu_nodes {
+            n.reason = reasons
+                .iter()
+                .rev()
+                .find(|(name, _)| name == &n.name)
+                .map(|(_, why)| why.clone());
+        }
+    }
     found
 }
 
@@ -125,6 +153,7 @@ fn node_line(text: &str) -> Option<PlacedNode> {
         op: op.to_string(),
         name: name.to_string(),
         pinned: false,
+        reason: None,
     })
 }
 
@@ -170,14 +199,33 @@ mod tests {
                     op: "Max".into(),
                     name: "Conv@16/barrier_1".into(),
                     pinned: false,
+                    reason: None,
                 },
                 PlacedNode {
                     op: "Resize".into(),
                     name: "up (odd name)".into(),
                     pinned: false,
+                    reason: None,
                 },
             ]
         );
+    }
+
+    #[test]
+    fn fallback_reasons_are_attached() {
+        let lines = vec![
+            "x [I:onnxruntime:, fallback_cpu_capability.cc:167 GetCpuPreferredNodes] ORT optimization- Force fallback to CPU execution for node: p2o.Cast.14 because the CPU execution path is deemed faster".to_string(),
+            format!("{P} Node placements"),
+            format!("{P}  Node(s) placed on [CPUExecutionProvider]. Number of nodes: 2"),
+            format!("{P}   Cast (p2o.Cast.14)"),
+            format!("{P}   Max (barrier)"),
+        ];
+        let p = parse_placement(&lines).unwrap();
+        assert_eq!(
+            p.cpu_nodes[0].reason.as_deref(),
+            Some("the CPU execution path is deemed faster")
+        );
+        assert_eq!(p.cpu_nodes[1].reason, None);
     }
 
     #[test]

@@ -124,10 +124,10 @@ impl VerifyReport {
                     let _ = writeln!(s, "placement: {} (logged by the runtime)", p.summary());
                     const SHOWN: usize = 40;
                     for n in p.cpu_nodes.iter().take(SHOWN) {
-                        let why = if n.pinned {
-                            "pinned by layer_ann"
-                        } else {
-                            "placed there by the runtime"
+                        let why = match (n.pinned, &n.reason) {
+                            (true, _) => "pinned by layer_ann".to_string(),
+                            (false, Some(r)) => format!("the runtime's choice: {r}"),
+                            (false, None) => "the runtime's choice".to_string(),
                         };
                         let _ = writeln!(s, "  on CPU:  {} ({}): {why}", n.name, n.op);
                     }
