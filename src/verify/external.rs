@@ -207,14 +207,15 @@ pub fn run_external(
         .map_err(|e| VerifyError::data(&work.path, format!("cannot write request.json: {e}")))?;
 
     let mut cmd = Command::new(&helper.program);
-    cmd.args(&helper.args).arg(&work.path);
     if kind == RuntimeKind::Openvino {
         let script = work.path.join("run_openvino.py");
         std::fs::write(&script, OPENVINO_SCRIPT)
             .map_err(|e| VerifyError::data(&work.path, format!("cannot write the helper: {e}")))?;
-        cmd = Command::new(&helper.program);
-        cmd.arg(&script).arg(&work.path);
+        cmd.arg(&script);
+    } else {
+        cmd.args(&helper.args);
     }
+    cmd.arg(&work.path);
     for (k, v) in &helper.env {
         cmd.env(k, v);
     }
@@ -600,6 +601,14 @@ impl Running {
         r
     }
 
+    #[cfg(not(unix))]
+    fn kill_all(&mut self, _signal: &str) {
+        if !self.reaped {
+            let _ = self.child.kill();
+        }
+    }
+
+    #[cfg(unix)]
     fn kill_all(&mut self, signal: &str) {
         if !self.reaped {
             let pgid = self.child.id();
@@ -676,7 +685,6 @@ fn run_bounded(
     timeout: Duration,
     kind: RuntimeKind,
 ) -> Result<String, VerifyError> {
-    use std::os::unix::process::CommandExt;
     let file = |name: &str| {
         std::fs::File::create(work.join(name))
             .map_err(|e| VerifyError::data(work, format!("cannot create {name}: {e}")))
@@ -689,8 +697,12 @@ fn run_bounded(
     cmd.stdin(Stdio::null())
         .stdout(file("helper.stdout")?)
         .stderr(file("helper.stderr")?)
-        .env(TAG_ENV, &tag)
-        .process_group(0);
+        .env(TAG_ENV, &tag);
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::CommandExt;
+        let _ = cmd.process_group(0);
+    }
     let program = PathBuf::from(cmd.get_program());
     let child = cmd.spawn().map_err(|e| VerifyError::RuntimeLoad {
         path: program.clone(),
