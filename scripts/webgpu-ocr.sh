@@ -25,7 +25,7 @@ if [ -z "$BIN" ]; then
 fi
 OUT="$(mktemp -d)"
 trap 'rm -rf "$OUT"' EXIT
-for model in "$CORPUS"/real/*PP*.onnx "$CORPUS"/ort_optimized/*PP*.onnx; do
+for model in "$CORPUS"/real/*_infer*.onnx "$CORPUS"/ort_optimized/*_infer*.onnx; do
   name="$(basename "$model" .onnx)"
   case "$name" in *"$PATTERN"*) ;; *) continue ;; esac
   dims=()

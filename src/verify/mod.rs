@@ -103,6 +103,9 @@ impl Default for VerifyOptions {
     }
 }
 
+/// The inputs of one run, by name.
+type Feed = Vec<(String, HostTensor)>;
+
 /// A model to run: one file, or a chain of segments from a partition manifest.
 enum Target {
     Single(ModelInfo),
@@ -328,7 +331,7 @@ pub fn verify_models(
     }
 
     let runs = if fixed_inputs.is_some() { 1 } else { opts.runs };
-    let all_feeds: Vec<(Vec<(String, HostTensor)>, Option<u64>)> = (0..runs)
+    let all_feeds: Vec<(Feed, Option<u64>)> = (0..runs)
         .map(|run| match &fixed_inputs {
             Some(f) => (f.clone(), None),
             None => {
@@ -339,8 +342,7 @@ pub fn verify_models(
         .collect();
     // The rewritten model on another runtime: every run in one helper process.
     let mut external_run = if external {
-        let feeds: Vec<Vec<(String, HostTensor)>> =
-            all_feeds.iter().map(|(f, _)| f.clone()).collect();
+        let feeds: Vec<Feed> = all_feeds.iter().map(|(f, _)| f.clone()).collect();
         let ext = external::run_external(
             opts.runtime,
             rewr.info(),

@@ -99,8 +99,13 @@ pub fn compile(model: &Path, target: &str, out: &Path) {
     );
 }
 
+/// Nodes per provider, as (provider, nodes).
+pub type Providers = Vec<(String, u64)>;
+/// CPU nodes, as (name, op, pinned).
+pub type CpuNodes = Vec<(String, String, bool)>;
+
 /// The placement in a report: (provider -> nodes, CPU nodes as (name, op, pinned)).
-pub fn placement(report: &serde_json::Value) -> (Vec<(String, u64)>, Vec<(String, String, bool)>) {
+pub fn placement(report: &serde_json::Value) -> (Providers, CpuNodes) {
     let p = &report["rewritten_runtime"]["placement"];
     let providers = p["providers"]
         .as_array()
