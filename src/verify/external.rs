@@ -420,10 +420,11 @@ fn describe(kind: RuntimeKind, result: &serde_json::Value) -> String {
             )
         }
         RuntimeKind::Openvino => format!(
-            "OpenVINO {} on {} ({}), INFERENCE_PRECISION_HINT=f32",
+            "OpenVINO {} on {} ({}), INFERENCE_PRECISION_HINT=f32 (compiled model reports {})",
             s(result.get("runtime").and_then(|r| r.get("openvino"))),
             s(result.get("device")),
             s(result.get("device_name")),
+            s(result.get("inference_precision")),
         ),
         RuntimeKind::Cpu => "ONNX Runtime CPU".into(),
     }
