@@ -183,3 +183,26 @@ fn batchnorm_training_mode_fails() {
         Original::Fails("BatchNormalization trainingMode is not supported yet"),
     );
 }
+
+#[test]
+fn conv_with_an_empty_bias_name_fails_and_without_it_runs() {
+    // Found here, no rule (docs/webgpu-lab.md): Conv(x, W, "") fails at run time on WebGPU;
+    // Conv(x, W) runs. The rx580 output of PP-OCRv4 det ort_all has six such Convs (the
+    // unfused NCHWc convolutions without bias).
+    if !ready(RuntimeKind::Webgpu) {
+        return;
+    }
+    let empty = lab("conv_empty_bias.onnx");
+    let (code, _, out) = verify_json(&empty, &empty, "webgpu", &[]);
+    assert_eq!(code, 2, "{}{}", out.stdout, out.stderr);
+    assert!(
+        out.stderr.contains("The input shape must not be empty"),
+        "{}",
+        out.stderr
+    );
+    // The same function with the bias slot left out: faithful on WebGPU.
+    let two = lab("conv_no_bias.onnx");
+    let (code, report, out) = verify_json(&empty, &two, "webgpu", &[]);
+    assert_eq!(code, 0, "{}{}", out.stdout, out.stderr);
+    assert!(count(&report.unwrap(), WEBGPU) >= 1, "{}", out.stdout);
+}

@@ -137,6 +137,21 @@ def batchnorm_training():
     )
 
 
+def conv_empty_bias():
+    # No rule (docs/webgpu-lab.md): a Conv whose optional bias is written as an empty input name,
+    # Conv(x, W, ""), which is valid ONNX; and the same Conv with two inputs.
+    weights = RNG.standard_normal(32).tolist()
+    for name, inputs in (("conv_empty_bias", ["x", "w", ""]), ("conv_no_bias", ["x", "w"])):
+        save(
+            name,
+            [helper.make_node("Conv", inputs, ["y"], name="conv")],
+            [f32("x", [1, 8, 6, 6])],
+            [f32("y", [1, 4, 6, 6])],
+            [helper.make_tensor("w", TensorProto.FLOAT, [4, 8, 1, 1], weights)],
+            [("", 17)],
+        )
+
+
 if __name__ == "__main__":
     resize_linear_rank3()
     resize_antialias()
@@ -144,3 +159,4 @@ if __name__ == "__main__":
     qmoe("qmoe_swiglu", "swiglu")
     qmoe("qmoe_silu", "silu")
     batchnorm_training()
+    conv_empty_bias()
