@@ -206,3 +206,32 @@ fn conv_with_an_empty_bias_name_fails_and_without_it_runs() {
     assert_eq!(code, 0, "{}{}", out.stdout, out.stderr);
     assert!(count(&report.unwrap(), WEBGPU) >= 1, "{}", out.stdout);
 }
+
+#[test]
+fn layer_ann_in_a_shape_computation_breaks_session_creation() {
+    // Found here, no rule (docs/webgpu-lab.md): with session.layer_assignment_settings, a
+    // node pinned by layer_ann inside a shape computation makes onnxruntime-web 1.30.0 fail
+    // to create the session (std::bad_alloc); the rx580 output of PP-OCRv4 rec has such
+    // barriers. The same pin through forceCpuNodeNames works, and so does ONNX Runtime CPU.
+    if !ready(RuntimeKind::Webgpu) {
+        return;
+    }
+    let model = lab("layer_ann_shape_path.onnx");
+    let (code, _, out) = verify_json(&model, &model, "webgpu", &["--dim", "w=8"]);
+    assert_eq!(code, 2, "{}{}", out.stdout, out.stderr);
+    assert!(out.stderr.contains("bad_alloc"), "{}", out.stderr);
+    let (code, report, out) = verify_json(
+        &model,
+        &model,
+        "webgpu",
+        &["--dim", "w=8", "--webgpu-pins", "force-cpu-node-names"],
+    );
+    assert_eq!(code, 0, "{}{}", out.stdout, out.stderr);
+    let (_, cpu) = placement(&report.unwrap());
+    assert!(
+        cpu.iter().any(|(n, _, pinned)| n == "barrier" && *pinned),
+        "{cpu:?}"
+    );
+    let (code, _, out) = verify_json(&model, &model, "cpu", &["--dim", "w=8"]);
+    assert_eq!(code, 0, "{}{}", out.stdout, out.stderr);
+}

@@ -152,6 +152,35 @@ def conv_empty_bias():
         )
 
 
+def layer_ann_shape_path():
+    # No rule (docs/webgpu-lab.md): a node pinned with layer_ann inside a shape computation
+    # (Shape -> Slice -> Max -> Cast -> Cast -> Concat -> Reshape, on a dynamic width), as the
+    # rx580 barriers are in PP-OCRv4 rec. The Max carries layer_ann=safeify_cpu.
+    def i64(name, values):
+        return helper.make_tensor(name, TensorProto.INT64, [len(values)], values)
+
+    pinned = helper.make_node("Max", ["sl", "sl"], ["b"], name="barrier")
+    entry = pinned.metadata_props.add()
+    entry.key, entry.value = "layer_ann", "safeify_cpu"
+    save(
+        "layer_ann_shape_path",
+        [
+            helper.make_node("Shape", ["x"], ["s"], name="shape"),
+            helper.make_node("Slice", ["s", "start", "end"], ["sl"], name="slice"),
+            pinned,
+            helper.make_node("Cast", ["b"], ["bf"], name="cast", to=TensorProto.FLOAT),
+            helper.make_node("Cast", ["bf"], ["bi"], name="cast_back", to=TensorProto.INT64),
+            helper.make_node("Concat", ["minus_one", "bi"], ["target"], name="concat", axis=0),
+            helper.make_node("Reshape", ["x", "target"], ["r"], name="reshape"),
+            helper.make_node("Relu", ["r"], ["y"], name="relu"),
+        ],
+        [f32("x", [2, 3, "w"])],
+        [f32("y", [None, None])],
+        [i64("start", [2]), i64("end", [3]), i64("minus_one", [-1])],
+        [("", 17)],
+    )
+
+
 if __name__ == "__main__":
     resize_linear_rank3()
     resize_antialias()
@@ -160,3 +189,4 @@ if __name__ == "__main__":
     qmoe("qmoe_silu", "silu")
     batchnorm_training()
     conv_empty_bias()
+    layer_ann_shape_path()
