@@ -148,16 +148,6 @@ fn cls_and_its_rx580_output_on_webgpu() {
     if !ready(RuntimeKind::Webgpu) {
         return;
     }
-    // The original against itself: every node on WebGPU, same values as the CPU.
-    let (code, report, out) = verify_json(&cls, &cls, "webgpu", &[]);
-    assert_eq!(code, 0, "{}{}", out.stdout, out.stderr);
-    let report = report.unwrap();
-    assert_eq!(report["passed"], true);
-    assert!(count(&report, WEBGPU) > 100, "{}", out.stdout);
-    assert_eq!(count(&report, CPU), 0, "{}", out.stdout);
-    let desc = report["rewritten_runtime"]["description"].as_str().unwrap();
-    assert!(desc.contains("onnxruntime-web 1.30.0"), "{desc}");
-
     // The rx580 output (unfused, split, barriers pinned with layer_ann) on WebGPU: faithful,
     // and the CPU nodes are exactly the pinned ones.
     let dir = tempfile::tempdir().unwrap();
@@ -166,8 +156,12 @@ fn cls_and_its_rx580_output_on_webgpu() {
     let (code, report, out) = verify_json(&cls, &rx, "webgpu", &["--runs", "2"]);
     assert_eq!(code, 0, "{}{}", out.stdout, out.stderr);
     let report = report.unwrap();
+    let desc = report["rewritten_runtime"]["description"].as_str().unwrap();
+    assert!(desc.contains("onnxruntime-web 1.30.0"), "{desc}");
     let (_, cpu) = placement(&report);
     assert!(!cpu.is_empty(), "{}", out.stdout);
+    // 14 barriers pinned; nothing else on the CPU (cls as published runs wholly on WebGPU).
+    assert_eq!(count(&report, CPU), cpu.len() as u64, "{}", out.stdout);
     assert!(
         cpu.iter().all(|(_, _, pinned)| *pinned),
         "nodes on the CPU that were not pinned: {cpu:?}"
@@ -201,13 +195,10 @@ fn rec_rx580_output_on_webgpu() {
     let dir = tempfile::tempdir().unwrap();
     let rx = dir.path().join("rec.rx580.onnx");
     compile(&rec, "rx580", &rx);
-    // With the target's own setting (session.layer_assignment_settings, 102 annotated nodes)
-    // onnxruntime-web 1.30.0 cannot create the session (std::bad_alloc; docs/webgpu-lab.md).
-    // When this starts passing, update the record.
-    let (code, _, out) = verify_json(&rec, &rx, "webgpu", &["--dim", "x[3]=160"]);
-    assert_eq!(code, 2, "{}{}", out.stdout, out.stderr);
-    assert!(out.stderr.contains("bad_alloc"), "{}", out.stderr);
-    // The same pins through the WebGPU provider's forceCpuNodeNames: faithful.
+    // With the target's own setting (session.layer_assignment_settings) onnxruntime-web
+    // 1.30.0 cannot create this session: some barriers sit in shape computations
+    // (docs/webgpu-lab.md; tests/webgpu_lab.rs reproduces that on a small model). The same
+    // pins through the WebGPU provider's forceCpuNodeNames: faithful.
     let (code, report, out) = verify_json(
         &rec,
         &rx,
