@@ -77,38 +77,31 @@ async function adapterInfo() {
   };
 }
 
-async function main() {
-  const summary = { ok: false, runtime: { onnxruntime_web: ort.env.versions ? ort.env.versions.web : '' } };
-  let stage = 'adapter';
+// One model: create the session, run every run, post the outputs as `${prefix}r{R}_o{K}.npy`.
+// Fills `rec` (ok, stage, error, output_names, runs).
+async function runJob(job, modelUrl, prefix, provider, rec) {
+  let stage = 'session';
   try {
-    const request = await (await fetch('/request.json')).json();
-    const provider = request.provider || 'webgpu';
-    summary.provider = provider;
-    summary.adapter = await adapterInfo();
-    if (provider === 'webgpu' && !summary.adapter.available) throw new Error('the browser exposes no WebGPU adapter');
-    ort.env.wasm.wasmPaths = '/ort/';
-    ort.env.logLevel = 'verbose';
-    stage = 'session';
-    const model = new Uint8Array(await (await fetch('/model.onnx')).arrayBuffer());
+    const model = new Uint8Array(await (await fetch(modelUrl)).arrayBuffer());
     // force_cpu_nodes: node names the WebGPU provider must leave to the CPU (its own
     // forceCpuNodeNames option, an alternative to layer_ann + session.layer_assignment_settings).
-    const ep = provider === 'webgpu' && Array.isArray(request.force_cpu_nodes) && request.force_cpu_nodes.length
-      ? { name: 'webgpu', forceCpuNodeNames: request.force_cpu_nodes }
+    const ep = provider === 'webgpu' && Array.isArray(job.force_cpu_nodes) && job.force_cpu_nodes.length
+      ? { name: 'webgpu', forceCpuNodeNames: job.force_cpu_nodes }
       : provider;
     const options = {
       executionProviders: [ep],
       logSeverityLevel: 0,
       logVerbosityLevel: 0,
-      graphOptimizationLevel: request.graph_optimization_level || 'all',
-      extra: request.session || {},
+      graphOptimizationLevel: job.graph_optimization_level || 'all',
+      extra: job.session || {},
     };
     const session = await ort.InferenceSession.create(model, options);
-    summary.output_names = session.outputNames;
-    summary.runs = [];
-    for (let r = 0; r < request.runs.length; r++) {
+    rec.output_names = session.outputNames;
+    rec.runs = [];
+    for (let r = 0; r < job.runs.length; r++) {
       stage = `run ${r + 1}`;
       const feeds = {};
-      for (const inp of request.runs[r].inputs) {
+      for (const inp of job.runs[r].inputs) {
         feeds[inp.name] = parseNpy(await (await fetch(`/data/${inp.file}`)).arrayBuffer());
       }
       const t0 = performance.now();
@@ -117,16 +110,46 @@ async function main() {
       const outputs = [];
       for (let k = 0; k < session.outputNames.length; k++) {
         const name = session.outputNames[k];
-        const file = `r${r}_o${k}.npy`;
+        const file = `${prefix}r${r}_o${k}.npy`;
         await post(`/out/${file}`, npyBytes(results[name]));
         outputs.push({ name, file });
       }
-      summary.runs.push({ outputs, ms });
+      rec.runs.push({ outputs, ms });
     }
     await session.release();
-    summary.ok = true;
+    rec.ok = true;
   } catch (e) {
-    summary.stage = stage;
+    rec.ok = false;
+    rec.stage = stage;
+    rec.error = String(e && e.message ? e.message : e);
+  }
+}
+
+async function main() {
+  const summary = { ok: false, runtime: { onnxruntime_web: ort.env.versions ? ort.env.versions.web : '' } };
+  try {
+    const request = await (await fetch('/request.json')).json();
+    const provider = request.provider || 'webgpu';
+    summary.provider = provider;
+    summary.adapter = await adapterInfo();
+    if (provider === 'webgpu' && !summary.adapter.available) throw new Error('the browser exposes no WebGPU adapter');
+    ort.env.wasm.wasmPaths = '/ort/';
+    ort.env.logLevel = 'verbose';
+    if (Array.isArray(request.jobs)) {
+      // Many models in one browser (a survey): each job's log starts with a marker line.
+      summary.jobs = [];
+      for (let j = 0; j < request.jobs.length; j++) {
+        console.log(`=== job ${j}`);
+        const rec = {};
+        await runJob(request.jobs[j], `/model/${j}`, `j${j}_`, provider, rec);
+        summary.jobs.push(rec);
+      }
+      summary.ok = true;
+    } else {
+      await runJob(request, '/model.onnx', '', provider, summary);
+    }
+  } catch (e) {
+    summary.stage = 'adapter';
     summary.error = String(e && e.message ? e.message : e);
   }
   await post('/done', JSON.stringify(summary));

@@ -7,7 +7,12 @@
 //     "runs": [ { "inputs": [ { "name": "x", "file": "r0_i0.npy" } ] } ],
 //     "session": { "key": "value" },        // session config entries (optional)
 //     "provider": "webgpu" | "wasm",         // default webgpu
+//     "force_cpu_nodes": ["name", ...],      // WebGPU EP option forceCpuNodeNames (optional)
+//     "graph_optimization_level": "all",     // disabled | basic | extended | all
 //     "timeout_ms": 120000 }
+// or, for a survey of many models in one browser, { "jobs": [ {model, runs, session, ...} ],
+// "provider", "timeout_ms" }: job J's outputs are jJ_rR_oK.npy, result.json has "jobs": [...]
+// and the console log holds a line "=== job J" before each job's lines.
 // Input files are .npy in REQUEST_DIR. The page writes every output of run R, output K as
 // REQUEST_DIR/r{R}_o{K}.npy and this script writes REQUEST_DIR/result.json:
 //   { "ok": true, "runtime": {...}, "adapter": {...}, "runs": [ { "outputs": [ {name, file} ] } ],
@@ -138,6 +143,10 @@ async function main() {
     if (p === '/page.mjs') return serveFile(res, path.join(HERE, 'page.mjs'));
     if (p === '/request.json') return send(res, 200, JSON.stringify(request), TYPES['.json']);
     if (p === '/model.onnx') return serveFile(res, request.model);
+    if (p.startsWith('/model/') && Array.isArray(request.jobs)) {
+      const job = request.jobs[Number(p.slice('/model/'.length))];
+      if (job) return serveFile(res, job.model);
+    }
     if (p.startsWith('/ort/')) {
       const name = p.slice('/ort/'.length);
       if (SAFE_NAME.test(name)) return serveFile(res, path.join(DIST, name));
