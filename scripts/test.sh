@@ -23,6 +23,7 @@ export ONNX_SAFEIFY_CORPUS="$CACHE/corpus"
 export ONNX_SAFEIFY_VENV="$CACHE/venv"
 ORT_LIB="$(ls "$CACHE"/venv/lib/python3*/site-packages/onnxruntime/capi/libonnxruntime.so.* 2>/dev/null | head -n 1 || true)"
 if [ -n "$ORT_LIB" ]; then export ORT_DYLIB_PATH="$ORT_LIB"; fi
+bash "$ROOT/scripts/setup-runtimes.sh"  # Chromium, the web harness, OpenVINO (verify --runtime)
 cd "$ROOT"
 echo "== cargo test"
 cargo test --locked "$@"

@@ -7,6 +7,7 @@ use clap::{Args, ValueEnum};
 
 use super::compare::Tolerance;
 use super::discover::Discovery;
+use super::external::{RuntimeKind, WebgpuPins};
 use super::inputs::{DimDefaults, DimOverrides};
 use super::runtime::{OptLevel, SessionSettings};
 use super::{verify_models, VerifyOptions, EXIT_ERROR, EXIT_MISMATCH, EXIT_PASS};
@@ -18,7 +19,8 @@ pub enum OutputFormat {
     Json,
 }
 
-/// Run an original model and its rewrite on ONNX Runtime (CPU) and compare all outputs.
+/// Run an original model on ONNX Runtime (CPU) and its rewrite on the chosen runtime (by
+/// default ONNX Runtime CPU too) and compare all outputs.
 ///
 /// Exit code 0: every output within tolerance (|a-b| <= atol + rtol*|b|, NaN equal to
 /// NaN; integer, bool and string outputs equal); 1: some output differs, has another
@@ -67,6 +69,19 @@ pub struct VerifyArgs {
     /// Range of random float inputs, LO:HI (uniform in [LO, HI)).
     #[arg(long, value_name = "LO:HI", default_value = "-1:1")]
     pub float_range: String,
+    /// Where the rewritten model runs: ONNX Runtime CPU, onnxruntime-web's WebGPU provider
+    /// in headless Chromium, or OpenVINO's CPU plugin (f32). The original always runs on
+    /// ONNX Runtime CPU as the reference. webgpu and openvino need scripts/setup-runtimes.sh.
+    #[arg(long, value_enum, default_value_t = RuntimeKind::Cpu)]
+    pub runtime: RuntimeKind,
+    /// With --runtime webgpu: how the CPU pins (node metadata layer_ann) reach onnxruntime-web:
+    /// the session config session.layer_assignment_settings, or the WebGPU provider's
+    /// forceCpuNodeNames option listing the annotated nodes.
+    #[arg(long, value_enum, default_value_t = WebgpuPins::LayerAssignment)]
+    pub webgpu_pins: WebgpuPins,
+    /// Seconds a webgpu / openvino run may take (all runs together) before it is stopped.
+    #[arg(long, value_name = "SECS", default_value_t = 300)]
+    pub timeout: u64,
 }
 
 impl VerifyArgs {
@@ -99,6 +114,9 @@ impl VerifyArgs {
                 optimization: self.ort_opt_level,
                 threads: None,
             },
+            runtime: self.runtime,
+            webgpu_pins: self.webgpu_pins,
+            runtime_timeout: std::time::Duration::from_secs(self.timeout),
         })
     }
 }

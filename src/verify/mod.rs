@@ -14,22 +14,26 @@ pub mod compare;
 pub mod discover;
 pub mod dtype;
 pub mod error;
+pub mod external;
 pub mod inputs;
 pub mod manifest;
 pub mod model;
 pub mod npz;
 pub mod pb;
+pub mod placement;
 pub mod report;
 pub mod runtime;
 pub mod tensor;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 pub use cli::{run_cli, VerifyArgs};
 pub use compare::{OutputComparison, Status, Tolerance};
 pub use discover::Discovery;
 pub use error::VerifyError;
+pub use external::{RuntimeKind, WebgpuPins};
 pub use inputs::{DimDefaults, DimOverrides};
 pub use report::VerifyReport;
 pub use runtime::{OptLevel, SessionSettings};
@@ -67,7 +71,17 @@ pub struct VerifyOptions {
     /// Where to find ONNX Runtime; `None`: from the environment ([`Discovery::from_env`]).
     pub discovery: Option<Discovery>,
     pub session: SessionSettings,
+    /// Where the rewritten model runs; the original always runs on ONNX Runtime's CPU
+    /// provider as the reference.
+    pub runtime: RuntimeKind,
+    /// How `--runtime webgpu` passes the `layer_ann` pins to onnxruntime-web.
+    pub webgpu_pins: WebgpuPins,
+    /// Bound on a `webgpu` / `openvino` helper process (all runs together).
+    pub runtime_timeout: Duration,
 }
+
+/// Default bound on a `webgpu` / `openvino` helper process.
+pub const DEFAULT_RUNTIME_TIMEOUT: Duration = Duration::from_secs(300);
 
 impl Default for VerifyOptions {
     fn default() -> Self {
@@ -82,9 +96,15 @@ impl Default for VerifyOptions {
             expected: None,
             discovery: None,
             session: SessionSettings::default(),
+            runtime: RuntimeKind::Cpu,
+            webgpu_pins: WebgpuPins::LayerAssignment,
+            runtime_timeout: DEFAULT_RUNTIME_TIMEOUT,
         }
     }
 }
+
+/// The inputs of one run, by name.
+type Feed = Vec<(String, HostTensor)>;
 
 /// A model to run: one file, or a chain of segments from a partition manifest.
 enum Target {
@@ -216,6 +236,19 @@ pub fn verify_models(
     }
     let orig = Target::load(original)?;
     let rewr = Target::load(rewritten)?;
+    let external = opts.runtime != RuntimeKind::Cpu;
+    if external && matches!(rewr, Target::Chain(_)) {
+        return Err(VerifyError::Usage(format!(
+            "--runtime {}: {} is a partition manifest; give one .onnx file (each segment can be verified on its own)",
+            opts.runtime.name(),
+            rewritten.display()
+        )));
+    }
+    if opts.runtime_timeout.is_zero() {
+        return Err(VerifyError::Usage(
+            "--timeout must be at least 1 second".into(),
+        ));
+    }
     let mut warnings = Vec::new();
     inputs::check_compatible(orig.info(), rewr.info(), &mut warnings)?;
 
@@ -273,14 +306,18 @@ pub fn verify_models(
         &mut sessions,
         &mut warnings,
     )?;
-    let mut rewr_runner = Runner::open(
-        rt,
-        &rewr,
-        "rewritten",
-        &opts.session,
-        &mut sessions,
-        &mut warnings,
-    )?;
+    let mut rewr_runner = if external {
+        None
+    } else {
+        Some(Runner::open(
+            rt,
+            &rewr,
+            "rewritten",
+            &opts.session,
+            &mut sessions,
+            &mut warnings,
+        )?)
+    };
 
     for o in &rewr.info().outputs {
         if orig.info().output(&o.name).is_none() {
@@ -294,16 +331,46 @@ pub fn verify_models(
     }
 
     let runs = if fixed_inputs.is_some() { 1 } else { opts.runs };
-    let mut reports = Vec::with_capacity(runs);
-    let mut weak: Vec<String> = Vec::new();
-    for run in 0..runs {
-        let (feed, seed) = match &fixed_inputs {
+    let all_feeds: Vec<(Feed, Option<u64>)> = (0..runs)
+        .map(|run| match &fixed_inputs {
             Some(f) => (f.clone(), None),
             None => {
                 let seed = inputs::run_seed(opts.seed, run);
                 (inputs::generate(&plan, seed), Some(seed))
             }
-        };
+        })
+        .collect();
+    // The rewritten model on another runtime: every run in one helper process.
+    let mut external_run = if external {
+        let feeds: Vec<Feed> = all_feeds.iter().map(|(f, _)| f.clone()).collect();
+        let ext = external::run_external(
+            opts.runtime,
+            rewr.info(),
+            &feeds,
+            opts.session.optimization,
+            opts.webgpu_pins,
+            opts.runtime_timeout,
+            &mut warnings,
+        )?;
+        sessions.push(SessionInfo {
+            role: "rewritten".into(),
+            model: rewr.info().path.display().to_string(),
+            segment: None,
+            device: Some(opts.runtime.name().to_string()),
+            layer_assignment: ext
+                .info
+                .settings
+                .iter()
+                .find(|(k, _)| k == runtime::LAYER_ASSIGNMENT_KEY)
+                .map(|(_, v)| v.clone()),
+        });
+        Some(ext)
+    } else {
+        None
+    };
+    let mut reports = Vec::with_capacity(runs);
+    let mut weak: Vec<String> = Vec::new();
+    for (run, (feed, seed)) in all_feeds.into_iter().enumerate() {
         let hint = |e: VerifyError| {
             match (e, seed) {
             (VerifyError::Run { path, message }, Some(seed)) => VerifyError::Run {
@@ -316,7 +383,11 @@ pub fn verify_models(
         }
         };
         let reference = orig_runner.run(&feed).map_err(hint)?;
-        let actual = rewr_runner.run(&feed).map_err(hint)?;
+        let actual = match (&mut rewr_runner, &mut external_run) {
+            (Some(r), _) => r.run(&feed).map_err(hint)?,
+            (None, Some(ext)) => std::mem::take(&mut ext.outputs[run]),
+            (None, None) => unreachable!("one of the two runs the rewritten model"),
+        };
         let mut outputs = Vec::with_capacity(orig.info().outputs.len());
         for spec in &orig.info().outputs {
             let Some(b) = reference.get(&spec.name) else {
@@ -378,6 +449,7 @@ pub fn verify_models(
             build_info: rt.build_info.clone(),
         },
         tolerance: opts.tolerance,
+        rewritten_runtime: external_run.map(|e| e.info),
         sessions,
         inputs: match &opts.inputs {
             Some(p) => InputSource::File {

@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use super::compare::{OutputComparison, Status, Tolerance};
+use super::external::ExternalInfo;
 use super::inputs::{InputPlan, ValueRange};
 use super::tensor::fmt_shape;
 
@@ -60,6 +61,10 @@ pub struct VerifyReport {
     pub expected: Option<String>,
     pub onnxruntime: RuntimeInfo,
     pub tolerance: Tolerance,
+    /// Where the rewritten model ran when not on ONNX Runtime's CPU provider in process
+    /// (`--runtime webgpu|openvino`); `onnxruntime` is then the reference's runtime only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rewritten_runtime: Option<ExternalInfo>,
     pub sessions: Vec<SessionInfo>,
     pub inputs: InputSource,
     pub runs: Vec<RunReport>,
@@ -100,11 +105,42 @@ impl VerifyReport {
         if let Some(e) = &self.expected {
             let _ = writeln!(s, "expected:  {e}");
         }
-        let _ = writeln!(
-            s,
-            "runtime:   onnxruntime {} ({}), CPU provider",
-            self.onnxruntime.version, self.onnxruntime.library
-        );
+        match &self.rewritten_runtime {
+            None => {
+                let _ = writeln!(
+                    s,
+                    "runtime:   onnxruntime {} ({}), CPU provider",
+                    self.onnxruntime.version, self.onnxruntime.library
+                );
+            }
+            Some(ext) => {
+                let _ = writeln!(
+                    s,
+                    "reference: original on onnxruntime {} ({}), CPU provider",
+                    self.onnxruntime.version, self.onnxruntime.library
+                );
+                let _ = writeln!(s, "runtime:   rewritten on {}", ext.description);
+                if let Some(p) = &ext.placement {
+                    let _ = writeln!(s, "placement: {} (logged by the runtime)", p.summary());
+                    const SHOWN: usize = 40;
+                    for n in p.cpu_nodes.iter().take(SHOWN) {
+                        let why = match (n.pinned, &n.reason) {
+                            (true, _) => "pinned by layer_ann".to_string(),
+                            (false, Some(r)) => format!("the runtime's choice: {r}"),
+                            (false, None) => "the runtime's choice".to_string(),
+                        };
+                        let _ = writeln!(s, "  on CPU:  {} ({}): {why}", n.name, n.op);
+                    }
+                    if p.cpu_nodes.len() > SHOWN {
+                        let _ = writeln!(
+                            s,
+                            "  on CPU:  ... and {} more (--format json lists all)",
+                            p.cpu_nodes.len() - SHOWN
+                        );
+                    }
+                }
+            }
+        }
         for si in &self.sessions {
             let mut extra = Vec::new();
             if let Some(i) = si.segment {
