@@ -230,7 +230,11 @@ impl<'a> Rw<'a> {
         inputs: &[Option<PValue>],
         attrs: Vec<AttributeProto>,
     ) -> PValue {
-        self.p.node(op, "", inputs, attrs, 1)[0]
+        // Trailing optional inputs that are absent are left out rather than written as "":
+        // the same operator to ONNX, and some runtimes' kernels (onnxruntime-web's WebGPU Conv)
+        // reject an empty input name.
+        let n = inputs.iter().rposition(Option::is_some).map_or(0, |i| i + 1);
+        self.p.node(op, "", &inputs[..n], attrs, 1)[0]
     }
 
     /// Unsqueeze: axes as attribute before opset 13, as input from 13.
