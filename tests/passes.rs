@@ -394,3 +394,53 @@ fn built_in_gpu_targets_fall_back_to_the_cpu() {
         }
     }
 }
+
+#[test]
+fn the_nchwc_block_size_can_be_given_and_a_wrong_one_falls_back_to_the_cpu() {
+    let Some(corpus) = common::corpus() else {
+        return;
+    };
+    let src = corpus.join("ort_optimized/rapidocr_onnxruntime__ch_PP-OCRv4_det_infer.ort_all.onnx");
+    let target = onnx_safeify::rules::load_target("rx580").unwrap();
+    let nchwc = |m: &onnx_safeify::Model| {
+        m.graph
+            .order
+            .iter()
+            .filter(|&&n| m.graph.node(n).domain() == unfuse::NCHWC_DOMAIN)
+            .count()
+    };
+    // 8 does not fit this model (saved on an AVX-512 machine): the region stays whole, on
+    // the CPU, and the report says why.
+    let mut doc = onnx_safeify::load(&src).unwrap();
+    let before = nchwc(&doc.model);
+    assert!(before > 0);
+    let opts = engine::Options {
+        nchwc_block: Some(8),
+        ..Default::default()
+    };
+    let report = engine::compile(&mut doc.model, &target, &opts);
+    assert_eq!(nchwc(&doc.model), before);
+    assert!(report.remaining.is_empty(), "{:?}", report.remaining);
+    let region: Vec<_> = report
+        .fallbacks
+        .iter()
+        .filter(|f| f.op.starts_with(unfuse::NCHWC_DOMAIN))
+        .collect();
+    assert_eq!(region.len(), before);
+    assert!(region.iter().all(|f| f.cause == "layout" && f.to == "cpu"));
+    assert!(
+        region[0].reason.contains("block size 8"),
+        "{}",
+        region[0].reason
+    );
+    assert!(engine::check(&mut doc.model, &target, &opts).is_empty());
+    // 16 fits: the region is decomposed.
+    let mut doc = onnx_safeify::load(&src).unwrap();
+    let opts = engine::Options {
+        nchwc_block: Some(16),
+        ..Default::default()
+    };
+    let report = engine::compile(&mut doc.model, &target, &opts);
+    assert_eq!(nchwc(&doc.model), 0);
+    assert!(report.fallbacks.is_empty(), "{:?}", report.fallbacks);
+}

@@ -63,7 +63,9 @@ impl<'t> Driver<'t> {
     }
 
     fn cx<'a>(&'a self, model: &'a Model) -> Cx<'a> {
-        Cx::new(model, self.target, &self.sizes, &self.opts.annotation)
+        let mut cx = Cx::new(model, self.target, &self.sizes, &self.opts.annotation);
+        cx.nchwc_block = self.opts.nchwc_block;
+        cx
     }
 
     /// Match; plan the per-match passes (a planned match keeps later rules off its nodes);

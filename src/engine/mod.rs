@@ -41,6 +41,10 @@ pub struct Options {
     pub annotation: String,
     /// Upper bound on match-and-rewrite rounds.
     pub max_iterations: usize,
+    /// The NCHWc block size of the CPU that saved the model (`--nchwc-block`): 8 with AVX2,
+    /// 16 with AVX-512. Without it the block size is resolved from the model, and a region
+    /// whose block size stays ambiguous is refused (and falls back).
+    pub nchwc_block: Option<i64>,
 }
 
 impl Default for Options {
@@ -49,6 +53,7 @@ impl Default for Options {
             dims: BTreeMap::new(),
             annotation: DEFAULT_ANNOTATION.to_string(),
             max_iterations: 32,
+            nchwc_block: None,
         }
     }
 }
@@ -75,7 +80,8 @@ pub fn compile(model: &mut Model, target: &Target, opts: &Options) -> Report {
 /// Findings of `target` on `model`: every rule that would still do something.
 pub fn check(model: &mut Model, target: &Target, opts: &Options) -> Vec<Finding> {
     let sizes = sizes(model, target, opts);
-    let cx = Cx::new(model, target, &sizes, &opts.annotation);
+    let mut cx = Cx::new(model, target, &sizes, &opts.annotation);
+    cx.nchwc_block = opts.nchwc_block;
     let matches = find(&cx, &Opsets::from_model(model));
     let mut out = Vec::new();
     // Matches of rules with a fallback, by rule: planned below to see which would fall back.

@@ -209,6 +209,8 @@ pub struct Cx<'a> {
     pub annotation: &'a str,
     /// The model's default-domain opset (new nodes use its operator forms).
     pub opset: i64,
+    /// The NCHWc block size of the CPU that saved the model, when the user gave it.
+    pub nchwc_block: Option<i64>,
     facts: OnceCell<Facts>,
     exact: OnceCell<Option<Facts>>,
 }
@@ -226,6 +228,7 @@ impl<'a> Cx<'a> {
             sizes,
             annotation,
             opset: model.opset("").unwrap_or(1),
+            nchwc_block: None,
             facts: OnceCell::new(),
             exact: OnceCell::new(),
         }

@@ -371,7 +371,7 @@ impl Pass for UnfusePass {
         let opts = UnfuseOptions {
             rule: &cx.target.rules[rule].id,
             external: None,
-            nchwc_block_size: None,
+            nchwc_block_size: cx.nchwc_block,
         };
         let reinfer = |block: Option<i64>| {
             let io = InferOptions {

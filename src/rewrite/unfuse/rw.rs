@@ -233,7 +233,10 @@ impl<'a> Rw<'a> {
         // Trailing optional inputs that are absent are left out rather than written as "":
         // the same operator to ONNX, and some runtimes' kernels (onnxruntime-web's WebGPU Conv)
         // reject an empty input name.
-        let n = inputs.iter().rposition(Option::is_some).map_or(0, |i| i + 1);
+        let n = inputs
+            .iter()
+            .rposition(Option::is_some)
+            .map_or(0, |i| i + 1);
         self.p.node(op, "", &inputs[..n], attrs, 1)[0]
     }
 
