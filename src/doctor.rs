@@ -39,7 +39,7 @@ pub struct Signature {
     pub implicates: Implicates,
 }
 
-/// The signature table (evidence from ../shared/HAZARDS.md).
+/// The signature table (its evidence is explained in docs/hazards.md).
 pub const SIGNATURES: &[Signature] = &[
     Signature {
         id: "dxgi-device-removed",
