@@ -91,7 +91,15 @@ fn doctor_with_the_ppocr_det_model() {
     for name in ["dxgi_device_removed", "e_invalidarg_resize"] {
         let (code, out, err) = cli(&["doctor", &log(&format!("{name}.log")), &det]);
         assert_eq!(code, 0, "{err}");
-        snapshot(&format!("targets_doctor_{name}_det"), &out);
+        // The `try:` line names the model given; the corpus folder differs between machines.
+        assert!(
+            out.contains(&format!("try:      onnx-safeify {det} --target")),
+            "{out}"
+        );
+        snapshot(
+            &format!("targets_doctor_{name}_det"),
+            &out.replace(&det, "<det>"),
+        );
     }
 }
 
