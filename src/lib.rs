@@ -136,6 +136,9 @@ pub mod rules;
 pub mod tensor;
 pub mod verify;
 
+#[cfg(feature = "python")]
+mod python;
+
 /// The generated protobuf types of `proto/onnx.proto` (package `onnx`).
 #[allow(clippy::all, missing_docs)]
 pub mod proto {
