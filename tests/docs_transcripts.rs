@@ -139,8 +139,7 @@ fn write_page(path: &Path) {
     let mean = [0.485f32, 0.456, 0.406];
     let std = [0.229f32, 0.224, 0.225];
     let mut data = Vec::with_capacity(3 * SIDE * SIDE * 4);
-    for (c, (m, s)) in mean.iter().zip(std).enumerate() {
-        let _ = c;
+    for (m, s) in mean.iter().zip(std) {
         for y in 0..SIDE {
             for x in 0..SIDE {
                 // Lines of text 18 px high every 40 px, with "words" of varying length and
@@ -157,7 +156,7 @@ fn write_page(path: &Path) {
     }
     let mut header =
         "{'descr': '<f4', 'fortran_order': False, 'shape': (1, 3, 640, 640), }".to_string();
-    while (10 + header.len() + 1) % 64 != 0 {
+    while !(10 + header.len() + 1).is_multiple_of(64) {
         header.push(' ');
     }
     header.push('\n');
