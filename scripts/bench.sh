@@ -6,8 +6,7 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CACHE="${ONNX_SAFEIFY_CACHE:-$HOME/.cache/onnx-safeify}"
-SHARED="${ONNX_SAFEIFY_SHARED:-$ROOT/../shared}"
-bash "$SHARED/corpus/fetch.sh" "$CACHE/venv" "$CACHE/corpus" >/dev/null
+ONNX_SAFEIFY_CACHE="$CACHE" bash "$ROOT/scripts/corpus.sh" >/dev/null
 cd "$ROOT"
 cargo build --release --locked --bin onnx-safeify --bench phases
 for m in syn_mobilenet_dw_300mb.onnx syn_50k_nodes.onnx; do

@@ -1,23 +1,17 @@
 #!/usr/bin/env bash
 # The whole test suite, on a fresh machine: installs what the tests need, then runs them.
 #   scripts/test.sh [extra cargo test arguments]
-# - builds the test corpus and a Python venv (onnx, onnxruntime 1.32, numpy, onnxsim, onnxslim)
-#   with ../shared/corpus/fetch.sh into a cache folder ($ONNX_SAFEIFY_CACHE, default
+# - builds the test corpus and a Python venv (onnx, onnxruntime, numpy, onnxsim, onnxslim; all
+#   pinned) with scripts/corpus.sh into a cache folder ($ONNX_SAFEIFY_CACHE, default
 #   ~/.cache/onnx-safeify); a second run reuses it;
 # - points the tests at them (ONNX_SAFEIFY_CORPUS, ONNX_SAFEIFY_VENV, ORT_DYLIB_PATH);
 # - runs `cargo test` (Rust crates come from crates.io through Cargo.lock).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CACHE="${ONNX_SAFEIFY_CACHE:-$HOME/.cache/onnx-safeify}"
-SHARED="${ONNX_SAFEIFY_SHARED:-$ROOT/../shared}"
-if [ ! -f "$SHARED/corpus/fetch.sh" ]; then
-  echo "scripts/test.sh: $SHARED/corpus/fetch.sh not found (set ONNX_SAFEIFY_SHARED to the shared/ folder)" >&2
-  exit 2
-fi
 command -v cargo >/dev/null || { echo "scripts/test.sh: cargo not found; install Rust from https://rustup.rs" >&2; exit 2; }
-mkdir -p "$CACHE"
 echo "== corpus and venv in $CACHE"
-bash "$SHARED/corpus/fetch.sh" "$CACHE/venv" "$CACHE/corpus"
+ONNX_SAFEIFY_CACHE="$CACHE" bash "$ROOT/scripts/corpus.sh"
 export ONNX_SAFEIFY_CACHE="$CACHE"
 export ONNX_SAFEIFY_CORPUS="$CACHE/corpus"
 export ONNX_SAFEIFY_VENV="$CACHE/venv"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Wheel smoke test: build the Python wheel from this checkout with maturin, install it into a
-# fresh venv, and run the installed `onnx-safeify` command on the sample model. Exits non-zero
-# as soon as a step fails.
+# Wheel test: build the Python wheel from this checkout with maturin, install it into a fresh
+# venv, run the installed `onnx-safeify` command on the sample model, then the Python module's
+# tests (python/tests, with the pinned python/requirements-test.txt). Exits non-zero as soon
+# as a step fails.
 #   scripts/wheel_smoke.sh
 # Environment (all optional):
 #   CARGO_TARGET_DIR            reused when set: with a warm target the build takes seconds
@@ -17,6 +18,7 @@ PY="${PYTHON:-python3}"
 PROFILE="${ONNX_SAFEIFY_WHEEL_PROFILE:-release}"
 CACHE="${ONNX_SAFEIFY_CACHE:-$HOME/.cache/onnx-safeify}"
 START=$SECONDS
+MATURIN_VERSION=1.16.0
 
 fail() { echo "wheel_smoke: $*" >&2; exit 1; }
 step() { echo "== [$((SECONDS - START))s] $*"; }
@@ -34,20 +36,16 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# 1. maturin, in a venv of its own that later runs reuse (a maturin on PATH is used as is).
-if command -v maturin >/dev/null; then
-  MATURIN="$(command -v maturin)"
-else
-  BUILD_VENV="$CACHE/maturin-venv"
-  if [ ! -x "$BUILD_VENV/bin/maturin" ]; then
-    step "installing maturin into $BUILD_VENV"
-    mkdir -p "$CACHE"
-    "$PY" -m venv "$BUILD_VENV"
-    "$BUILD_VENV/bin/pip" install --quiet --disable-pip-version-check "maturin>=1.5,<2" \
-      || fail "cannot install maturin"
-  fi
-  MATURIN="$BUILD_VENV/bin/maturin"
+# 1. maturin (pinned), in a venv of its own that later runs reuse.
+BUILD_VENV="$CACHE/maturin-venv"
+if ! "$BUILD_VENV/bin/maturin" --version 2>/dev/null | grep -qx "maturin $MATURIN_VERSION"; then
+  step "installing maturin $MATURIN_VERSION into $BUILD_VENV"
+  mkdir -p "$CACHE"
+  "$PY" -m venv "$BUILD_VENV"
+  "$BUILD_VENV/bin/pip" install --quiet --disable-pip-version-check "maturin==$MATURIN_VERSION" \
+    || fail "cannot install maturin"
 fi
+MATURIN="$BUILD_VENV/bin/maturin"
 step "$("$MATURIN" --version)"
 
 # 2. The wheel, from source.
@@ -65,7 +63,7 @@ WHEELS=("$WORK"/wheels/onnx_safeify-*.whl)
 WHEEL="${WHEELS[0]}"
 step "built $(basename "$WHEEL") ($(du -k "$WHEEL" | cut -f1) KiB)"
 
-# 3. A fresh venv; the wheel has no dependencies, so nothing else is downloaded.
+# 3. A fresh venv: the wheel (no dependencies), then what the Python tests use.
 "$PY" -m venv "$WORK/venv"
 "$WORK/venv/bin/pip" install --quiet --disable-pip-version-check --no-index "$WHEEL" \
   || fail "pip cannot install $WHEEL"
@@ -101,4 +99,14 @@ assert r["target"] == "rx580" and r["applied"], r
 ' "$WORK/out/report.json" || fail "the --report JSON is not what was expected"
 "$EXE" completions bash | grep -q "complete -F" || fail "completions bash failed"
 "$EXE" man | head -n 1 | grep -q '^\.TH' || fail "man failed"
-step "wheel smoke passed: $(basename "$WHEEL"), output $(du -k "$OUT" | cut -f1) KiB"
+step "the installed command works: output $(du -k "$OUT" | cut -f1) KiB"
+
+# 5. The Python module's tests, against the installed wheel (from another folder, so that
+#    `import onnx_safeify` cannot pick up the checkout's python/ folder).
+step "installing python/requirements-test.txt"
+"$WORK/venv/bin/pip" install --quiet --disable-pip-version-check -r "$ROOT/python/requirements-test.txt" \
+  || fail "pip cannot install python/requirements-test.txt"
+step "python -m pytest python/tests"
+ONNX_SAFEIFY_SAMPLE="$ROOT/samples/ocr_tiny.onnx" "$WORK/venv/bin/python" -m pytest -q -p no:cacheprovider \
+  "$ROOT/python/tests" || fail "the Python tests failed"
+step "wheel test passed: $(basename "$WHEEL")"

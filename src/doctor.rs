@@ -39,7 +39,7 @@ pub struct Signature {
     pub implicates: Implicates,
 }
 
-/// The signature table (evidence from ../shared/HAZARDS.md).
+/// The signature table (its evidence is explained in docs/hazards.md).
 pub const SIGNATURES: &[Signature] = &[
     Signature {
         id: "dxgi-device-removed",
@@ -243,9 +243,16 @@ fn implicated(g: &Graph, what: Implicates) -> Vec<(String, String)> {
     out
 }
 
-/// Render diagnoses as text.
+/// Render diagnoses as text; the `try:` lines name the model as `MODEL`.
 pub fn render_text(ds: &[Diagnosis]) -> String {
+    render_text_for(ds, None)
+}
+
+/// Render diagnoses as text; the `try:` lines name `model` (quoted for a POSIX shell where it
+/// needs it) when it is given, `MODEL` otherwise.
+pub fn render_text_for(ds: &[Diagnosis], model: Option<&str>) -> String {
     use std::fmt::Write;
+    let model = model.map(shell_word).unwrap_or_else(|| "MODEL".into());
     let mut s = String::new();
     if ds.is_empty() {
         s.push_str("no known signature in this log. onnx-safeify knows: ");
@@ -289,10 +296,22 @@ pub fn render_text(ds: &[Diagnosis]) -> String {
             }
         }
         if let Some(t) = sig.targets.first() {
-            let _ = writeln!(s, "  try:      onnx-safeify MODEL --target {t}");
+            let _ = writeln!(s, "  try:      onnx-safeify {model} --target {t}");
         }
     }
     s
+}
+
+/// `w` as one word of a POSIX shell command line: as is when it is plain, else single-quoted.
+fn shell_word(w: &str) -> String {
+    let plain = !w.is_empty()
+        && w.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./+,:@%=".contains(c));
+    if plain {
+        w.to_string()
+    } else {
+        format!("'{}'", w.replace('\'', r"'\''"))
+    }
 }
 
 /// Render diagnoses as JSON: `{"diagnoses": [{"signature", "cause", "evidence", "targets",

@@ -119,6 +119,8 @@
 //! ```
 
 pub mod analysis;
+pub mod cli;
+pub mod compile;
 pub mod doctor;
 pub mod engine;
 pub mod error;
@@ -134,6 +136,9 @@ pub mod rewrite;
 pub mod rules;
 pub mod tensor;
 pub mod verify;
+
+#[cfg(feature = "python")]
+mod python;
 
 /// The generated protobuf types of `proto/onnx.proto` (package `onnx`).
 #[allow(clippy::all, missing_docs)]
@@ -159,6 +164,24 @@ pub fn load(path: &Path) -> Result<Document> {
     let mut source = io::load_model(path)?;
     let proto = std::mem::take(&mut source.proto);
     let model = import::import_model(proto, Some(&source.external)).map_err(|e| e.in_file(path))?;
+    Ok(Document { model, source })
+}
+
+/// Load and import a model held in memory. `name` labels it in messages, and its folder is
+/// where external data, if the model has any, is looked for (`Path::new("model.onnx")`: the
+/// current folder). Nothing is memory-mapped, so [`save`] writes every payload from memory.
+pub fn load_bytes(bytes: impl Into<bytes::Bytes>, name: &Path) -> Result<Document> {
+    let data: bytes::Bytes = bytes.into();
+    let proto = io::load::decode_model(data).map_err(|e| e.in_file(name))?;
+    let external = io::ExternalData::new(name).map_err(|e| e.in_file(name))?;
+    let model = import::import_model(proto, Some(&external)).map_err(|e| e.in_file(name))?;
+    let source = io::LoadedModel {
+        path: name.to_path_buf(),
+        // No file backs these payloads: an empty map makes `save` copy none from `name`.
+        bytes: bytes::Bytes::new(),
+        proto: Default::default(),
+        external,
+    };
     Ok(Document { model, source })
 }
 

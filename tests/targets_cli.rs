@@ -1,10 +1,9 @@
 //! The target list and the doctor, as users see them (insta snapshots), and the shipped
-//! targets' metadata: every evidence entry is in ../shared/HAZARDS.md, and runtime settings
-//! are spelled the way their runtime parses them.
+//! targets' runtime settings, spelled the way their runtime parses them (the evidence entries
+//! are checked against docs/hazards.md by tests/hazards_doc.rs).
 
 mod common;
 
-use std::path::PathBuf;
 use std::process::Command;
 
 use onnx_safeify::rules::{builtin_names, load_target};
@@ -92,91 +91,16 @@ fn doctor_with_the_ppocr_det_model() {
     for name in ["dxgi_device_removed", "e_invalidarg_resize"] {
         let (code, out, err) = cli(&["doctor", &log(&format!("{name}.log")), &det]);
         assert_eq!(code, 0, "{err}");
-        snapshot(&format!("targets_doctor_{name}_det"), &out);
+        // The `try:` line names the model given; the corpus folder differs between machines.
+        assert!(
+            out.contains(&format!("try:      onnx-safeify {det} --target")),
+            "{out}"
+        );
+        snapshot(
+            &format!("targets_doctor_{name}_det"),
+            &out.replace(&det, "<det>"),
+        );
     }
-}
-
-fn hazards() -> Option<String> {
-    let shared = std::env::var_os("ONNX_SAFEIFY_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| common::repo().join("../shared"));
-    match std::fs::read_to_string(shared.join("HAZARDS.md")) {
-        Ok(s) => Some(s),
-        Err(e) => {
-            eprintln!(
-                "SKIPPED: {}: {e} (set ONNX_SAFEIFY_SHARED)",
-                shared.join("HAZARDS.md").display()
-            );
-            None
-        }
-    }
-}
-
-/// Is `reference` (`owner/repo#N` or `owner/repo PR N`) cited on one line of HAZARDS.md?
-/// Rows abbreviate later references of the same repository (`ROCm/AMDMIGraphX#2756, #2760`).
-fn cited(hazards: &str, reference: &str) -> bool {
-    let (repo, tag) = if let Some((repo, n)) = reference.split_once('#') {
-        (repo.to_string(), format!("#{n}"))
-    } else if let Some((repo, n)) = reference.split_once(" PR ") {
-        (repo.to_string(), format!("PR {n}"))
-    } else {
-        return false;
-    };
-    hazards.lines().any(|l| {
-        l.contains(&repo)
-            && l.match_indices(&tag).any(|(i, _)| {
-                !l[i + tag.len()..]
-                    .chars()
-                    .next()
-                    .is_some_and(|c| c.is_ascii_digit())
-            })
-    })
-}
-
-#[test]
-fn every_evidence_entry_is_in_hazards_md() {
-    let Some(h) = hazards() else { return };
-    assert!(
-        cited(&h, "ROCm/AMDMIGraphX#2760"),
-        "an abbreviated row entry counts"
-    );
-    assert!(cited(&h, "microsoft/onnxruntime PR 23705"));
-    assert!(
-        !cited(&h, "microsoft/onnxruntime#2926"),
-        "a prefix of #29263 does not"
-    );
-    assert!(!cited(&h, "someone/else#1"));
-    let mut missing = Vec::new();
-    for name in builtin_names() {
-        let t = load_target(name).unwrap();
-        let entries = t
-            .rules
-            .iter()
-            .flat_map(|r| r.evidence.iter().map(move |e| (r.id.clone(), e)))
-            .chain(
-                t.runtime
-                    .iter()
-                    .flat_map(|s| s.evidence.iter().map(move |e| (s.key.clone(), e))),
-            );
-        for (what, e) in entries {
-            // The non-reference entries: HAZARDS.md's section on layer_ann pinning, and our
-            // own reproductions, "docs/FILE.md: ..." naming a record in this repository that
-            // mentions the rule.
-            let own_record = e.split_once(':').is_some_and(|(file, _)| {
-                file.starts_with("docs/")
-                    && std::fs::read_to_string(common::repo().join(file))
-                        .is_ok_and(|text| text.contains(&format!("`{what}`")))
-            });
-            let ok = cited(&h, e)
-                || own_record
-                || (e.contains("session.layer_assignment_settings")
-                    && h.contains("session.layer_assignment_settings"));
-            if !ok {
-                missing.push(format!("{name}/{what}: {e}"));
-            }
-        }
-    }
-    assert!(missing.is_empty(), "not in HAZARDS.md: {missing:#?}");
 }
 
 #[test]

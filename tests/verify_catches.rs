@@ -4,7 +4,7 @@
 mod verify_support;
 
 use onnx_safeify::verify::cli::parse_args;
-use onnx_safeify::verify::{run_cli, verify_models, Status, VerifyOptions};
+use onnx_safeify::verify::{run_cli, verify_models, Status, VerifyError, VerifyOptions};
 use verify_support::*;
 
 const DET: &str = "real/rapidocr_onnxruntime__ch_PP-OCRv4_det_infer.onnx";
@@ -341,17 +341,27 @@ fn truncated_models_and_corrupt_input_files_never_panic() {
     let good = write_model(dir.path(), "good.onnx", &two_output_model());
     let bytes = std::fs::read(&good).unwrap();
     let cut = dir.path().join("cut.onnx");
+    // Truncations that still decode to a model both can run need ONNX Runtime to go further.
+    let mut need_runtime = 0;
     for len in (1..bytes.len()).step_by(3) {
         std::fs::write(&cut, &bytes[..len]).unwrap();
         let r = std::panic::catch_unwind(|| verify_models(&good, &cut, &VerifyOptions::default()));
         let r = r.unwrap_or_else(|_| panic!("panic on a model truncated to {len} bytes"));
-        if let Err(e) = r {
-            let msg = e.to_string();
-            assert!(msg.contains("cut.onnx"), "{len}: {msg}");
-            assert!(!msg.contains('\n'), "{msg}");
-        } else {
-            assert!(have_runtime);
+        match r {
+            Err(VerifyError::RuntimeNotFound(_)) if !have_runtime => need_runtime += 1,
+            Err(e) => {
+                let msg = e.to_string();
+                assert!(msg.contains("cut.onnx"), "{len}: {msg}");
+                assert!(!msg.contains('\n'), "{msg}");
+            }
+            Ok(_) => assert!(have_runtime),
         }
+    }
+    if need_runtime > 0 {
+        eprintln!(
+            "SKIPPED (no ONNX Runtime): {need_runtime} truncated model(s) decode and were not run; \
+             only the ones that cannot be read were checked"
+        );
     }
     // Corrupt input files: not zip, zip without arrays, truncated .npy, bad .pb.
     let npz = dir.path().join("in.npz");

@@ -1,6 +1,6 @@
 //! `cpu`: pin nodes to the CPU with the per-node annotation ONNX Runtime 1.32 honours: node
 //! metadata `layer_ann`, selected by the session option
-//! `session.layer_assignment_settings=cpu(<annotation>)` (see ../shared/HAZARDS.md).
+//! `session.layer_assignment_settings=cpu(<annotation>)` (see docs/hazards.md).
 //!
 //! Pinning single nodes can make a model ping-pong between devices, so pinned regions are
 //! grown: a node whose every consumer is pinned and that only computes shapes joins them, and

@@ -20,7 +20,7 @@ fn cache_dir() -> PathBuf {
     }
 }
 
-/// The corpus built by `../shared/corpus/fetch.sh` (via `scripts/test.sh`). Tests fail when it
+/// The corpus built by `scripts/corpus.sh` (which `scripts/test.sh` runs). Tests fail when it
 /// is missing, unless ONNX_SAFEIFY_ALLOW_MISSING_CORPUS=1 (then they return `None` and skip).
 pub fn corpus() -> Option<PathBuf> {
     let dir = std::env::var_os("ONNX_SAFEIFY_CORPUS")

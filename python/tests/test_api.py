@@ -1,0 +1,222 @@
+"""The Python module against the command it wraps: same bytes, same report, same messages.
+
+Run against an installed wheel (``.ci/run`` builds one from source into a fresh venv):
+    python -m pytest python/tests
+``ONNX_SAFEIFY_SAMPLE`` names the sample model (default: ``samples/ocr_tiny.onnx`` of this
+checkout).
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+import onnx_safeify
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SAMPLE = os.environ.get(
+    "ONNX_SAFEIFY_SAMPLE", os.path.join(HERE, "..", "..", "samples", "ocr_tiny.onnx")
+)
+
+
+def command():
+    """The installed console script, beside this interpreter."""
+    exe = os.path.join(os.path.dirname(sys.executable), "onnx-safeify")
+    assert os.path.exists(exe), "the wheel installs an onnx-safeify command next to python"
+    return exe
+
+
+def run(*args, cwd=None):
+    p = subprocess.run([command(), *args], capture_output=True, text=True, cwd=cwd)
+    return p.returncode, p.stdout, p.stderr
+
+
+@pytest.fixture
+def sample(tmp_path):
+    """A private copy of the sample (outputs are written beside it)."""
+    p = tmp_path / "ocr_tiny.onnx"
+    shutil.copy(SAMPLE, p)
+    return p
+
+
+def deny_conv(tmp_path):
+    p = tmp_path / "deny.yaml"
+    p.write_text(
+        "rules:\n"
+        "  - id: no-conv\n"
+        "    why: test - no convolution may run on this GPU\n"
+        "    evidence: []\n"
+        "    match: {op: Conv}\n"
+        "    action: deny\n"
+    )
+    return p
+
+
+def last_error_line(stderr):
+    lines = [l for l in stderr.splitlines() if l.startswith("error: ")]
+    assert lines, stderr
+    return lines[-1][len("error: "):]
+
+
+def test_targets_match_the_command():
+    names = onnx_safeify.targets()
+    assert {"none", "directml", "rx580"} <= set(names)
+    code, out, _ = run("targets")
+    assert code == 0
+    assert [l.split()[0] for l in out.splitlines()] == names
+
+
+def test_compile_gives_the_bytes_and_report_the_command_writes(sample, tmp_path):
+    result = onnx_safeify.compile(str(sample), "rx580")
+    out, report = tmp_path / "cli.onnx", tmp_path / "cli.json"
+    code, _, err = run(str(sample), "--target", "rx580", "-o", str(out), "--report", str(report))
+    assert code == 0, err
+    assert result.model_bytes == out.read_bytes()
+    want = json.loads(report.read_text())
+    assert want["outputs"] == [str(out)]
+    want["outputs"] = []
+    assert result.report == want
+    assert result.report["target"] == "rx580"
+    assert any(a["rule"] == "split-depthwise" for a in result.report["applied"])
+
+
+def test_models_in_memory_compile_like_files(sample):
+    from_file = onnx_safeify.compile(sample, "rx580").model_bytes
+    data = sample.read_bytes()
+    assert onnx_safeify.compile(data, "rx580").model_bytes == from_file
+    assert onnx_safeify.compile(bytearray(data), "rx580").model_bytes == from_file
+
+    class Proto:  # anything with SerializeToString, like onnx.ModelProto
+        def SerializeToString(self):
+            return data
+
+    assert onnx_safeify.compile(Proto(), "rx580").model_bytes == from_file
+    assert onnx_safeify.compile(data, "rx580").report["input"] == "<bytes>"
+
+
+def test_target_none_is_byte_identical(sample):
+    assert onnx_safeify.compile(sample, "none").model_bytes == sample.read_bytes()
+
+
+def test_save_is_atomic_and_returns_what_it_wrote(sample, tmp_path):
+    result = onnx_safeify.compile(sample, "rx580")
+    dest = tmp_path / "out" / "model.onnx"
+    dest.parent.mkdir()
+    assert result.save(dest) == [str(dest)]
+    assert dest.read_bytes() == result.model_bytes
+    assert os.listdir(dest.parent) == ["model.onnx"], "no temporary file is left behind"
+    with pytest.raises(onnx_safeify.Error, match="refusing to overwrite the input"):
+        result.save(sample)
+
+
+def test_model_property_is_a_modelproto(sample):
+    onnx = pytest.importorskip("onnx")
+    m = onnx_safeify.compile(sample, "rx580").model
+    assert isinstance(m, onnx.ModelProto)
+    onnx.checker.check_model(m, full_check=True)
+    keys = {p.key for p in m.metadata_props}
+    assert "onnx_safeify.runtime.session.layer_assignment_settings" in keys
+    # An onnx.ModelProto is accepted as input too.
+    again = onnx_safeify.compile(onnx.load(str(sample)), "rx580")
+    assert again.model_bytes == onnx_safeify.compile(sample, "rx580").model_bytes
+
+
+def test_check_lists_findings_then_nothing(sample):
+    findings = onnx_safeify.check(sample, "rx580")
+    assert findings, "the sample has wide depthwise convolutions"
+    for f in findings:
+        assert {"node", "op", "rule", "why", "evidence"} <= set(f)
+    assert any(f["rule"] == "split-depthwise" and f["op"] == "Conv" for f in findings)
+    code, out, _ = run("check", str(sample), "--target", "rx580", "--format", "json")
+    assert code == 1
+    assert json.loads(out)["findings"] == findings
+    compiled = onnx_safeify.compile(sample, "rx580")
+    assert onnx_safeify.check(compiled.model_bytes, "rx580") == []
+
+
+def test_dims_reach_the_engine(sample):
+    assert onnx_safeify.compile(sample, "rx580", dims={"batch": 1}).model_bytes
+    with pytest.raises(onnx_safeify.Error, match="VALUE must be a positive integer"):
+        onnx_safeify.compile(sample, "rx580", dims={"batch": 0})
+    with pytest.raises(onnx_safeify.Error, match="VALUE must be a positive integer"):
+        onnx_safeify.compile(sample, "rx580", dims={"batch": "one"})
+
+
+def test_errors_carry_the_commands_message(tmp_path):
+    missing = tmp_path / "nope.onnx"
+    with pytest.raises(onnx_safeify.Error) as e:
+        onnx_safeify.compile(missing, "rx580")
+    assert isinstance(e.value, ValueError)
+    code, _, err = run(str(missing), "--target", "rx580")
+    assert code == 2
+    assert str(e.value) == last_error_line(err)
+    assert "\n" not in str(e.value)
+
+    garbage = tmp_path / "garbage.onnx"
+    garbage.write_bytes(b"\x08\x07this is not a model")
+    with pytest.raises(onnx_safeify.Error) as e:
+        onnx_safeify.check(garbage, "rx580")
+    code, _, err = run("check", str(garbage), "--target", "rx580")
+    assert code == 2 and str(e.value) == last_error_line(err)
+
+    with pytest.raises(onnx_safeify.Error, match="no-such-target"):
+        onnx_safeify.compile(SAMPLE, "no-such-target")
+    with pytest.raises(TypeError):
+        onnx_safeify.compile(12, "rx580")
+
+
+def test_a_builtin_named_as_a_file_gets_a_hint(tmp_path):
+    with pytest.raises(onnx_safeify.Error, match="use --target rx580"):
+        onnx_safeify.check(SAMPLE, str(tmp_path / "rx580.yaml"))
+
+
+def test_nodes_without_a_safe_rewrite_raise_unless_allowed(sample, tmp_path):
+    rules = deny_conv(tmp_path)
+    with pytest.raises(onnx_safeify.Error) as e:
+        onnx_safeify.compile(sample, "rx580", rules=[rules])
+    code, _, err = run(str(sample), "--target", "rx580", "--rules", str(rules))
+    assert code == 1, "compile exits 1 when nodes are denied"
+    assert str(e.value) == last_error_line(err)
+    assert "nothing was written" in str(e.value)
+    assert not (tmp_path / "ocr_tiny.rx580.onnx").exists()
+    allowed = onnx_safeify.compile(sample, "rx580", rules=rules, allow_unsafe=True)
+    assert any(f["kind"] == "denied" for f in allowed.report["remaining"])
+
+
+def test_verify_a_compiled_model(sample):
+    pytest.importorskip("onnxruntime", reason="verify needs ONNX Runtime")
+    result = onnx_safeify.compile(sample, "rx580")
+    report = onnx_safeify.verify(sample, result)
+    assert report["passed"] is True, report
+    assert report["runs"] and report["runs"][0]["outputs"]
+
+
+def test_verify_catches_a_different_model(sample, tmp_path):
+    pytest.importorskip("onnxruntime", reason="verify needs ONNX Runtime")
+    onnx = pytest.importorskip("onnx")
+    m = onnx.load(str(sample))
+    # Negate one Conv weight: same graph, different function.
+    for t in m.graph.initializer:
+        if len(t.dims) == 4:
+            from onnx import numpy_helper
+
+            arr = numpy_helper.to_array(t)
+            t.CopyFrom(numpy_helper.from_array(-arr - 1, t.name))
+            break
+    else:
+        pytest.fail("the sample has no 4-d initializer to alter")
+    report = onnx_safeify.verify(sample, m)
+    assert report["passed"] is False
+
+
+def test_the_console_script_is_the_command(tmp_path):
+    code, out, err = run()
+    assert code == 2, "a bare invocation is a usage error"
+    assert "Usage:" in err and out == ""
+    code, out, _ = run("--version")
+    assert code == 0 and out.strip() == "onnx-safeify " + onnx_safeify.__version__
+    code, out, _ = run("--help")
+    assert code == 0 and "Exit codes" in out

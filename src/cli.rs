@@ -1,0 +1,667 @@
+//! The `onnx-safeify` command line: parses arguments, calls the library, maps results to exit
+//! codes (0 ok, 1 findings / denied nodes / not faithful, 2 any error). The binary
+//! (`src/main.rs`) and the Python wheel's console script both call [`run`].
+
+use std::ffi::OsString;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+// The code below names the library by its crate name, as a program using it would.
+use crate as onnx_safeify;
+use onnx_safeify::engine;
+use onnx_safeify::rules::schema::Target;
+use onnx_safeify::{Error, ErrorKind};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "onnx-safeify",
+    version,
+    about = "Rewrite ONNX models so they run safely on GPUs and drivers with known hazards",
+    long_about = "Rewrite ONNX models so they run safely on GPUs and drivers with known hazards.\n\n\
+                  Exit codes: 0 success; 1 findings (check), a denied node or an action that cannot be \
+                  applied (compile: nothing is written unless --allow-unsafe), or an unfaithful rewrite \
+                  (verify, --verify); 2 any error.",
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    compile: CompileArgs,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Report what the target's rules would change (exit 0: nothing, 1: findings, 2: error).
+    Check(CheckArgs),
+    /// Say what each rule would do, or for one node why each rule does or does not match.
+    Explain(ExplainArgs),
+    /// List the built-in targets.
+    Targets,
+    /// Show what a model contains: IR version, opsets, inputs/outputs, op histogram, weights.
+    Inspect {
+        /// The model file.
+        model: PathBuf,
+        /// Print the full IR as text instead of a summary.
+        #[arg(long)]
+        ir: bool,
+        /// Summary format (json: for scripts; not with --ir).
+        #[arg(long, value_enum, default_value_t = Format::Text, conflicts_with = "ir")]
+        format: Format,
+    },
+    /// Prove that a rewritten model computes the same function as the original (ONNX Runtime, CPU).
+    Verify(onnx_safeify::verify::VerifyArgs),
+    /// Read an error log, name the likely cause with its evidence and the target that fixes it.
+    Doctor(DoctorArgs),
+    /// Print a shell completion script (bash, zsh, fish, powershell, elvish) to stdout.
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff) to stdout: `onnx-safeify man | man -l -`.
+    Man {
+        /// A subcommand's page instead of the main one (`check`, `verify`...).
+        subcommand: Option<String>,
+    },
+}
+
+#[derive(Args, Debug, Clone)]
+struct TargetArgs {
+    /// The target: a built-in name (see `targets`) or a rules file (FILE.yaml).
+    #[arg(long, short = 't')]
+    target: Option<String>,
+    /// Extra rules layered on top of the target (repeatable).
+    #[arg(long = "rules", value_name = "FILE.yaml")]
+    rules: Vec<PathBuf>,
+    /// Size of a symbolic dim, for shape inference and work estimates (repeatable).
+    #[arg(long = "dim", value_name = "NAME=VALUE")]
+    dims: Vec<String>,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+enum Format {
+    Text,
+    Json,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+enum CpuMode {
+    /// One model; pinned nodes carry metadata `layer_ann`.
+    Annotate,
+    /// Segment models plus a manifest (for runtimes without per-node placement).
+    Partition,
+}
+
+#[derive(Args, Debug)]
+struct CompileArgs {
+    /// The model to rewrite.
+    model: Option<PathBuf>,
+    #[command(flatten)]
+    target: TargetArgs,
+    /// Where to write the result (default: MODEL's stem + `.TARGET.onnx` beside it).
+    #[arg(long, short = 'o')]
+    output: Option<PathBuf>,
+    /// Write even when rules deny nodes or an action cannot be applied.
+    #[arg(long)]
+    allow_unsafe: bool,
+    /// How CPU-pinned nodes are written.
+    #[arg(long, value_enum, default_value_t = CpuMode::Annotate)]
+    cpu_subgraphs: CpuMode,
+    /// Write a JSON report of the compile.
+    #[arg(long, value_name = "FILE.json")]
+    report: Option<PathBuf>,
+    /// Verify the output against the input on ONNX Runtime (CPU) right after compiling; when
+    /// it is not faithful, remove the output and exit 1.
+    #[arg(long)]
+    verify: bool,
+    /// Write Graphviz pictures of the main graph before and after the rewrite into DIR
+    /// (`before.dot`, `after.dot`); nodes made or pinned by rules are coloured.
+    #[arg(long, value_name = "DIR")]
+    dot: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+struct CheckArgs {
+    /// The model to check.
+    model: PathBuf,
+    #[command(flatten)]
+    target: TargetArgs,
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    format: Format,
+}
+
+#[derive(Args, Debug)]
+struct ExplainArgs {
+    /// The model.
+    model: PathBuf,
+    #[command(flatten)]
+    target: TargetArgs,
+    /// Explain every rule for this node (its name).
+    #[arg(long)]
+    node: Option<String>,
+}
+
+#[derive(Args, Debug)]
+struct DoctorArgs {
+    /// The error log (a file, or `-` for standard input).
+    log: PathBuf,
+    /// The model that failed, to list the nodes involved.
+    model: Option<PathBuf>,
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    format: Format,
+}
+
+/// Run the command line on `args` (the program name first, as `std::env::args_os` gives it)
+/// and return the exit code. Output goes to this process's stdout and stderr.
+pub fn run<I, T>(args: I) -> u8
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    if args.len() <= 1 {
+        // A bare invocation: what can be run, on stderr, and the usage-error code.
+        use clap::CommandFactory;
+        eprint!("{}", Cli::command().render_help());
+        return 2;
+    }
+    let cli = match Cli::try_parse_from(&args) {
+        Ok(cli) => cli,
+        Err(e) => {
+            // --help and --version print to stdout and exit 0; usage errors exit 2.
+            let _ = e.print();
+            return if e.use_stderr() { 2 } else { 0 };
+        }
+    };
+    let result = match cli.command {
+        Some(Command::Check(a)) => check(&a),
+        Some(Command::Explain(a)) => explain(&a),
+        Some(Command::Targets) => targets(),
+        Some(Command::Inspect {
+            model,
+            format: Format::Json,
+            ..
+        }) => inspect_json(&model),
+        Some(Command::Inspect { model, ir, .. }) => inspect(&model, ir),
+        Some(Command::Verify(args)) => Ok(onnx_safeify::verify::run_cli(&args)),
+        Some(Command::Doctor(a)) => doctor(&a),
+        Some(Command::Completions { shell }) => completions(shell),
+        Some(Command::Man { subcommand }) => man(subcommand.as_deref()),
+        None => compile(&cli.compile),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e}");
+            2
+        }
+    }
+}
+
+/// A spinner on stderr when it is a terminal; invisible otherwise.
+fn progress(msg: &str) -> indicatif::ProgressBar {
+    if std::io::stderr().is_terminal() {
+        let pb = indicatif::ProgressBar::new_spinner();
+        pb.set_message(msg.to_string());
+        pb.enable_steady_tick(Duration::from_millis(120));
+        pb
+    } else {
+        indicatif::ProgressBar::hidden()
+    }
+}
+
+/// Print to stdout; a closed pipe (`| head`) is not an error.
+fn emit(text: &str) -> Result<(), Error> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        Err(e) => Err(Error::new(
+            ErrorKind::Io,
+            format!("cannot write to stdout: {e}"),
+        )),
+    }
+}
+
+fn load_target(a: &TargetArgs) -> Result<Target, Error> {
+    let spec = a.target.as_deref().ok_or_else(|| {
+        Error::new(
+            ErrorKind::Usage,
+            "--target is required (see `onnx-safeify targets`)",
+        )
+    })?;
+    onnx_safeify::compile::load_target(spec, &a.rules)
+}
+
+fn options(a: &TargetArgs) -> Result<engine::Options, Error> {
+    let dims = a
+        .dims
+        .iter()
+        .map(|d| onnx_safeify::compile::parse_dim(d))
+        .collect::<Result<Vec<_>, Error>>()?;
+    onnx_safeify::compile::options(dims)
+}
+
+fn default_output(model: &Path, target: &str, ext: &str) -> PathBuf {
+    let stem = model
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "model".into());
+    model.with_file_name(format!("{stem}.{target}.{ext}"))
+}
+
+/// A file-system-friendly form of a target name (a rules file's stem).
+fn target_slug(t: &Target) -> String {
+    t.name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+fn compile(a: &CompileArgs) -> Result<u8, Error> {
+    let model = a
+        .model
+        .as_deref()
+        .ok_or_else(|| Error::new(ErrorKind::Usage, "a MODEL is required"))?;
+    let target = load_target(&a.target)?;
+    let opts = options(&a.target)?;
+    let start = Instant::now();
+    let pb = progress(&format!("reading {}", model.display()));
+    let mut doc = onnx_safeify::load(model)?;
+    let dot_before = a.dot.as_ref().map(|_| dot_text(model, "before", &doc));
+    pb.set_message(format!("rewriting for {}", target.name));
+    let compiled =
+        onnx_safeify::compile::compile_document(&mut doc, &target, &opts, a.allow_unsafe, model);
+    pb.finish_and_clear();
+    if let (Some(dir), Some(before)) = (&a.dot, &dot_before) {
+        write_dot(dir, before, &dot_text(model, "after", &doc))?;
+    }
+    let compiled = compiled?;
+    let report = &compiled.report;
+
+    if !compiled.writable {
+        let text = onnx_safeify::report::findings_text(
+            &target.name,
+            &model.display().to_string(),
+            &report.remaining,
+        );
+        eprint!("{text}");
+        eprintln!("error: {}", compiled.blocked_message(model, &target));
+        return Ok(1);
+    }
+
+    let slug = target_slug(&target);
+    let outputs: Vec<PathBuf> = match a.cpu_subgraphs {
+        CpuMode::Annotate => {
+            let out = a
+                .output
+                .clone()
+                .unwrap_or_else(|| default_output(model, &slug, "onnx"));
+            onnx_safeify::save(&doc, &out)?;
+            vec![out]
+        }
+        CpuMode::Partition => {
+            let manifest = a
+                .output
+                .clone()
+                .unwrap_or_else(|| default_output(model, &slug, "manifest.yaml"));
+            let g = &doc.model.graph;
+            let ann = opts.annotation.clone();
+            let is_cpu = |n| g.node(n).metadata("layer_ann") == Some(ann.as_str());
+            let segs = onnx_safeify::partition::plan(g, &is_cpu).map_err(|e| e.in_file(model))?;
+            let facts = onnx_safeify::infer::infer_model(&doc.model, &Default::default());
+            let type_of = |v| tensor_type(&facts, v);
+            let models = onnx_safeify::partition::segment_models(&doc.model, &segs, &type_of)
+                .map_err(|e| e.in_file(model))?;
+            onnx_safeify::partition::save_partitioned(&doc, &segs, models, &manifest)?
+        }
+    };
+    eprint!("{}", onnx_safeify::report::summary_text(report, &target));
+    if !report.remaining.is_empty() {
+        eprint!(
+            "{}",
+            onnx_safeify::report::findings_text(
+                &target.name,
+                &model.display().to_string(),
+                &report.remaining
+            )
+        );
+    }
+    let primary = outputs.last().cloned().unwrap_or_default();
+    eprintln!(
+        "wrote {} in {:.0} ms",
+        outputs
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
+        start.elapsed().as_secs_f64() * 1000.0
+    );
+    if let Some(path) = &a.report {
+        let names: Vec<String> = outputs.iter().map(|p| p.display().to_string()).collect();
+        let json = onnx_safeify::report::compile_json(
+            report,
+            &target,
+            &model.display().to_string(),
+            &names,
+        );
+        std::fs::write(path, json).map_err(|e| Error::io(path, "cannot write the report", e))?;
+    }
+    if a.verify {
+        return verify_output(model, &primary, &outputs);
+    }
+    Ok(0)
+}
+
+fn tensor_type(
+    facts: &onnx_safeify::infer::Facts,
+    v: onnx_safeify::ir::ValueId,
+) -> Option<onnx_safeify::proto::TypeProto> {
+    use onnx_safeify::infer::Dim;
+    use onnx_safeify::proto::{tensor_shape_proto, type_proto, TensorShapeProto, TypeProto};
+    let info = facts.info(v);
+    let elem = info.dtype?;
+    let shape = info.shape.as_ref().map(|dims| TensorShapeProto {
+        dim: dims
+            .iter()
+            .map(|d| tensor_shape_proto::Dimension {
+                value: match d {
+                    Dim::Known(k) => Some(tensor_shape_proto::dimension::Value::DimValue(*k)),
+                    Dim::Sym(s) => Some(tensor_shape_proto::dimension::Value::DimParam(s.clone())),
+                    Dim::Unknown => None,
+                },
+                denotation: None,
+            })
+            .collect(),
+    });
+    Some(TypeProto {
+        value: Some(type_proto::Value::TensorType(type_proto::Tensor {
+            elem_type: Some(elem),
+            shape,
+        })),
+        denotation: None,
+    })
+}
+
+/// `--verify`: run both models; an unfaithful (or unverifiable) output is removed.
+fn verify_output(model: &Path, out: &Path, all: &[PathBuf]) -> Result<u8, Error> {
+    let opts = onnx_safeify::verify::VerifyOptions::default();
+    let remove_all = || {
+        for p in all {
+            let _ = std::fs::remove_file(p);
+        }
+        if let Some(first) = all.first() {
+            let _ = std::fs::remove_file(first.with_file_name(format!(
+                "{}.data",
+                first.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+            )));
+        }
+    };
+    match onnx_safeify::verify::verify_models(model, out, &opts) {
+        Ok(report) if report.passed() => {
+            eprint!("{}", report.to_text());
+            Ok(0)
+        }
+        Ok(report) => {
+            eprint!("{}", report.to_text());
+            remove_all();
+            eprintln!(
+                "error: {}: the rewrite is not faithful; output removed",
+                out.display()
+            );
+            Ok(1)
+        }
+        Err(e) => {
+            remove_all();
+            Err(Error::new(
+                ErrorKind::Usage,
+                format!("verification failed, output removed: {e}"),
+            ))
+        }
+    }
+}
+
+fn check(a: &CheckArgs) -> Result<u8, Error> {
+    let target = load_target(&a.target)?;
+    let opts = options(&a.target)?;
+    let mut doc = onnx_safeify::load(&a.model)?;
+    let findings = engine::check(&mut doc.model, &target, &opts);
+    let name = a.model.display().to_string();
+    match a.format {
+        Format::Text => emit(&onnx_safeify::report::findings_text(
+            &target.name,
+            &name,
+            &findings,
+        ))?,
+        Format::Json => emit(&onnx_safeify::report::findings_json(
+            &target.name,
+            &name,
+            &findings,
+        ))?,
+    }
+    Ok(if findings.is_empty() { 0 } else { 1 })
+}
+
+fn explain(a: &ExplainArgs) -> Result<u8, Error> {
+    use onnx_safeify::rules::matcher::{Matcher, Opsets};
+    let target = load_target(&a.target)?;
+    let opts = options(&a.target)?;
+    let doc = onnx_safeify::load(&a.model)?;
+    // Named sizes only, as before the pass redesign (check and compile also fill unnamed dims).
+    let sizes = onnx_safeify::analysis::Sizes {
+        named: engine::dim_sizes(&doc.model, &target, &opts),
+        positional: Vec::new(),
+    };
+    let facts = sizes.infer(&doc.model);
+    let opsets = Opsets::from_model(&doc.model);
+    let g = &doc.model.graph;
+    let matcher = Matcher::new(g, &facts, &opsets);
+    let mut out = String::new();
+    match &a.node {
+        Some(name) => {
+            let node = g
+                .order
+                .iter()
+                .copied()
+                .find(|&n| g.node(n).name() == name)
+                .ok_or_else(|| {
+                    Error::new(ErrorKind::Usage, format!("no node named '{name}'"))
+                        .in_file(&a.model)
+                })?;
+            out.push_str(&format!("node '{name}' ({}):\n", g.node(node).op_type));
+            for e in matcher.explain(&target, node) {
+                out.push_str(&format!("  {e}\n"));
+            }
+        }
+        None => {
+            let matches = matcher.find(&target);
+            out.push_str(&format!(
+                "target {} ({}): {} rule(s)\n",
+                target.name,
+                target.description,
+                target.rules.len()
+            ));
+            for (i, r) in target.rules.iter().enumerate() {
+                let hits: Vec<String> = matches
+                    .iter()
+                    .filter(|m| m.rule == i)
+                    .map(|m| {
+                        let n = g.node(m.node);
+                        format!(
+                            "{} ({})",
+                            if n.name().is_empty() {
+                                "<unnamed>"
+                            } else {
+                                n.name()
+                            },
+                            n.op_type
+                        )
+                    })
+                    .collect();
+                out.push_str(&format!(
+                    "{} -> {}: {} node(s)\n",
+                    r.id,
+                    r.action,
+                    hits.len()
+                ));
+                out.push_str(&format!("  why: {}\n", r.why));
+                for h in hits.iter().take(20) {
+                    out.push_str(&format!("  - {h}\n"));
+                }
+                if hits.len() > 20 {
+                    out.push_str(&format!("  ... and {} more\n", hits.len() - 20));
+                }
+            }
+        }
+    }
+    emit(&out)?;
+    Ok(0)
+}
+
+fn targets() -> Result<u8, Error> {
+    let mut out = String::new();
+    for name in onnx_safeify::rules::builtin::builtin_names() {
+        let t = onnx_safeify::rules::load_target(name)?;
+        out.push_str(&format!(
+            "{:<14} {:>3} rules  {:>2} runtime settings  {}\n",
+            t.name,
+            t.rules.len(),
+            t.runtime.len(),
+            t.description
+        ));
+    }
+    emit(&out)?;
+    Ok(0)
+}
+
+fn inspect(model: &Path, ir: bool) -> Result<u8, Error> {
+    let doc = onnx_safeify::load(model)?;
+    if ir {
+        emit(&onnx_safeify::ir::dump::dump_model(&doc.model))?;
+    } else {
+        let s = onnx_safeify::inspect::summarize(&doc.model);
+        emit(&onnx_safeify::inspect::render_text(&s))?;
+    }
+    Ok(0)
+}
+
+fn doctor(a: &DoctorArgs) -> Result<u8, Error> {
+    let log = if a.log.as_os_str() == "-" {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut s)
+            .map_err(|e| Error::new(ErrorKind::Io, format!("cannot read standard input: {e}")))?;
+        s
+    } else {
+        let bytes =
+            std::fs::read(&a.log).map_err(|e| Error::io(&a.log, "cannot read the log", e))?;
+        String::from_utf8_lossy(&bytes).into_owned()
+    };
+    let doc = match &a.model {
+        Some(m) => Some(onnx_safeify::load(m)?),
+        None => None,
+    };
+    let ds = onnx_safeify::doctor::diagnose(&log, doc.as_ref().map(|d| &d.model));
+    match a.format {
+        Format::Text => emit(&onnx_safeify::doctor::render_text_for(
+            &ds,
+            a.model.as_deref().and_then(Path::to_str),
+        ))?,
+        Format::Json => emit(&onnx_safeify::doctor::render_json(&ds))?,
+    }
+    Ok(0)
+}
+
+fn inspect_json(model: &Path) -> Result<u8, Error> {
+    let doc = onnx_safeify::load(model)?;
+    let s = onnx_safeify::inspect::summarize(&doc.model);
+    emit(&onnx_safeify::inspect::to_json(&s))?;
+    Ok(0)
+}
+
+/// The main graph of `doc` as DOT, titled with the model's file name and `when`.
+fn dot_text(model: &Path, when: &str, doc: &onnx_safeify::Document) -> String {
+    let name = model
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    onnx_safeify::ir::dot::render(&doc.model.graph, &format!("{name} ({when})"))
+}
+
+/// `--dot DIR`: `DIR/before.dot` and `DIR/after.dot` (DIR is created when missing).
+fn write_dot(dir: &Path, before: &str, after: &str) -> Result<(), Error> {
+    std::fs::create_dir_all(dir)
+        .map_err(|e| Error::io(dir, "cannot create the --dot folder", e))?;
+    for (file, text) in [("before.dot", before), ("after.dot", after)] {
+        let path = dir.join(file);
+        std::fs::write(&path, text).map_err(|e| Error::io(&path, "cannot write", e))?;
+    }
+    Ok(())
+}
+
+fn completions(shell: clap_complete::Shell) -> Result<u8, Error> {
+    use clap::CommandFactory;
+    let mut cmd = Cli::command();
+    let mut buf = Vec::new();
+    clap_complete::generate(shell, &mut cmd, "onnx-safeify", &mut buf);
+    emit(&String::from_utf8_lossy(&buf))?;
+    Ok(0)
+}
+
+fn man(subcommand: Option<&str>) -> Result<u8, Error> {
+    use clap::CommandFactory;
+    let cmd = Cli::command();
+    let page = match subcommand {
+        None => cmd,
+        Some(name) => {
+            let sub = cmd.find_subcommand(name).cloned().ok_or_else(|| {
+                let names: Vec<String> = cmd
+                    .get_subcommands()
+                    .map(|c| c.get_name().to_string())
+                    .collect();
+                Error::new(
+                    ErrorKind::Usage,
+                    format!("no subcommand '{name}' (subcommands: {})", names.join(", ")),
+                )
+            })?;
+            let (page, usage) = (
+                format!("onnx-safeify-{}", sub.get_name()),
+                format!("onnx-safeify {}", sub.get_name()),
+            );
+            sub.display_name(page).bin_name(usage)
+        }
+    };
+    let mut buf = Vec::new();
+    clap_mangen::Man::new(page)
+        .source(format!("onnx-safeify {}", env!("CARGO_PKG_VERSION")))
+        .manual("onnx-safeify manual")
+        .render(&mut buf)
+        .map_err(|e| Error::new(ErrorKind::Io, format!("cannot render the manual page: {e}")))?;
+    emit(&title_first(&String::from_utf8_lossy(&buf)))?;
+    Ok(0)
+}
+
+/// clap_mangen puts the definition of the apostrophe string (`.ie`/`.el` lines) above `.TH`;
+/// pages conventionally begin with `.TH`, and the definition works as well right after it.
+fn title_first(page: &str) -> String {
+    let lines: Vec<&str> = page.lines().collect();
+    let Some(th) = lines.iter().position(|l| l.starts_with(".TH ")) else {
+        return page.to_string();
+    };
+    let mut out: Vec<&str> = Vec::with_capacity(lines.len());
+    out.push(lines[th]);
+    out.extend(&lines[..th]);
+    out.extend(&lines[th + 1..]);
+    out.join("\n") + "\n"
+}

@@ -1,0 +1,191 @@
+//! The compile step exactly as the command runs it, for every front end (the command line, the
+//! Python module): [`options`] turns `--dim` sizes into engine options, [`compile_document`]
+//! rewrites a loaded model and decides whether it may be written, [`model_bytes`] gives the
+//! bytes [`crate::save`] would write.
+//!
+//! ```
+//! use std::path::{Path, PathBuf};
+//! use onnx_safeify::compile::{self, parse_dim};
+//!
+//! let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("samples/ocr_tiny.onnx");
+//! let target = onnx_safeify::rules::load_target("rx580")?;
+//! let opts = compile::options([parse_dim("batch=1")?])?;
+//! let mut doc = onnx_safeify::load(&path)?;
+//! let done = compile::compile_document(&mut doc, &target, &opts, false, &path)?;
+//! assert_eq!(done.blocking, 0);
+//! let bytes = compile::model_bytes(&doc)?;
+//! assert!(bytes.len() > 1000);
+//! # Ok::<(), onnx_safeify::Error>(())
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use crate::engine::{self, FindingKind, Report};
+use crate::error::{Error, ErrorKind, Result};
+use crate::proto::{GraphProto, ModelProto, TensorProto};
+use crate::rules::schema::Target;
+use crate::Document;
+
+/// Resolve `--target` (a built-in name or a rules file) with `--rules` files on top. A rules
+/// file that does not exist but whose stem is a built-in (`rx580.yaml`) gets a hint naming
+/// the built-in.
+pub fn load_target(spec: &str, rules: &[PathBuf]) -> Result<Target> {
+    crate::rules::load_target_with_rules(spec, rules).map_err(|mut e| {
+        let path = Path::new(spec);
+        let is_yaml = path.extension().is_some_and(|x| x == "yaml" || x == "yml");
+        let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("");
+        if is_yaml && !path.exists() && crate::rules::builtin_names().contains(&stem) {
+            e.message = format!(
+                "{}\nhelp: `{stem}` is a built-in target: use --target {stem}",
+                e.message.trim_end()
+            );
+        }
+        e
+    })
+}
+
+/// One `--dim` argument, `NAME=VALUE` or `INPUT[AXIS]=VALUE`, VALUE a positive integer.
+pub fn parse_dim(spec: &str) -> Result<(String, i64)> {
+    let (k, v) = spec.split_once('=').ok_or_else(|| {
+        Error::new(
+            ErrorKind::Usage,
+            format!("--dim {spec}: expected NAME=VALUE"),
+        )
+    })?;
+    let v: i64 = v.trim().parse().ok().filter(|v| *v > 0).ok_or_else(|| {
+        Error::new(
+            ErrorKind::Usage,
+            format!("--dim {spec}: VALUE must be a positive integer"),
+        )
+    })?;
+    Ok((k.trim().to_string(), v))
+}
+
+/// Engine options with these symbolic dim sizes (every size must be positive).
+pub fn options(dims: impl IntoIterator<Item = (String, i64)>) -> Result<engine::Options> {
+    let mut map = BTreeMap::new();
+    for (k, v) in dims {
+        if v <= 0 {
+            return Err(Error::new(
+                ErrorKind::Usage,
+                format!("--dim {k}={v}: VALUE must be a positive integer"),
+            ));
+        }
+        map.insert(k.trim().to_string(), v);
+    }
+    Ok(engine::Options {
+        dims: map,
+        ..engine::Options::default()
+    })
+}
+
+/// What [`compile_document`] did.
+#[derive(Debug)]
+pub struct Compiled {
+    pub report: Report,
+    /// Nodes left with no safe rewrite (denied, or an action that cannot be applied).
+    pub blocking: usize,
+    /// Whether the model may be written: nothing blocks, or `allow_unsafe` was given.
+    pub writable: bool,
+}
+
+impl Compiled {
+    /// The command's one-line error when the model may not be written.
+    pub fn blocked_message(&self, model: &Path, target: &Target) -> String {
+        format!(
+            "{}: {} node(s) have no safe rewrite for target {}; nothing was written (use --allow-unsafe to write anyway)",
+            model.display(),
+            self.blocking,
+            target.name
+        )
+    }
+}
+
+/// Rewrite `doc` for `target`. When nothing blocks (or `allow_unsafe`), the graph's invariants
+/// are checked and the target's runtime settings stamped into the model's metadata, so `doc`
+/// is ready to save; otherwise `doc` holds the partial rewrite and `writable` is false.
+/// `model` names the input in errors.
+pub fn compile_document(
+    doc: &mut Document,
+    target: &Target,
+    opts: &engine::Options,
+    allow_unsafe: bool,
+    model: &Path,
+) -> Result<Compiled> {
+    let report = engine::compile(&mut doc.model, target, opts);
+    let blocking = report
+        .remaining
+        .iter()
+        .filter(|f| matches!(f.kind, FindingKind::Denied | FindingKind::Unsupported))
+        .count();
+    let writable = blocking == 0 || allow_unsafe;
+    if writable {
+        engine::check_invariants(&doc.model.graph).map_err(|e| {
+            Error::new(
+                ErrorKind::Invalid,
+                format!("internal error, nothing written: {e}"),
+            )
+            .in_file(model)
+        })?;
+        if !target.runtime.is_empty() {
+            engine::stamp_runtime(&mut doc.model, target);
+        }
+    }
+    Ok(Compiled {
+        report,
+        blocking,
+        writable,
+    })
+}
+
+/// The bytes [`crate::save`] writes for `doc` (the model file; the encoding of the exported
+/// model). A model whose tensors keep their data in external files has no such single file:
+/// that is an error here, save it to a path instead.
+pub fn model_bytes(doc: &Document) -> Result<Vec<u8>> {
+    let proto = crate::export::export_model(&doc.model);
+    if let Some(name) = first_external(&proto) {
+        return Err(Error::new(
+            ErrorKind::ExternalData,
+            format!(
+                "tensor '{name}' keeps its data in an external file: the model is more than one file, save it to a path instead"
+            ),
+        ));
+    }
+    let mut out = Vec::new();
+    crate::io::save::write_model(&mut out, &proto)
+        .map_err(|e| Error::new(ErrorKind::Io, format!("cannot encode the model: {e}")))?;
+    Ok(out)
+}
+
+/// The name of the first tensor with external data, in the graphs and functions of `m`.
+fn first_external(m: &ModelProto) -> Option<String> {
+    fn tensor(t: &TensorProto) -> Option<String> {
+        crate::io::external::is_external(t).then(|| t.name.clone().unwrap_or_default())
+    }
+    fn nodes(ns: &[crate::proto::NodeProto]) -> Option<String> {
+        ns.iter().flat_map(|n| &n.attribute).find_map(|a| {
+            a.t.as_ref()
+                .and_then(tensor)
+                .or_else(|| a.tensors.iter().find_map(tensor))
+                .or_else(|| a.g.as_ref().and_then(graph))
+                .or_else(|| a.graphs.iter().find_map(graph))
+        })
+    }
+    fn graph(g: &GraphProto) -> Option<String> {
+        g.initializer
+            .iter()
+            .find_map(tensor)
+            .or_else(|| {
+                g.sparse_initializer
+                    .iter()
+                    .flat_map(|s| s.values.iter().chain(s.indices.iter()))
+                    .find_map(tensor)
+            })
+            .or_else(|| nodes(&g.node))
+    }
+    m.graph
+        .as_ref()
+        .and_then(graph)
+        .or_else(|| m.functions.iter().find_map(|f| nodes(&f.node)))
+}

@@ -1,0 +1,176 @@
+//! `onnx_safeify._native`, the extension module under the Python package (feature `python`).
+//! The package's Python layer (`python/onnx_safeify/__init__.py`) turns paths, bytes and
+//! `onnx.ModelProto`s into what these functions take and shapes their results; every step
+//! here calls the same library functions as the command line.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use pyo3::create_exception;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+
+use crate::compile;
+use crate::Document;
+
+create_exception!(
+    onnx_safeify,
+    Error,
+    PyValueError,
+    "An onnx-safeify error: the one-line message the command prints after `error: `."
+);
+
+fn err(e: impl std::fmt::Display) -> PyErr {
+    Error::new_err(e.to_string())
+}
+
+/// A model given as a file (`path`) or as bytes in memory (`data`, labelled `label`).
+fn load(path: Option<PathBuf>, data: Option<&[u8]>, label: &str) -> crate::Result<Document> {
+    match (path, data) {
+        (Some(p), _) => crate::load(&p),
+        (None, Some(d)) => crate::load_bytes(bytes::Bytes::copy_from_slice(d), Path::new(label)),
+        (None, None) => Err(crate::Error::new(
+            crate::ErrorKind::Usage,
+            "no model given (a path, bytes or an onnx.ModelProto)",
+        )),
+    }
+}
+
+fn options(dims: Vec<(String, i64)>) -> PyResult<crate::engine::Options> {
+    compile::options(dims).map_err(err)
+}
+
+/// A compiled model, ready to be written.
+#[pyclass(module = "onnx_safeify._native", name = "Compiled", frozen)]
+struct Compiled {
+    doc: Document,
+    report_json: String,
+}
+
+#[pymethods]
+impl Compiled {
+    /// The `--report` JSON of the compile.
+    #[getter]
+    fn report_json(&self) -> &str {
+        &self.report_json
+    }
+
+    /// The model file's bytes, as the command writes them.
+    fn model_bytes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+        let bytes = py.detach(|| compile::model_bytes(&self.doc)).map_err(err)?;
+        Ok(PyBytes::new(py, &bytes))
+    }
+
+    /// Write the model to `path` with the command's writer (a temporary file renamed into
+    /// place; external data, if any, into `path` + `.data`). Returns the paths written.
+    fn save(&self, py: Python<'_>, path: PathBuf) -> PyResult<Vec<PathBuf>> {
+        let written = py.detach(|| crate::save(&self.doc, &path)).map_err(err)?;
+        let mut out = vec![written.path];
+        out.extend(written.external_file);
+        Ok(out)
+    }
+}
+
+/// Compile a model for a target; raises `Error` with the command's message when nodes have
+/// no safe rewrite and `allow_unsafe` is false.
+#[pyfunction(name = "compile")]
+#[pyo3(signature = (path, data, label, target, rules, dims, allow_unsafe))]
+#[allow(clippy::too_many_arguments)]
+fn compile_model(
+    py: Python<'_>,
+    path: Option<PathBuf>,
+    data: Option<&[u8]>,
+    label: String,
+    target: String,
+    rules: Vec<PathBuf>,
+    dims: Vec<(String, i64)>,
+    allow_unsafe: bool,
+) -> PyResult<Compiled> {
+    let opts = options(dims)?;
+    let shown = path.clone().unwrap_or_else(|| PathBuf::from(&label));
+    let data = data.map(<[u8]>::to_vec);
+    py.detach(move || {
+        let target = compile::load_target(&target, &rules)?;
+        let mut doc = load(path, data.as_deref(), &label)?;
+        let done = compile::compile_document(&mut doc, &target, &opts, allow_unsafe, &shown)?;
+        if !done.writable {
+            return Err(crate::Error::new(
+                crate::ErrorKind::Usage,
+                done.blocked_message(&shown, &target),
+            ));
+        }
+        let report_json =
+            crate::report::compile_json(&done.report, &target, &shown.display().to_string(), &[]);
+        Ok(Compiled { doc, report_json })
+    })
+    .map_err(err)
+}
+
+/// What the target's rules would change: `check --format json`.
+#[pyfunction]
+#[pyo3(signature = (path, data, label, target, rules, dims))]
+fn check(
+    py: Python<'_>,
+    path: Option<PathBuf>,
+    data: Option<&[u8]>,
+    label: String,
+    target: String,
+    rules: Vec<PathBuf>,
+    dims: Vec<(String, i64)>,
+) -> PyResult<String> {
+    let opts = options(dims)?;
+    let shown = path.clone().unwrap_or_else(|| PathBuf::from(&label));
+    let data = data.map(<[u8]>::to_vec);
+    py.detach(move || {
+        let target = compile::load_target(&target, &rules)?;
+        let mut doc = load(path, data.as_deref(), &label)?;
+        let findings = crate::engine::check(&mut doc.model, &target, &opts);
+        Ok::<_, crate::Error>(crate::report::findings_json(
+            &target.name,
+            &shown.display().to_string(),
+            &findings,
+        ))
+    })
+    .map_err(err)
+}
+
+/// The built-in target names.
+#[pyfunction]
+fn targets() -> Vec<&'static str> {
+    crate::rules::builtin_names()
+}
+
+/// `verify ARGS... --format json`: the report as JSON, whether or not it passed.
+#[pyfunction]
+fn verify(py: Python<'_>, args: Vec<OsString>) -> PyResult<String> {
+    let args = crate::verify::cli::parse_args(args).map_err(|e| {
+        // clap's message without its "error: " prefix and usage lines: the first line.
+        let text = e.to_string();
+        let first = text.lines().next().unwrap_or("").trim();
+        err(first.strip_prefix("error: ").unwrap_or(first))
+    })?;
+    let opts = args.to_options().map_err(err)?;
+    py.detach(|| crate::verify::verify_models(&args.original, &args.rewritten, &opts))
+        .map(|report| report.to_json())
+        .map_err(err)
+}
+
+/// Run the command line (`argv[0]` is the program name); returns the exit code.
+#[pyfunction]
+fn run_cli(py: Python<'_>, argv: Vec<OsString>) -> u8 {
+    py.detach(|| crate::cli::run(argv))
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("Error", m.py().get_type::<Error>())?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add_class::<Compiled>()?;
+    m.add_function(wrap_pyfunction!(compile_model, m)?)?;
+    m.add_function(wrap_pyfunction!(check, m)?)?;
+    m.add_function(wrap_pyfunction!(targets, m)?)?;
+    m.add_function(wrap_pyfunction!(verify, m)?)?;
+    m.add_function(wrap_pyfunction!(run_cli, m)?)?;
+    Ok(())
+}

@@ -1,0 +1,332 @@
+//! The command outputs shown in `docs/*.md` are real: every fenced block whose first line
+//! starts with `$ ` is a transcript, and this test runs its commands and compares.
+//!
+//! - Lines starting with `$ ` are commands (run by `sh` in a scratch folder, stderr merged
+//!   into stdout, with `onnx-safeify` on `PATH`); the lines after one, up to the next command
+//!   or the end of the block, are its output.
+//! - A line `[...]` stands for any number of lines (the page shortens a long output).
+//! - Before comparing, figures that change from run to run or machine to machine are masked
+//!   on both sides: the milliseconds of `wrote ... in N ms`, and the library path on
+//!   `verify`'s `runtime:` line.
+//! - The blocks of one page run in order in one scratch folder, which holds the sample
+//!   (`ocr_tiny.onnx`), `docs/examples/*`, the corpus' PP-OCRv4 detector
+//!   (`ch_PP-OCRv4_det_infer.onnx`) and `page.npz` (see [`write_page`]).
+//!
+//! `scripts/docs.sh` regenerates the pages (`ONNX_SAFEIFY_UPDATE_DOCS=1`): a block whose output
+//! no longer matches is replaced by the full new output (shorten it again with `[...]` by
+//! hand); blocks that match are left as they are.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const PAGES: &[&str] = &[
+    "docs/tour.md",
+    "docs/targets.md",
+    "docs/rules.md",
+    "docs/deploy.md",
+    "docs/pipelines.md",
+];
+const ELISION: &str = "[...]";
+
+/// One transcript block: where it is, and its commands with their shown output.
+struct Block {
+    /// 0-based line of the first command (the line after the opening fence).
+    start: usize,
+    /// 0-based line of the closing fence.
+    end: usize,
+    steps: Vec<(String, Vec<String>)>,
+}
+
+fn blocks(text: &str) -> Vec<Block> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let fence = lines[i].trim_end();
+        let plain = fence == "```" || fence == "```console";
+        if plain && lines.get(i + 1).is_some_and(|l| l.starts_with("$ ")) {
+            let start = i + 1;
+            let mut end = start;
+            while end < lines.len() && !lines[end].starts_with("```") {
+                end += 1;
+            }
+            let mut steps: Vec<(String, Vec<String>)> = Vec::new();
+            for l in &lines[start..end] {
+                match l.strip_prefix("$ ") {
+                    Some(cmd) => steps.push((cmd.to_string(), Vec::new())),
+                    None => steps.last_mut().unwrap().1.push(l.to_string()),
+                }
+            }
+            out.push(Block { start, end, steps });
+            i = end + 1;
+        } else if fence.starts_with("```") {
+            // Skip any other fenced block whole (a `$` inside it is not a transcript).
+            i += 1;
+            while i < lines.len() && !lines[i].starts_with("```") {
+                i += 1;
+            }
+            i += 1;
+        } else {
+            i += 1;
+        }
+    }
+    out
+}
+
+/// Masks the parts of a line that differ between runs and machines.
+fn mask(line: &str) -> String {
+    let mut s = line.trim_end().to_string();
+    if let Some(rest) = s.strip_prefix("runtime:") {
+        if let (Some(a), Some(b)) = (rest.find(" ("), rest.rfind("), ")) {
+            if a < b {
+                s = format!("runtime:{} (LIBRARY){}", &rest[..a], &rest[b + 1..]);
+            }
+        }
+    }
+    if let Some(i) = s.find("\"library\": \"") {
+        // verify --format json: where ONNX Runtime was loaded from.
+        s = format!("{}\"library\": \"LIBRARY\",", &s[..i]);
+    }
+    if s.starts_with("wrote ") && s.ends_with(" ms") {
+        if let Some(i) = s.rfind(" in ") {
+            s = format!("{} in N ms", &s[..i]);
+        }
+    }
+    s
+}
+
+/// Does one shown line match an actual one? Both are masked; `[...]` inside a line stands for
+/// any text.
+fn line_matches(shown: &str, actual: &str) -> bool {
+    let (shown, actual) = (mask(shown), mask(actual));
+    let parts: Vec<&str> = shown.split(ELISION).collect();
+    if parts.len() == 1 {
+        return shown == actual;
+    }
+    let (first, last) = (parts[0], parts[parts.len() - 1]);
+    if !actual.starts_with(first) || actual.len() < first.len() + last.len() {
+        return false;
+    }
+    let mut rest = &actual[first.len()..actual.len() - last.len()];
+    if !actual.ends_with(last) {
+        return false;
+    }
+    for middle in &parts[1..parts.len() - 1] {
+        match rest.find(middle) {
+            Some(i) => rest = &rest[i + middle.len()..],
+            None => return false,
+        }
+    }
+    true
+}
+
+/// Do the shown lines (with `[...]`) match the actual ones?
+fn matches(shown: &[String], actual: &[String]) -> bool {
+    match shown.split_first() {
+        None => actual.is_empty(),
+        Some((first, rest)) if first.trim() == ELISION => {
+            (0..=actual.len()).any(|k| matches(rest, &actual[k..]))
+        }
+        Some((first, rest)) => actual
+            .split_first()
+            .is_some_and(|(a, more)| line_matches(first, a) && matches(rest, more)),
+    }
+}
+
+/// A 640x640 page of dark text lines on white, normalised as PaddleOCR's detector expects
+/// (scale to [0, 1], subtract the ImageNet mean, divide by its deviation), written as
+/// `page.npz` with one float32 array `x` of shape [1, 3, 640, 640].
+fn write_page(path: &Path) {
+    const SIDE: usize = 640;
+    let mean = [0.485f32, 0.456, 0.406];
+    let std = [0.229f32, 0.224, 0.225];
+    let mut data = Vec::with_capacity(3 * SIDE * SIDE * 4);
+    for (m, s) in mean.iter().zip(std) {
+        for y in 0..SIDE {
+            for x in 0..SIDE {
+                // Lines of text 18 px high every 40 px, with "words" of varying length and
+                // "letters" 7 px wide with 3 px gaps.
+                let line = y % 40;
+                let word = (x / 60 + y / 40) % 5;
+                let in_word = x % 60 < 35 + 5 * word;
+                let letter = x % 10 < 7;
+                let ink = (8..26).contains(&line) && in_word && letter && (40..600).contains(&x);
+                let v = if ink { 20.0f32 } else { 245.0 };
+                data.extend_from_slice(&((v / 255.0 - m) / s).to_le_bytes());
+            }
+        }
+    }
+    let mut header =
+        "{'descr': '<f4', 'fortran_order': False, 'shape': (1, 3, 640, 640), }".to_string();
+    while !(10 + header.len() + 1).is_multiple_of(64) {
+        header.push(' ');
+    }
+    header.push('\n');
+    let mut npy = b"\x93NUMPY\x01\x00".to_vec();
+    npy.extend_from_slice(&(header.len() as u16).to_le_bytes());
+    npy.extend_from_slice(header.as_bytes());
+    npy.extend_from_slice(&data);
+    let file = std::fs::File::create(path).unwrap();
+    let mut zip = zip::ZipWriter::new(file);
+    let opts =
+        zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
+    zip.start_file("x.npy", opts).unwrap();
+    std::io::Write::write_all(&mut zip, &npy).unwrap();
+    zip.finish().unwrap();
+}
+
+/// The scratch folder of one page, with every file the pages' commands read.
+fn scratch(corpus: Option<&Path>) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(common::sample(), dir.path().join("ocr_tiny.onnx")).unwrap();
+    for e in std::fs::read_dir(common::repo().join("docs/examples")).unwrap() {
+        let p = e.unwrap().path();
+        std::fs::copy(&p, dir.path().join(p.file_name().unwrap())).unwrap();
+    }
+    if let Some(c) = corpus {
+        std::fs::copy(
+            c.join("real/rapidocr_onnxruntime__ch_PP-OCRv4_det_infer.onnx"),
+            dir.path().join("ch_PP-OCRv4_det_infer.onnx"),
+        )
+        .unwrap();
+    }
+    write_page(&dir.path().join("page.npz"));
+    dir
+}
+
+fn run(cmd: &str, dir: &Path) -> Vec<String> {
+    let bin_dir = common::bin().parent().unwrap().to_path_buf();
+    let path = std::env::join_paths(std::iter::once(bin_dir).chain(std::env::split_paths(
+        &std::env::var_os("PATH").unwrap_or_default(),
+    )))
+    .unwrap();
+    let o = Command::new("sh")
+        .arg("-c")
+        .arg(format!("exec 2>&1; {cmd}"))
+        .current_dir(dir)
+        .env("PATH", path)
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("sh runs");
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    // The cache folder appears in paths (the ONNX Runtime library); show it as users have it.
+    text.lines().map(|l| l.trim_end().to_string()).collect()
+}
+
+fn needs_corpus(b: &Block) -> bool {
+    b.steps.iter().any(|(c, _)| c.contains("ch_PP-OCRv4"))
+}
+
+fn needs_runtime(b: &Block) -> bool {
+    b.steps
+        .iter()
+        .any(|(c, _)| c.contains(" verify ") || c.contains("--verify"))
+}
+
+#[test]
+fn command_outputs_in_the_docs_are_what_the_commands_print() {
+    let update = std::env::var("ONNX_SAFEIFY_UPDATE_DOCS").as_deref() == Ok("1");
+    let corpus = common::corpus();
+    let runtime = onnx_safeify::verify::discover::find_onnxruntime(
+        &onnx_safeify::verify::discover::Discovery::from_env(),
+    )
+    .is_ok();
+    if !runtime && std::env::var("ONNX_SAFEIFY_ALLOW_MISSING_CORPUS").as_deref() != Ok("1") {
+        panic!("ONNX Runtime not found: the `verify` transcripts need it (scripts/test.sh installs it, or set ONNX_SAFEIFY_ALLOW_MISSING_CORPUS=1 to skip them)");
+    }
+    let mut failures = Vec::new();
+    let mut checked = 0;
+    for page in PAGES {
+        let path: PathBuf = common::repo().join(page);
+        let text = std::fs::read_to_string(&path).unwrap();
+        let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+        let dir = scratch(corpus.as_deref());
+        let found = blocks(&text);
+        // Replacements are applied from the last block up, so earlier line numbers hold.
+        let mut replace: Vec<(usize, usize, Vec<String>)> = Vec::new();
+        for b in &found {
+            if needs_corpus(b) && corpus.is_none() {
+                eprintln!("SKIPPED: {page}:{}: needs the corpus", b.start + 1);
+                continue;
+            }
+            if needs_runtime(b) && !runtime {
+                eprintln!("SKIPPED: {page}:{}: needs ONNX Runtime", b.start + 1);
+                continue;
+            }
+            let mut fresh = Vec::new();
+            let mut ok = true;
+            for (cmd, shown) in &b.steps {
+                let actual = run(cmd, dir.path());
+                if !matches(shown, &actual) {
+                    ok = false;
+                    failures.push(format!(
+                        "{page}:{}: `{cmd}` printed:\n{}\n--- the page shows:\n{}",
+                        b.start + 1,
+                        actual.join("\n"),
+                        shown.join("\n")
+                    ));
+                }
+                fresh.push(format!("$ {cmd}"));
+                fresh.extend(actual);
+            }
+            checked += 1;
+            if !ok {
+                replace.push((b.start, b.end, fresh));
+            }
+        }
+        if update && !replace.is_empty() {
+            for (start, end, fresh) in replace.into_iter().rev() {
+                lines.splice(start..end, fresh);
+            }
+            std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+            eprintln!("updated {page}");
+        }
+    }
+    assert!(checked >= 10, "only {checked} transcripts found");
+    if update {
+        eprintln!("{} transcript(s) rewritten", failures.len());
+        return;
+    }
+    assert!(
+        failures.is_empty(),
+        "{} transcript(s) in docs/ differ from what the commands print (scripts/docs.sh updates them):\n\n{}",
+        failures.len(),
+        failures.join("\n\n")
+    );
+}
+
+#[test]
+fn the_matcher_masks_and_elides() {
+    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    assert!(matches(&s(&["a", "[...]", "d"]), &s(&["a", "b", "c", "d"])));
+    assert!(matches(&s(&["a", "[...]"]), &s(&["a"])));
+    assert!(!matches(&s(&["a", "[...]", "d"]), &s(&["a", "b"])));
+    assert!(!matches(&s(&["a", "b"]), &s(&["a", "c"])));
+    assert!(matches(
+        &s(&["wrote x.onnx in 3 ms"]),
+        &s(&["wrote x.onnx in 48 ms"])
+    ));
+    assert!(matches(
+        &s(&["runtime:   onnxruntime 1.32.0 (/a/libonnxruntime.so), CPU provider"]),
+        &s(&["runtime:   onnxruntime 1.32.0 (/b/c/libonnxruntime.so.1), CPU provider"])
+    ));
+    assert!(matches(
+        &s(&[r#"    "library": "/a/libonnxruntime.so","#]),
+        &s(&[r#"    "library": "/b/libonnxruntime.so.1","#])
+    ));
+    assert!(!matches(
+        &s(&["runtime:   onnxruntime 1.32.0 (/a/lib.so), CPU provider"]),
+        &s(&["runtime:   onnxruntime 1.31.0 (/a/lib.so), CPU provider"])
+    ));
+    assert!(matches(&s(&["a [...] z"]), &s(&["a b c z"])));
+    assert!(matches(&s(&["a [...] c [...] z"]), &s(&["a b c d z"])));
+    assert!(!matches(&s(&["a [...] z"]), &s(&["a b c"])));
+    assert!(!matches(&s(&["ab [...] bc"]), &s(&["abc"])));
+    let page = "x\n```\n$ a\nout\n$ b\n```\n```sh\n$ not a transcript\n```\n";
+    let b = blocks(page);
+    assert_eq!(b.len(), 1);
+    assert_eq!(b[0].steps.len(), 2);
+    assert_eq!(b[0].steps[0].1, vec!["out".to_string()]);
+}
