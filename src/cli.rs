@@ -81,6 +81,10 @@ struct TargetArgs {
     /// Size of a symbolic dim, for shape inference and work estimates (repeatable).
     #[arg(long = "dim", value_name = "NAME=VALUE")]
     dims: Vec<String>,
+    /// The NCHWc block size of the CPU that saved the model (8 with AVX2, 16 with AVX-512);
+    /// without it, it is resolved from the model, and an ambiguous region falls back.
+    #[arg(long = "nchwc-block", value_name = "N", value_parser = clap::value_parser!(i64).range(1..=1024))]
+    nchwc_block: Option<i64>,
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
@@ -109,6 +113,9 @@ struct CompileArgs {
     /// Write even when rules deny nodes or an action cannot be applied.
     #[arg(long)]
     allow_unsafe: bool,
+    /// Any node that falls back to the CPU blocks the output (exit 1), as a denied one does.
+    #[arg(long)]
+    strict: bool,
     /// How CPU-pinned nodes are written.
     #[arg(long, value_enum, default_value_t = CpuMode::Annotate)]
     cpu_subgraphs: CpuMode,
@@ -245,7 +252,9 @@ fn options(a: &TargetArgs) -> Result<engine::Options, Error> {
         .iter()
         .map(|d| onnx_safeify::compile::parse_dim(d))
         .collect::<Result<Vec<_>, Error>>()?;
-    onnx_safeify::compile::options(dims)
+    let mut o = onnx_safeify::compile::options(dims)?;
+    o.nchwc_block = a.nchwc_block;
+    Ok(o)
 }
 
 fn default_output(model: &Path, target: &str, ext: &str) -> PathBuf {
@@ -276,7 +285,8 @@ fn compile(a: &CompileArgs) -> Result<u8, Error> {
         .as_deref()
         .ok_or_else(|| Error::new(ErrorKind::Usage, "a MODEL is required"))?;
     let target = load_target(&a.target)?;
-    let opts = options(&a.target)?;
+    let mut opts = options(&a.target)?;
+    opts.strict = a.strict;
     let start = Instant::now();
     let pb = progress(&format!("reading {}", model.display()));
     let mut doc = onnx_safeify::load(model)?;

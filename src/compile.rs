@@ -84,8 +84,11 @@ pub fn options(dims: impl IntoIterator<Item = (String, i64)>) -> Result<engine::
 #[derive(Debug)]
 pub struct Compiled {
     pub report: Report,
-    /// Nodes left with no safe rewrite (denied, or an action that cannot be applied).
+    /// Nodes left with no safe rewrite (denied, or an action that cannot be applied), and
+    /// with `strict`, the nodes that fell back.
     pub blocking: usize,
+    /// Of `blocking`, the nodes that fell back (counted only with `strict`).
+    pub strict_fallbacks: usize,
     /// Whether the model may be written: nothing blocks, or `allow_unsafe` was given.
     pub writable: bool,
 }
@@ -93,6 +96,13 @@ pub struct Compiled {
 impl Compiled {
     /// The command's one-line error when the model may not be written.
     pub fn blocked_message(&self, model: &Path, target: &Target) -> String {
+        if self.strict_fallbacks > 0 && self.strict_fallbacks == self.blocking {
+            return format!(
+                "{}: {} node(s) fell back to the CPU and --strict is set; nothing was written (use --allow-unsafe to write anyway)",
+                model.display(),
+                self.blocking
+            );
+        }
         format!(
             "{}: {} node(s) have no safe rewrite for target {}; nothing was written (use --allow-unsafe to write anyway)",
             model.display(),
@@ -114,11 +124,22 @@ pub fn compile_document(
     model: &Path,
 ) -> Result<Compiled> {
     let report = engine::compile(&mut doc.model, target, opts);
+    let strict_fallbacks = if opts.strict {
+        report.fallbacks.len()
+    } else {
+        0
+    };
     let blocking = report
         .remaining
         .iter()
-        .filter(|f| matches!(f.kind, FindingKind::Denied | FindingKind::Unsupported))
-        .count();
+        .filter(|f| {
+            matches!(
+                f.kind,
+                FindingKind::Denied | FindingKind::Unsupported | FindingKind::FallsBack
+            )
+        })
+        .count()
+        + strict_fallbacks;
     let writable = blocking == 0 || allow_unsafe;
     if writable {
         engine::check_invariants(&doc.model.graph).map_err(|e| {
@@ -135,6 +156,7 @@ pub fn compile_document(
     Ok(Compiled {
         report,
         blocking,
+        strict_fallbacks,
         writable,
     })
 }

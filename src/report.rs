@@ -210,6 +210,27 @@ pub fn summary_text(report: &Report, target: &Target) -> String {
     for n in &report.notes {
         let _ = writeln!(s, "note: {n}");
     }
+    if !report.fallbacks.is_empty() {
+        let _ = writeln!(
+            s,
+            "{} node(s) could not be rewritten and fell back to the CPU:",
+            report.fallbacks.len()
+        );
+        for f in report.fallbacks.iter().take(20) {
+            let _ = writeln!(
+                s,
+                "  - {} ({}) [{}, {}]: {}",
+                display_name(&f.node),
+                f.op,
+                f.rule,
+                f.cause,
+                f.reason
+            );
+        }
+        if report.fallbacks.len() > 20 {
+            let _ = writeln!(s, "  ... and {} more", report.fallbacks.len() - 20);
+        }
+    }
     if !report.pinned.is_empty() {
         let _ = writeln!(
             s,

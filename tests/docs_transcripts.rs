@@ -186,11 +186,16 @@ fn scratch(corpus: Option<&Path>) -> tempfile::TempDir {
         std::fs::copy(&p, dir.path().join(p.file_name().unwrap())).unwrap();
     }
     if let Some(c) = corpus {
-        std::fs::copy(
-            c.join("real/rapidocr_onnxruntime__ch_PP-OCRv4_det_infer.onnx"),
-            dir.path().join("ch_PP-OCRv4_det_infer.onnx"),
-        )
-        .unwrap();
+        for name in [
+            "ch_PP-OCRv4_det_infer.onnx",
+            "ch_ppocr_mobile_v2.0_cls_infer.onnx",
+        ] {
+            std::fs::copy(
+                c.join("real").join(format!("rapidocr_onnxruntime__{name}")),
+                dir.path().join(name),
+            )
+            .unwrap();
+        }
     }
     write_page(&dir.path().join("page.npz"));
     dir
@@ -216,7 +221,9 @@ fn run(cmd: &str, dir: &Path) -> Vec<String> {
 }
 
 fn needs_corpus(b: &Block) -> bool {
-    b.steps.iter().any(|(c, _)| c.contains("ch_PP-OCRv4"))
+    b.steps
+        .iter()
+        .any(|(c, _)| c.contains("ch_PP-OCRv4") || c.contains("ch_ppocr"))
 }
 
 fn needs_runtime(b: &Block) -> bool {

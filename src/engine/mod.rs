@@ -45,6 +45,9 @@ pub struct Options {
     /// 16 with AVX-512. Without it the block size is resolved from the model, and a region
     /// whose block size stays ambiguous is refused (and falls back).
     pub nchwc_block: Option<i64>,
+    /// A node that falls back (to the CPU) blocks the output, as an unsupported one does:
+    /// for pipelines that want every fallback to fail the build (`--strict`).
+    pub strict: bool,
 }
 
 impl Default for Options {
@@ -54,6 +57,7 @@ impl Default for Options {
             annotation: DEFAULT_ANNOTATION.to_string(),
             max_iterations: 32,
             nchwc_block: None,
+            strict: false,
         }
     }
 }
