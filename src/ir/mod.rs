@@ -367,32 +367,41 @@ impl Graph {
 
     /// Nodes in a topological order (ties broken by write order), or the nodes of a cycle.
     pub fn topo_order(&self) -> Result<Vec<NodeId>, Vec<NodeId>> {
-        let pos: HashMap<NodeId, usize> = self
+        // Tables indexed by node index (not hash maps: this runs once per analysis, on graphs
+        // of 50,000 nodes). `NOT_LISTED`: a node that is not in `order`.
+        const NOT_LISTED: usize = usize::MAX;
+        let bound = self
             .order
             .iter()
-            .enumerate()
-            .map(|(i, &n)| (n, i))
-            .collect();
-        let mut indeg: HashMap<NodeId, usize> = self.order.iter().map(|&n| (n, 0)).collect();
+            .map(|n| n.index() + 1)
+            .max()
+            .unwrap_or(0)
+            .max(petgraph::visit::NodeIndexable::node_bound(&self.nodes));
+        let mut pos = vec![NOT_LISTED; bound];
+        for (i, &n) in self.order.iter().enumerate() {
+            pos[n.index()] = i;
+        }
+        let mut indeg = vec![0usize; bound];
         for e in self.nodes.edge_references() {
-            *indeg.entry(e.target()).or_default() += 1;
+            indeg[e.target().index()] += 1;
         }
         let mut ready: std::collections::BinaryHeap<std::cmp::Reverse<(usize, u32)>> = self
             .order
             .iter()
-            .filter(|n| indeg[n] == 0)
-            .map(|&n| std::cmp::Reverse((pos[&n], n.index() as u32)))
+            .filter(|n| indeg[n.index()] == 0)
+            .map(|&n| std::cmp::Reverse((pos[n.index()], n.index() as u32)))
             .collect();
         let mut out = Vec::with_capacity(self.order.len());
         while let Some(std::cmp::Reverse((_, idx))) = ready.pop() {
             let n = NodeIndex::new(idx as usize);
             out.push(n);
             for e in self.nodes.edges_directed(n, Direction::Outgoing) {
-                let t = e.target();
-                if let (Some(d), Some(&p)) = (indeg.get_mut(&t), pos.get(&t)) {
-                    *d -= 1;
-                    if *d == 0 {
-                        ready.push(std::cmp::Reverse((p, t.index() as u32)));
+                let t = e.target().index();
+                let p = pos[t];
+                if p != NOT_LISTED {
+                    indeg[t] -= 1;
+                    if indeg[t] == 0 {
+                        ready.push(std::cmp::Reverse((p, t as u32)));
                     }
                 }
             }
