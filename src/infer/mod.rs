@@ -179,7 +179,8 @@ pub struct Conflict {
 #[derive(Debug, Clone, Default)]
 pub struct Facts {
     infos: Vec<TensorInfo>,
-    consts: Vec<Option<ConstTensor>>,
+    /// Boxed: most values have no known contents, and a slot is 8 bytes instead of 80.
+    consts: Vec<Option<Box<ConstTensor>>>,
     /// Constants whose contents are decoded on first use (by value index; see `consts::Lazy`).
     lazy: HashMap<usize, consts::Lazy>,
     constant: Vec<bool>,
@@ -209,7 +210,7 @@ impl Facts {
     /// folded computation on them (`Shape` of a static tensor, `Gather`, `Concat`...).
     pub fn const_value(&self, v: ValueId) -> Option<&ConstTensor> {
         match self.consts.get(v.index()) {
-            Some(Some(k)) => Some(k),
+            Some(Some(k)) => Some(&**k),
             _ if self.lazy.is_empty() => None,
             _ => self.lazy.get(&v.index()).and_then(consts::Lazy::get),
         }
@@ -460,7 +461,7 @@ pub(crate) fn infer_scoped(
         if !overridable {
             facts.constant[v.index()] = true;
             let (konst, lazy) = consts::read_tensor(t);
-            facts.consts[v.index()] = konst;
+            facts.consts[v.index()] = konst.map(Box::new);
             if let Some(l) = lazy {
                 facts.lazy.insert(v.index(), l);
             }
@@ -501,7 +502,7 @@ pub(crate) fn infer_scoped(
                 let id = ValueId(i as u32);
                 facts.set(id, seed.info, declared[i].as_ref());
                 facts.constant[i] = seed.constant;
-                facts.consts[i] = seed.konst;
+                facts.consts[i] = seed.konst.map(Box::new);
                 facts.data[i] = seed.data;
             }
         }
@@ -643,7 +644,7 @@ impl Facts {
                 floats: None,
             })
         });
-        self.consts[v.index()] = konst;
+        self.consts[v.index()] = konst.map(Box::new);
         self.data[v.index()] = data;
     }
 }
