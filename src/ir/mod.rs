@@ -178,6 +178,38 @@ pub struct Graph {
     /// For each base given to [`Graph::fresh_name`], the suffix it last returned: every lower
     /// one is taken (names are never freed), so the next search starts there, not at 1.
     pub(crate) name_suffixes: HashMap<String, u64>,
+    /// Where each value's initializer is (see [`InitIndex`]).
+    pub(crate) init_index: InitIndex,
+}
+
+/// Positions in `Graph::initializers` by value index (`u32::MAX`: none), so that
+/// [`Graph::initializer`] is not a linear search (it was 7 % of a 1.3 GB compile, quadratic in
+/// the number of initializers). `initializers` is public and changed in place by its users, so
+/// the index is never trusted: a hit is checked against the vector, and a miss falls back to the
+/// linear search, which rebuilds the index when it finds what the index lacked. A mutex, not a
+/// `RefCell`: `Graph` stays `Sync` and unwind-safe (a poisoned lock is just taken over: the
+/// index is replaced whole, and checked on every use).
+#[derive(Default)]
+pub(crate) struct InitIndex(std::sync::Mutex<Vec<u32>>);
+
+impl InitIndex {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<u32>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+impl Clone for InitIndex {
+    fn clone(&self) -> Self {
+        InitIndex::default()
+    }
+}
+
+impl std::fmt::Debug for InitIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("InitIndex")
+    }
 }
 
 fn name_hash(s: &str) -> u64 {
@@ -421,10 +453,28 @@ impl Graph {
 
     /// The initializer of a value, if it has one.
     pub fn initializer(&self, v: ValueId) -> Option<&TensorProto> {
-        self.initializers
+        let cached = self.init_index.lock().get(v.index()).copied();
+        if let Some(i) = cached
+            .and_then(|p| self.initializers.get(p as usize))
+            .filter(|i| i.value == v)
+        {
+            return Some(&i.tensor);
+        }
+        let found = self.initializers.iter().position(|i| i.value == v)?;
+        // The index lacked it: rebuild it (first occurrence wins, as in the search).
+        let bound = self
+            .initializers
             .iter()
-            .find(|i| i.value == v)
-            .map(|i| &i.tensor)
+            .map(|i| i.value.index() + 1)
+            .max()
+            .unwrap_or(0)
+            .max(self.values.len());
+        let mut index = vec![u32::MAX; bound];
+        for (p, i) in self.initializers.iter().enumerate().rev() {
+            index[i.value.index()] = u32::try_from(p).unwrap_or(u32::MAX);
+        }
+        *self.init_index.lock() = index;
+        Some(&self.initializers[found].tensor)
     }
 
     /// Visit this graph and every subgraph below it, depth first, with the nesting depth
