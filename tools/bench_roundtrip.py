@@ -97,6 +97,7 @@ class Run:
     samples: int
     output_bytes: int
     timed_out: bool = False
+    cpu_s: float = 0.0  # user + system CPU of the child and its reaped descendants
 
     @property
     def ok(self) -> bool:
@@ -115,6 +116,10 @@ class Result:
     def median_wall(self) -> float | None:
         runs = self.counted()
         return statistics.median(r.wall_s for r in runs) if runs else None
+
+    def median_cpu(self) -> float | None:
+        runs = self.counted()
+        return statistics.median(r.cpu_s for r in runs) if runs else None
 
     def min_wall(self) -> float | None:
         runs = self.counted()
@@ -242,6 +247,7 @@ def measure(argv: list[str], out: Path, log: Path, interval_s: float, timeout_s:
         samples=sampler.samples,
         output_bytes=out.stat().st_size if out.is_file() else 0,
         timed_out=sampler.timed_out,
+        cpu_s=rusage.ru_utime + rusage.ru_stime,
     )
 
 
@@ -329,11 +335,11 @@ def _fmt(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
-def print_table(results: list[Result]) -> None:
+def print_table(results: list[Result], ref: str | None = None) -> None:
     base = next((r for r in results if r.tool.name == BASELINE), None)
     base_wall = base.median_wall() if base else None
     base_anon = base.peak_rss_anon() if base else None
-    header = ["tool", "runs", "median s", "min s", "RssAnon MiB", "VmHWM MiB",
+    header = ["tool", "runs", "median s", "min s", "cpu s", "RssAnon MiB", "VmHWM MiB",
               f"speed vs {BASELINE}", f"RssAnon vs {BASELINE}"]
     rows = []
     for r in results:
@@ -341,7 +347,7 @@ def print_table(results: list[Result]) -> None:
         speed = base_wall / wall if base_wall and wall else None
         mem = base_anon / anon if base_anon and anon else None
         rows.append([r.tool.name, f"{len(r.counted())}/{len(r.runs)}",
-                     _fmt(wall, ".3f"), _fmt(r.min_wall(), ".3f"),
+                     _fmt(wall, ".3f"), _fmt(r.min_wall(), ".3f"), _fmt(r.median_cpu(), ".3f"),
                      _fmt(anon and anon / MIB, ".1f"), _fmt(hwm and hwm / MIB, ".1f"),
                      _fmt(speed, ".2f") + ("x" if speed else ""),
                      _fmt(mem, ".2f") + ("x" if mem else "")])
@@ -359,6 +365,14 @@ def print_table(results: list[Result]) -> None:
     if safeify and base_wall and base_anon and safeify.median_wall() and safeify.peak_rss_anon():
         print(f"onnx-safeify vs python onnx: {base_wall / safeify.median_wall():.2f}x the speed, "
               f"{base_anon / safeify.peak_rss_anon():.2f}x less peak RssAnon")
+    ref_r = next((r for r in results if r.tool.name == ref), None) if ref else None
+    if ref_r and ref_r.median_wall():
+        print(f"wall and cpu as multiples of {ref} ({ref_r.median_wall():.3f} s wall, "
+              f"{ref_r.median_cpu():.3f} s cpu, medians):")
+        for r in results:
+            if r is not ref_r and r.median_wall():
+                print(f"  {r.tool.name:<16} {r.median_wall() / ref_r.median_wall():6.2f}x wall  "
+                      f"{r.median_cpu() / max(ref_r.median_cpu(), 1e-9):6.2f}x cpu")
     for r in results:
         if r.error:
             print(f"\n{r.tool.name}: {r.error.rstrip()}")
@@ -394,6 +408,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tmpdir", type=Path,
                         help="where the temporary output folder is made (default: the "
                              "system's temporary folder)")
+    parser.add_argument("--ratio-to", metavar="NAME",
+                        help="also print each tool's median wall and cpu over this tool's")
     parser.add_argument("-v", "--verbose", action="store_true", help="print every run")
     args = parser.parse_args(argv)
 
@@ -436,7 +452,7 @@ def main(argv: list[str] | None = None) -> int:
                 if not run.ok:
                     r.error = f"run {i + 1} failed: {r.tool.display()}\n" + _log_tail(log)
     print()
-    print_table(results)
+    print_table(results, args.ratio_to)
 
     if args.json:
         doc = {

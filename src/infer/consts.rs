@@ -90,6 +90,65 @@ impl ValueData {
     }
 }
 
+/// Floating-point constants with more elements than this are decoded only when an inference
+/// function asks for their contents (weights of a Conv, biases, batch-norm statistics are read
+/// for their shape only, and decoding them all made inference allocate ~40 MB per run on a
+/// 326 MB model). Shape-carrying integer tensors are always decoded.
+const EAGER_FLOATS: usize = 16;
+
+/// A floating-point constant kept undecoded: its bytes (a reference to the file's payload, not a
+/// copy) and, once asked for, what [`from_tensor`] makes of them.
+#[derive(Debug, Clone)]
+pub(crate) struct Lazy {
+    tensor: TensorProto,
+    decoded: std::cell::OnceCell<Option<ConstTensor>>,
+}
+
+impl Lazy {
+    /// `Some` for a raw-data floating-point tensor of more than [`EAGER_FLOATS`] (and at most
+    /// [`MAX_CONST_ELEMENTS`]) elements: one that [`from_tensor`] would decode to floats.
+    pub fn defer(t: &TensorProto) -> Option<Lazy> {
+        let dtype = t.data_type?;
+        let raw = t.raw_data.as_ref()?;
+        if !is_float_type(dtype) || t.segment.is_some() || crate::io::external::is_external(t) {
+            return None;
+        }
+        let n = count(&t.dims)?;
+        if n <= EAGER_FLOATS || n > MAX_CONST_ELEMENTS {
+            return None;
+        }
+        Some(Lazy {
+            tensor: TensorProto {
+                dims: t.dims.clone(),
+                data_type: Some(dtype),
+                raw_data: Some(raw.clone()),
+                ..Default::default()
+            },
+            decoded: std::cell::OnceCell::new(),
+        })
+    }
+    pub fn dtype(&self) -> i32 {
+        self.tensor.data_type.unwrap_or(0)
+    }
+    pub fn dims(&self) -> &[i64] {
+        &self.tensor.dims
+    }
+    /// The contents, decoded on first use (exactly what `from_tensor` gives).
+    pub fn get(&self) -> Option<&ConstTensor> {
+        self.decoded
+            .get_or_init(|| from_tensor(&self.tensor))
+            .as_ref()
+    }
+}
+
+/// The contents of a constant tensor: decoded now, or deferred (see [`Lazy`]).
+pub(crate) fn read_tensor(t: &TensorProto) -> (Option<ConstTensor>, Option<Lazy>) {
+    match Lazy::defer(t) {
+        Some(l) => (None, Some(l)),
+        None => (from_tensor(t), None),
+    }
+}
+
 /// Decode a small tensor (`None` when it is large, external, of a type kept opaque here, or
 /// inconsistent).
 pub(crate) fn from_tensor(t: &TensorProto) -> Option<ConstTensor> {

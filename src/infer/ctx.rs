@@ -21,6 +21,8 @@ pub(crate) struct Out {
     pub konst: Option<ConstTensor>,
     /// Symbolic contents of a small integer tensor (rank 0 or 1).
     pub data: Option<Vec<Dim>>,
+    /// Contents not decoded yet (a large floating-point constant; see `consts::Lazy`).
+    pub lazy: Option<consts::Lazy>,
 }
 
 impl Out {
@@ -286,6 +288,7 @@ impl Ctx<'_, '_> {
                 info: f.info(o.value).clone(),
                 konst: f.const_value(o.value).cloned(),
                 data: f.shape_data(o.value).map(<[Dim]>::to_vec),
+                lazy: None,
             })
             .collect()
     }

@@ -179,7 +179,10 @@ pub struct Conflict {
 #[derive(Debug, Clone, Default)]
 pub struct Facts {
     infos: Vec<TensorInfo>,
-    consts: Vec<Option<ConstTensor>>,
+    /// Boxed: most values have no known contents, and a slot is 8 bytes instead of 80.
+    consts: Vec<Option<Box<ConstTensor>>>,
+    /// Constants whose contents are decoded on first use (by value index; see `consts::Lazy`).
+    lazy: HashMap<usize, consts::Lazy>,
     constant: Vec<bool>,
     data: Vec<Option<Vec<Dim>>>,
     conflicts: Vec<Conflict>,
@@ -206,7 +209,11 @@ impl Facts {
     /// The contents of a small constant value: an initializer, a `Constant` output, or a
     /// folded computation on them (`Shape` of a static tensor, `Gather`, `Concat`...).
     pub fn const_value(&self, v: ValueId) -> Option<&ConstTensor> {
-        self.consts.get(v.index()).and_then(Option::as_ref)
+        match self.consts.get(v.index()) {
+            Some(Some(k)) => Some(&**k),
+            _ if self.lazy.is_empty() => None,
+            _ => self.lazy.get(&v.index()).and_then(consts::Lazy::get),
+        }
     }
     /// Whether a value is an initializer (that a caller cannot override) or the output of a
     /// `Constant` node, whatever its size.
@@ -370,6 +377,7 @@ pub(crate) fn infer_scoped(
     let mut facts = Facts {
         infos: vec![TensorInfo::default(); n],
         consts: vec![None; n],
+        lazy: HashMap::new(),
         constant: vec![false; n],
         data: vec![None; n],
         conflicts: Vec::new(),
@@ -449,7 +457,11 @@ pub(crate) fn infer_scoped(
         let overridable = graph.value(v).origin == Origin::Input && !old_ir;
         if !overridable {
             facts.constant[v.index()] = true;
-            facts.consts[v.index()] = consts::from_tensor(t);
+            let (konst, lazy) = consts::read_tensor(t);
+            facts.consts[v.index()] = konst.map(Box::new);
+            if let Some(l) = lazy {
+                facts.lazy.insert(v.index(), l);
+            }
         }
         let info = if overridable {
             // The caller may feed another tensor: only the declaration speaks for it.
@@ -487,7 +499,7 @@ pub(crate) fn infer_scoped(
                 let id = ValueId(i as u32);
                 facts.set(id, seed.info, declared[i].as_ref());
                 facts.constant[i] = seed.constant;
-                facts.consts[i] = seed.konst;
+                facts.consts[i] = seed.konst.map(Box::new);
                 facts.data[i] = seed.data;
             }
         }
@@ -569,9 +581,27 @@ impl Facts {
 
     /// Record a node output: its info, and its contents when they were folded.
     fn store(&mut self, v: ValueId, out: ctx::Out, declared: Option<&TensorInfo>) {
-        let ctx::Out { info, konst, data } = out;
+        let ctx::Out {
+            info,
+            konst,
+            data,
+            lazy,
+        } = out;
         self.set(v, info, declared);
         let info = &self.infos[v.index()];
+        // Deferred contents: kept under the same condition as decoded ones (the element count
+        // always matches: `from_tensor` decodes exactly the dims' count or nothing).
+        let lazy = lazy.filter(|l| {
+            info.dims_known().as_deref() == Some(l.dims()) && info.dtype == Some(l.dtype())
+        });
+        match lazy {
+            Some(l) => {
+                self.lazy.insert(v.index(), l);
+            }
+            None => {
+                self.lazy.remove(&v.index());
+            }
+        }
         // Keep folded contents only when they agree with the final info.
         let konst = konst.filter(|k| {
             info.dims_known().as_deref() == Some(k.dims.as_slice())
@@ -611,7 +641,7 @@ impl Facts {
                 floats: None,
             })
         });
-        self.consts[v.index()] = konst;
+        self.consts[v.index()] = konst.map(Box::new);
         self.data[v.index()] = data;
     }
 }

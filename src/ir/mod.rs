@@ -178,6 +178,38 @@ pub struct Graph {
     /// For each base given to [`Graph::fresh_name`], the suffix it last returned: every lower
     /// one is taken (names are never freed), so the next search starts there, not at 1.
     pub(crate) name_suffixes: HashMap<String, u64>,
+    /// Where each value's initializer is (see [`InitIndex`]).
+    pub(crate) init_index: InitIndex,
+}
+
+/// Positions in `Graph::initializers` by value index (`u32::MAX`: none), so that
+/// [`Graph::initializer`] is not a linear search (it was 7 % of a 1.3 GB compile, quadratic in
+/// the number of initializers). `initializers` is public and changed in place by its users, so
+/// the index is never trusted: a hit is checked against the vector, and a miss falls back to the
+/// linear search, which rebuilds the index when it finds what the index lacked. A mutex, not a
+/// `RefCell`: `Graph` stays `Sync` and unwind-safe (a poisoned lock is just taken over: the
+/// index is replaced whole, and checked on every use).
+#[derive(Default)]
+pub(crate) struct InitIndex(std::sync::Mutex<Vec<u32>>);
+
+impl InitIndex {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<u32>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+impl Clone for InitIndex {
+    fn clone(&self) -> Self {
+        InitIndex::default()
+    }
+}
+
+impl std::fmt::Debug for InitIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("InitIndex")
+    }
 }
 
 fn name_hash(s: &str) -> u64 {
@@ -367,32 +399,41 @@ impl Graph {
 
     /// Nodes in a topological order (ties broken by write order), or the nodes of a cycle.
     pub fn topo_order(&self) -> Result<Vec<NodeId>, Vec<NodeId>> {
-        let pos: HashMap<NodeId, usize> = self
+        // Tables indexed by node index (not hash maps: this runs once per analysis, on graphs
+        // of 50,000 nodes). `NOT_LISTED`: a node that is not in `order`.
+        const NOT_LISTED: usize = usize::MAX;
+        let bound = self
             .order
             .iter()
-            .enumerate()
-            .map(|(i, &n)| (n, i))
-            .collect();
-        let mut indeg: HashMap<NodeId, usize> = self.order.iter().map(|&n| (n, 0)).collect();
+            .map(|n| n.index() + 1)
+            .max()
+            .unwrap_or(0)
+            .max(petgraph::visit::NodeIndexable::node_bound(&self.nodes));
+        let mut pos = vec![NOT_LISTED; bound];
+        for (i, &n) in self.order.iter().enumerate() {
+            pos[n.index()] = i;
+        }
+        let mut indeg = vec![0usize; bound];
         for e in self.nodes.edge_references() {
-            *indeg.entry(e.target()).or_default() += 1;
+            indeg[e.target().index()] += 1;
         }
         let mut ready: std::collections::BinaryHeap<std::cmp::Reverse<(usize, u32)>> = self
             .order
             .iter()
-            .filter(|n| indeg[n] == 0)
-            .map(|&n| std::cmp::Reverse((pos[&n], n.index() as u32)))
+            .filter(|n| indeg[n.index()] == 0)
+            .map(|&n| std::cmp::Reverse((pos[n.index()], n.index() as u32)))
             .collect();
         let mut out = Vec::with_capacity(self.order.len());
         while let Some(std::cmp::Reverse((_, idx))) = ready.pop() {
             let n = NodeIndex::new(idx as usize);
             out.push(n);
             for e in self.nodes.edges_directed(n, Direction::Outgoing) {
-                let t = e.target();
-                if let (Some(d), Some(&p)) = (indeg.get_mut(&t), pos.get(&t)) {
-                    *d -= 1;
-                    if *d == 0 {
-                        ready.push(std::cmp::Reverse((p, t.index() as u32)));
+                let t = e.target().index();
+                let p = pos[t];
+                if p != NOT_LISTED {
+                    indeg[t] -= 1;
+                    if indeg[t] == 0 {
+                        ready.push(std::cmp::Reverse((p, t as u32)));
                     }
                 }
             }
@@ -412,10 +453,28 @@ impl Graph {
 
     /// The initializer of a value, if it has one.
     pub fn initializer(&self, v: ValueId) -> Option<&TensorProto> {
-        self.initializers
+        let cached = self.init_index.lock().get(v.index()).copied();
+        if let Some(i) = cached
+            .and_then(|p| self.initializers.get(p as usize))
+            .filter(|i| i.value == v)
+        {
+            return Some(&i.tensor);
+        }
+        let found = self.initializers.iter().position(|i| i.value == v)?;
+        // The index lacked it: rebuild it (first occurrence wins, as in the search).
+        let bound = self
+            .initializers
             .iter()
-            .find(|i| i.value == v)
-            .map(|i| &i.tensor)
+            .map(|i| i.value.index() + 1)
+            .max()
+            .unwrap_or(0)
+            .max(self.values.len());
+        let mut index = vec![u32::MAX; bound];
+        for (p, i) in self.initializers.iter().enumerate().rev() {
+            index[i.value.index()] = u32::try_from(p).unwrap_or(u32::MAX);
+        }
+        *self.init_index.lock() = index;
+        Some(&self.initializers[found].tensor)
     }
 
     /// Visit this graph and every subgraph below it, depth first, with the nesting depth

@@ -13,8 +13,6 @@
 //! nodes are placed, annotation or not, which would silently undo the cut. Types Max does not
 //! take at the model's opset (bool, strings) fall back to Identity.
 
-use std::collections::HashMap;
-
 use crate::infer::Facts;
 use crate::ir::{Graph, NodeId, Origin, ValueId};
 use crate::rewrite::cpu::LAYER_ANN_KEY;
@@ -52,9 +50,28 @@ fn is_constant_node(g: &Graph, n: NodeId) -> bool {
     node.op_type == "Constant" && node.domain().is_empty()
 }
 
+/// Positions in the topological order, by node index (`None`: not in it).
+struct Positions(Vec<usize>);
+
+impl Positions {
+    fn new(topo: &[NodeId]) -> Self {
+        let bound = topo.iter().map(|n| n.index() + 1).max().unwrap_or(0);
+        let mut v = vec![usize::MAX; bound];
+        for (i, n) in topo.iter().enumerate() {
+            v[n.index()] = i;
+        }
+        Positions(v)
+    }
+    fn get(&self, n: &NodeId) -> Option<usize> {
+        self.0.get(n.index()).copied().filter(|&p| p != usize::MAX)
+    }
+}
+
 struct Layout {
     topo: Vec<NodeId>,
-    pos: HashMap<NodeId, usize>,
+    pos: Positions,
+    /// Each value's readers (computed once per layout: `cut_before` reads them too).
+    consumers: Vec<Vec<(NodeId, u32)>>,
     /// `gpu_live[i]`: GPU-computed values read on the GPU at or after i, computed before i.
     gpu_live: Vec<usize>,
 }
@@ -63,21 +80,21 @@ fn layout(g: &Graph) -> Result<Layout, String> {
     let topo = g
         .topo_order()
         .map_err(|_| "the graph has a cycle".to_string())?;
-    let pos: HashMap<NodeId, usize> = topo.iter().enumerate().map(|(i, &n)| (n, i)).collect();
+    let pos = Positions::new(&topo);
     let consumers = g.consumers();
     let mut diff = vec![0i64; topo.len() + 2];
     for (vi, value) in g.values.iter().enumerate() {
         let Origin::Node { node, .. } = value.origin else {
             continue;
         };
-        let (Some(&p), false) = (pos.get(&node), is_cpu(g, node) || is_constant_node(g, node))
+        let (Some(p), false) = (pos.get(&node), is_cpu(g, node) || is_constant_node(g, node))
         else {
             continue;
         };
         let last_gpu = consumers[vi]
             .iter()
             .filter(|(c, _)| !is_cpu(g, *c))
-            .filter_map(|(c, _)| pos.get(c).copied())
+            .filter_map(|(c, _)| pos.get(c))
             .max();
         if let Some(q) = last_gpu.filter(|&q| q > p) {
             diff[p + 1] += 1;
@@ -93,6 +110,7 @@ fn layout(g: &Graph) -> Result<Layout, String> {
     Ok(Layout {
         topo,
         pos,
+        consumers,
         gpu_live,
     })
 }
@@ -208,7 +226,7 @@ fn cut_before(
     s: &Facts,
     opset: i64,
 ) -> Patch {
-    let consumers = g.consumers();
+    let consumers = &l.consumers;
     let at = l.topo[i];
     let mut p = Patch::new(rule, g.node(at).name(), Some(at));
     let mut crossing: Vec<ValueId> = Vec::new();
@@ -219,7 +237,7 @@ fn cut_before(
         for v in g.node(n).outputs.iter().flatten() {
             let later_gpu = consumers[v.index()]
                 .iter()
-                .any(|(c, _)| !is_cpu(g, *c) && l.pos.get(c).is_some_and(|&q| q >= i));
+                .any(|(c, _)| !is_cpu(g, *c) && l.pos.get(c).is_some_and(|q| q >= i));
             if later_gpu {
                 crossing.push(*v);
             }
@@ -245,7 +263,7 @@ fn cut_before(
             metadata: vec![(LAYER_ANN_KEY.to_string(), annotation.to_string())],
         });
         for (c, slot) in &consumers[v.index()] {
-            let later = l.pos.get(c).is_some_and(|&q| q >= i);
+            let later = l.pos.get(c).is_some_and(|q| q >= i);
             if later && !is_cpu(g, *c) && *slot != crate::ir::IMPLICIT_SLOT {
                 p.repoint.push((*c, *slot as usize, out));
             }

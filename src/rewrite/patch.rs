@@ -281,19 +281,16 @@ impl Patch {
         for (old, new) in &replace {
             let new = resolve(*new);
             replaced.push((*old, new));
-            let consumers: Vec<(NodeId, u32)> = g
-                .order
-                .iter()
-                .flat_map(|&n| {
-                    let node = &g.nodes[n];
-                    node.inputs
-                        .iter()
-                        .enumerate()
-                        .filter(|(_, v)| **v == Some(*old))
-                        .map(move |(s, _)| (n, s as u32))
-                        .collect::<Vec<_>>()
-                })
-                .collect();
+            // Every input slot that reads `old`, in write order (one scan, no allocation per
+            // node: a split of 750 nodes ran this over a 5,250-node graph 750 times).
+            let mut consumers: Vec<(NodeId, u32)> = Vec::new();
+            for &n in &g.order {
+                for (s, v) in g.nodes[n].inputs.iter().enumerate() {
+                    if *v == Some(*old) {
+                        consumers.push((n, s as u32));
+                    }
+                }
+            }
             for (n, slot) in consumers {
                 if slot != IMPLICIT_SLOT {
                     g.set_input(n, slot as usize, Some(new));
@@ -337,7 +334,7 @@ impl Patch {
 
         let mut created = Vec::with_capacity(nodes.len());
         let first_at = anchor_pos.unwrap_or(g.order.len());
-        for (insert_at, nn) in (first_at..).zip(nodes) {
+        for nn in nodes {
             let name = g.fresh_name(&format!("{prefix}/{}", nn.name_hint));
             let mut node = Node {
                 name: Some(name),
@@ -393,11 +390,14 @@ impl Patch {
                 node.set_metadata(k, v);
             }
             let id = g.insert_node(node, None);
-            // insert_node appended it; move it to its place.
+            // insert_node appended it; the new nodes are moved to their place together below.
             g.order.pop();
-            g.order.insert(insert_at.min(g.order.len()), id);
             created.push(id);
         }
+        // One shift of the write order for all new nodes, not one per node (the same order:
+        // they go to consecutive places from `first_at`, which is at most the order's length).
+        let at = first_at.min(g.order.len());
+        g.order.splice(at..at, created.iter().copied());
         for (n, k, v) in annotate {
             if g.nodes.contains_node(n) {
                 g.nodes[n].set_metadata(&k, &v);
