@@ -98,13 +98,17 @@ impl Sizes {
         Sizes { named, positional }
     }
 
-    /// Infer the model's main graph (and the bodies its operators need) under these sizes.
-    pub fn infer(&self, model: &Model) -> Facts {
-        let opts = InferOptions {
+    /// The inference options that apply these sizes.
+    pub fn infer_options(&self) -> InferOptions {
+        InferOptions {
             dims: self.named.iter().map(|(k, v)| (k.clone(), *v)).collect(),
             input_dims: self.positional.clone(),
             ..Default::default()
-        };
-        crate::infer::infer_model(model, &opts)
+        }
+    }
+
+    /// Infer the model's main graph (and the bodies its operators need) under these sizes.
+    pub fn infer(&self, model: &Model) -> Facts {
+        crate::infer::infer_model(model, &self.infer_options())
     }
 }

@@ -22,7 +22,8 @@ use onnx_safeify::{Error, ErrorKind};
     about = "Rewrite ONNX models so they run safely on GPUs and drivers with known hazards",
     long_about = "Rewrite ONNX models so they run safely on GPUs and drivers with known hazards.\n\n\
                   Exit codes: 0 success; 1 findings (check), a denied node or an action that cannot be \
-                  applied (compile: nothing is written unless --allow-unsafe), or an unfaithful rewrite \
+                  applied and no fallback takes it (compile: nothing is written unless --allow-unsafe; \
+                  with --strict, also any node that fell back), or an unfaithful rewrite \
                   (verify, --verify); 2 any error.",
     args_conflicts_with_subcommands = true,
     subcommand_negates_reqs = true

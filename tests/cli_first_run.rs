@@ -40,7 +40,7 @@ fn a_bare_invocation_prints_usage_and_exits_2() {
 #[test]
 fn help_and_man_state_the_readme_exit_codes() {
     let readme = flat(&std::fs::read_to_string(repo().join("README.md")).unwrap());
-    let promise = "1 findings (check), a denied node or an action that cannot be applied (compile";
+    let promise = "1 findings (check), a denied node or an action that cannot be applied and no fallback takes it (compile";
     assert!(
         readme.contains(&promise.replace("1 findings (check)", "`1` findings (`check`)")),
         "the README states the exit codes"

@@ -162,8 +162,18 @@ impl<'t> Driver<'t> {
                 continue;
             };
             let mut n = 0usize;
+            // A settled pass's patches only add identities (cuts): the facts of one step,
+            // extended to the new values, serve the next without a whole re-inference.
+            let mut carried: Option<crate::infer::Facts> = None;
             while n <= 100_000 {
-                let Some((ri, plan)) = pass.next(&self.cx(model), &rules) else {
+                let first_new = model.graph.values.len();
+                let mut cx = self.cx(model);
+                if let Some(f) = carried.take() {
+                    cx = cx.with_facts(f);
+                }
+                let next = pass.next(&cx, &rules);
+                let facts = cx.into_facts();
+                let Some((ri, plan)) = next else {
                     break;
                 };
                 let ok = plan.outcome.is_ok();
@@ -171,6 +181,11 @@ impl<'t> Driver<'t> {
                     break;
                 }
                 n += 1;
+                carried = facts.filter(|_| pass.keeps_facts()).and_then(|mut f| {
+                    let opts = self.sizes.infer_options();
+                    f.extend_with_new_nodes(model, &model.graph, &opts, first_new)
+                        .then_some(f)
+                });
             }
             settled += n;
         }

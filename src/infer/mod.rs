@@ -310,6 +310,75 @@ impl Facts {
     }
 }
 
+impl Facts {
+    /// Extend facts inferred on `graph` before a change that only added nodes (and re-pointed
+    /// readers to them) to the values those nodes produce: every node that produces a value
+    /// numbered `first_new` or later is inferred from its inputs' facts, in topological order.
+    /// The caller vouches that the change left the facts of every earlier value as they were
+    /// (e.g. a cut made of identities such as `Max(x, x)`); anything else needs a full
+    /// inference. Returns `false`, leaving a partial table, when a new value has no producer
+    /// among the graph's nodes.
+    pub fn extend_with_new_nodes(
+        &mut self,
+        model: &Model,
+        graph: &Graph,
+        opts: &InferOptions,
+        first_new: usize,
+    ) -> bool {
+        let n = graph.values.len();
+        if first_new >= n {
+            return true;
+        }
+        let mut producers: Vec<crate::ir::NodeId> = Vec::new();
+        for (i, v) in graph.values.iter().enumerate().skip(first_new) {
+            match v.origin {
+                Origin::Node { node, .. } if graph.nodes.contains_node(node) => {
+                    producers.push(node)
+                }
+                // A removed value no node reads is no fact anyone needs.
+                Origin::Unbound => {}
+                _ => {
+                    let _ = i;
+                    return false;
+                }
+            }
+        }
+        // Grow the table; the new values start unknown.
+        let last = ValueId((n - 1) as u32);
+        if self.infos.len() < n {
+            self.state(last, TensorInfo::default(), false);
+        }
+        let order = graph.topo_order().unwrap_or_else(|_| graph.order.clone());
+        let wanted: std::collections::HashSet<crate::ir::NodeId> = producers.into_iter().collect();
+        let ops = table::table();
+        let budget = std::cell::Cell::new(SUBGRAPH_BUDGET);
+        let env = ctx::Env {
+            nchwc_block: self.nchwc_block,
+            model,
+            graph,
+            opts,
+            names: Default::default(),
+            budget: &budget,
+        };
+        for id in order.into_iter().filter(|id| wanted.contains(id)) {
+            let node = graph.node(id);
+            let opset = model.opset(node.domain());
+            let outs = match ops.get(&(node.domain(), node.op_type.as_str())) {
+                Some(f) => f(&ctx::Ctx::new(node, opset, self, &env)),
+                None => Vec::new(),
+            };
+            let mut outs = outs.into_iter();
+            for v in node.outputs.iter() {
+                let out = outs.next().unwrap_or_default();
+                if let Some(v) = *v {
+                    self.store(v, out, None);
+                }
+            }
+        }
+        true
+    }
+}
+
 /// What a graph's own declarations say of its values (graph inputs, outputs, `value_info`,
 /// initializers, `Constant` nodes), with no operator inferred.
 pub fn declared(graph: &Graph) -> Facts {

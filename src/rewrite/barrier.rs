@@ -305,6 +305,10 @@ impl crate::rewrite::pass::Pass for BarrierPass {
         // Barrier work is graph-wide: see `leftovers`.
         crate::rewrite::pass::Pending::Satisfied
     }
+    fn keeps_facts(&self) -> bool {
+        // A cut adds `Max(x, x)` (or `Identity(x)`) and re-points GPU readers to it.
+        true
+    }
     fn assumed_sizes(&self, rule: &crate::rules::schema::Rule) -> Vec<(String, i64)> {
         match &rule.action {
             crate::rules::schema::Action::Barrier { dims, .. } => dims.clone(),

@@ -233,6 +233,16 @@ impl<'a> Cx<'a> {
             exact: OnceCell::new(),
         }
     }
+    /// A context whose assumed-size facts are already known (carried over a change that left
+    /// them valid; see `Facts::extend_with_new_nodes`).
+    pub fn with_facts(self, facts: Facts) -> Self {
+        let _ = self.facts.set(facts);
+        self
+    }
+    /// The assumed-size facts, if they were computed.
+    pub fn into_facts(self) -> Option<Facts> {
+        self.facts.into_inner()
+    }
     pub fn graph(&self) -> &'a Graph {
         &self.model.graph
     }
@@ -280,6 +290,12 @@ pub trait Pass: Sync {
     /// [`Schedule::WhenSettled`]: the next plan for the matched rules of this action, if any.
     fn next(&self, _cx: &Cx, _rules: &[usize]) -> Option<(usize, Planned)> {
         None
+    }
+    /// [`Schedule::WhenSettled`]: whether this pass's patches leave the facts of every value
+    /// already in the graph as they were (they add identities and re-point readers to them),
+    /// so the driver may extend the facts to the new values instead of inferring again.
+    fn keeps_facts(&self) -> bool {
+        false
     }
     /// [`Schedule::WhenSettled`]: graph-wide work left (what `check` reports).
     fn leftovers(&self, _cx: &Cx, _rules: &[usize]) -> Vec<Leftover> {
