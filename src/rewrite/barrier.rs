@@ -16,8 +16,10 @@
 use crate::infer::Facts;
 use crate::ir::{Graph, NodeId, Origin, ValueId};
 use crate::rewrite::cpu::LAYER_ANN_KEY;
+use crate::rewrite::pass::{Cx, Leftover, Pass, Pending, Planned, Schedule, Summary};
 use crate::rewrite::work::work;
 use crate::rewrite::{PValue, Patch};
+use crate::rules::schema::{Action, Rule, Target};
 
 /// One piece of GPU work between two clean cuts.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -273,13 +275,11 @@ fn cut_before(
 }
 
 /// The smallest budget among the barrier rules in `rules`, with its rule (ties: the first).
-fn tightest(target: &crate::rules::schema::Target, rules: &[usize]) -> Option<(usize, u64)> {
+fn tightest(target: &Target, rules: &[usize]) -> Option<(usize, u64)> {
     rules
         .iter()
         .filter_map(|&r| match &target.rules[r].action {
-            crate::rules::schema::Action::Barrier { budget, .. } => {
-                Some((r, budget.clamp(1.0, u64::MAX as f64) as u64))
-            }
+            Action::Barrier { budget, .. } => Some((r, budget.clamp(1.0, u64::MAX as f64) as u64)),
             _ => None,
         })
         .min_by_key(|&(r, b)| (b, r))
@@ -289,37 +289,28 @@ fn tightest(target: &crate::rules::schema::Target, rules: &[usize]) -> Option<(u
 /// matched budget, one cut at a time (each cut changes the live values of the next).
 pub struct BarrierPass;
 
-impl crate::rewrite::pass::Pass for BarrierPass {
+impl Pass for BarrierPass {
     fn action(&self) -> &'static str {
         "barrier"
     }
-    fn schedule(&self) -> crate::rewrite::pass::Schedule {
-        crate::rewrite::pass::Schedule::WhenSettled
+    fn schedule(&self) -> Schedule {
+        Schedule::WhenSettled
     }
-    fn pending(
-        &self,
-        _cx: &crate::rewrite::pass::Cx,
-        _rule: &crate::rules::schema::Rule,
-        _node: NodeId,
-    ) -> crate::rewrite::pass::Pending {
+    fn pending(&self, _cx: &Cx, _rule: &Rule, _node: NodeId) -> Pending {
         // Barrier work is graph-wide: see `leftovers`.
-        crate::rewrite::pass::Pending::Satisfied
+        Pending::Satisfied
     }
     fn keeps_facts(&self) -> bool {
         // A cut adds `Max(x, x)` (or `Identity(x)`) and re-points GPU readers to it.
         true
     }
-    fn assumed_sizes(&self, rule: &crate::rules::schema::Rule) -> Vec<(String, i64)> {
+    fn assumed_sizes(&self, rule: &Rule) -> Vec<(String, i64)> {
         match &rule.action {
-            crate::rules::schema::Action::Barrier { dims, .. } => dims.clone(),
+            Action::Barrier { dims, .. } => dims.clone(),
             _ => Vec::new(),
         }
     }
-    fn next(
-        &self,
-        cx: &crate::rewrite::pass::Cx,
-        rules: &[usize],
-    ) -> Option<(usize, crate::rewrite::pass::Planned)> {
+    fn next(&self, cx: &Cx, rules: &[usize]) -> Option<(usize, Planned)> {
         use crate::rewrite::pass::{Cause, Covered, Planned, Refusal, Step};
         let (ri, budget) = tightest(cx.target, rules)?;
         let rule = &cx.target.rules[ri];
@@ -346,12 +337,7 @@ impl crate::rewrite::pass::Pass for BarrierPass {
             )),
         }
     }
-    fn leftovers(
-        &self,
-        cx: &crate::rewrite::pass::Cx,
-        rules: &[usize],
-    ) -> Vec<crate::rewrite::pass::Leftover> {
-        use crate::rewrite::pass::Leftover;
+    fn leftovers(&self, cx: &Cx, rules: &[usize]) -> Vec<Leftover> {
         let Some((ri, budget)) = tightest(cx.target, rules) else {
             return Vec::new();
         };
@@ -382,12 +368,7 @@ impl crate::rewrite::pass::Pass for BarrierPass {
             }],
         }
     }
-    fn summarize(
-        &self,
-        cx: &crate::rewrite::pass::Cx,
-        rules: &[usize],
-        out: &mut crate::rewrite::pass::Summary,
-    ) {
+    fn summarize(&self, cx: &Cx, rules: &[usize], out: &mut Summary) {
         if tightest(cx.target, rules).is_none() {
             return;
         }

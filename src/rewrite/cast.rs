@@ -9,7 +9,9 @@
 
 use crate::ir::{Graph, NodeId, ValueId};
 use crate::proto::AttributeProto;
+use crate::rewrite::pass::{Cx, Pass, Pending, Planned};
 use crate::rewrite::{AttrValue, PValue, Patch};
+use crate::rules::schema::{Action, Rule};
 use crate::tensor::dtype_name;
 
 /// What to cast.
@@ -129,35 +131,22 @@ fn has_dtype(g: &Graph, n: NodeId, dtype: i32, facts: &crate::infer::Facts) -> b
 /// The `cast` pass: a precision fence around each matched node that handles the type.
 pub struct CastPass;
 
-impl crate::rewrite::pass::Pass for CastPass {
+impl Pass for CastPass {
     fn action(&self) -> &'static str {
         "cast"
     }
-    fn pending(
-        &self,
-        cx: &crate::rewrite::pass::Cx,
-        rule: &crate::rules::schema::Rule,
-        node: NodeId,
-    ) -> crate::rewrite::pass::Pending {
-        use crate::rewrite::pass::Pending;
+    fn pending(&self, cx: &Cx, rule: &Rule, node: NodeId) -> Pending {
         match &rule.action {
-            crate::rules::schema::Action::Cast { from, .. }
-                if !has_dtype(cx.graph(), node, *from, cx.facts()) =>
-            {
+            Action::Cast { from, .. } if !has_dtype(cx.graph(), node, *from, cx.facts()) => {
                 Pending::Satisfied
             }
             _ => Pending::Fires,
         }
     }
-    fn plan(
-        &self,
-        cx: &crate::rewrite::pass::Cx,
-        rule: usize,
-        nodes: &[NodeId],
-    ) -> Vec<crate::rewrite::pass::Planned> {
+    fn plan(&self, cx: &Cx, rule: usize, nodes: &[NodeId]) -> Vec<Planned> {
         use crate::rewrite::pass::{Cause, Planned, Refusal};
         let r = &cx.target.rules[rule];
-        let crate::rules::schema::Action::Cast { from, to } = &r.action else {
+        let Action::Cast { from, to } = &r.action else {
             return Vec::new();
         };
         let g = cx.graph();

@@ -9,6 +9,8 @@
 use std::collections::HashSet;
 
 use crate::ir::{Graph, NodeId, Origin};
+use crate::rewrite::pass::{Cx, Pass, Pending, Planned, Schedule};
+use crate::rules::schema::Rule;
 
 /// The metadata key ONNX Runtime reads.
 pub const LAYER_ANN_KEY: &str = "layer_ann";
@@ -143,34 +145,24 @@ pub fn plan_pins(g: &Graph, nodes: &[NodeId], annotation: &str) -> Vec<NodeId> {
 /// The `cpu` pass: the rule's matches and the region grown around them, annotated together.
 pub struct CpuPass;
 
-impl crate::rewrite::pass::Pass for CpuPass {
+impl Pass for CpuPass {
     fn action(&self) -> &'static str {
         "cpu"
     }
-    fn schedule(&self) -> crate::rewrite::pass::Schedule {
-        crate::rewrite::pass::Schedule::PerRule
+    fn schedule(&self) -> Schedule {
+        Schedule::PerRule
     }
     fn claims_nodes(&self) -> bool {
         false
     }
-    fn pending(
-        &self,
-        cx: &crate::rewrite::pass::Cx,
-        _rule: &crate::rules::schema::Rule,
-        node: NodeId,
-    ) -> crate::rewrite::pass::Pending {
+    fn pending(&self, cx: &Cx, _rule: &Rule, node: NodeId) -> Pending {
         if is_pinned(cx.graph(), node, cx.annotation) {
-            crate::rewrite::pass::Pending::Satisfied
+            Pending::Satisfied
         } else {
-            crate::rewrite::pass::Pending::Fires
+            Pending::Fires
         }
     }
-    fn plan(
-        &self,
-        cx: &crate::rewrite::pass::Cx,
-        rule: usize,
-        nodes: &[NodeId],
-    ) -> Vec<crate::rewrite::pass::Planned> {
+    fn plan(&self, cx: &Cx, rule: usize, nodes: &[NodeId]) -> Vec<Planned> {
         use crate::rewrite::pass::{covered, Planned, Step};
         let g = cx.graph();
         let r = &cx.target.rules[rule];

@@ -14,6 +14,7 @@
 use crate::ir::{Graph, NodeId, ValueId};
 use crate::proto::AttributeProto;
 use crate::rewrite::consts::{constant_tensor, int64s, slice_rows};
+use crate::rewrite::pass::{Cx, Pass, Planned};
 use crate::rewrite::{AttrValue, PValue, Patch};
 
 /// Which axis to split along.
@@ -394,16 +395,11 @@ fn scan_per_sample(
 /// The `split` pass: one patch per matched Conv (see [`split_conv`]).
 pub struct SplitPass;
 
-impl crate::rewrite::pass::Pass for SplitPass {
+impl Pass for SplitPass {
     fn action(&self) -> &'static str {
         "split"
     }
-    fn plan(
-        &self,
-        cx: &crate::rewrite::pass::Cx,
-        rule: usize,
-        nodes: &[NodeId],
-    ) -> Vec<crate::rewrite::pass::Planned> {
+    fn plan(&self, cx: &Cx, rule: usize, nodes: &[NodeId]) -> Vec<Planned> {
         use crate::rewrite::pass::{Cause, Planned, Refusal};
         use crate::rules::schema::{Action, SplitAxis as RuleAxis};
         let r = &cx.target.rules[rule];
