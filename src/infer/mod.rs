@@ -330,17 +330,14 @@ impl Facts {
             return true;
         }
         let mut producers: Vec<crate::ir::NodeId> = Vec::new();
-        for (i, v) in graph.values.iter().enumerate().skip(first_new) {
+        for v in graph.values.iter().skip(first_new) {
             match v.origin {
                 Origin::Node { node, .. } if graph.nodes.contains_node(node) => {
                     producers.push(node)
                 }
                 // A removed value no node reads is no fact anyone needs.
                 Origin::Unbound => {}
-                _ => {
-                    let _ = i;
-                    return false;
-                }
+                _ => return false,
             }
         }
         // Grow the table; the new values start unknown.
@@ -443,18 +440,7 @@ pub(crate) fn infer_scoped(
     budget: &std::cell::Cell<usize>,
 ) -> Facts {
     let n = graph.values.len();
-    let mut facts = Facts {
-        infos: vec![TensorInfo::default(); n],
-        consts: vec![None; n],
-        lazy: HashMap::new(),
-        constant: vec![false; n],
-        data: vec![None; n],
-        conflicts: Vec::new(),
-        used: vec![false; n],
-        read_by_body: vec![false; n],
-        blocked: vec![false; n],
-        nchwc_block: None,
-    };
+    let mut facts = Facts::unknown(n);
     // Uses: what rewrites must keep (a value read by a body is read by name).
     for &id in &graph.order {
         let Some(node) = graph.nodes.node_weight(id) else {
