@@ -83,7 +83,9 @@ struct TargetArgs {
     #[arg(long = "dim", value_name = "NAME=VALUE")]
     dims: Vec<String>,
     /// The NCHWc block size of the CPU that saved the model (8 with AVX2, 16 with AVX-512);
-    /// without it, it is resolved from the model, and an ambiguous region falls back.
+    /// without it, it is read from the model's shapes, or, when several sizes fit, each is tried
+    /// on this machine's ONNX Runtime CPU and the one that reproduces the model's outputs is
+    /// kept; if none does (or ONNX Runtime is absent) the region falls back.
     #[arg(long = "nchwc-block", value_name = "N", value_parser = clap::value_parser!(i64).range(1..=1024))]
     nchwc_block: Option<i64>,
 }

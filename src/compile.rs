@@ -123,7 +123,23 @@ pub fn compile_document(
     allow_unsafe: bool,
     model: &Path,
 ) -> Result<Compiled> {
-    let report = engine::compile(&mut doc.model, target, opts);
+    // An NCHWc region whose block size the shapes leave open: try the sizes on ONNX Runtime.
+    let probe = crate::nchwc_probe::resolve(doc, target, opts);
+    let resolved;
+    let opts = match probe.as_ref().and_then(|p| p.block) {
+        Some(b) => {
+            resolved = engine::Options {
+                nchwc_block: Some(b),
+                ..opts.clone()
+            };
+            &resolved
+        }
+        None => opts,
+    };
+    let mut report = engine::compile(&mut doc.model, target, opts);
+    if let Some(p) = probe {
+        report.notes.insert(0, p.note);
+    }
     let strict_fallbacks = if opts.strict {
         report.fallbacks.len()
     } else {

@@ -130,6 +130,7 @@ pub mod infer;
 pub mod inspect;
 pub mod io;
 pub mod ir;
+pub mod nchwc_probe;
 pub mod partition;
 pub mod report;
 pub mod rewrite;

@@ -46,9 +46,10 @@ fn weight_dims(g: &Graph, f: &Facts, n: NodeId) -> Option<Vec<i64>> {
     f.dims(w)
 }
 
-/// The NCHWc block size of the CPU that produced the model: the sizes consistent with every
-/// filter shape, channel padding and ORT-inserted Reshape; `hint` must be one of them.
-pub fn infer_block_size(g: &Graph, f: &Facts, hint: Option<i64>) -> Result<i64, String> {
+/// The NCHWc block sizes consistent with every filter shape, channel padding and ORT-inserted
+/// Reshape of `g` (MLAS's sizes, plus `hint` when it is not one of them), and the first node
+/// that left none when none fits.
+pub fn fitting_block_sizes(g: &Graph, f: &Facts, hint: Option<i64>) -> (Vec<i64>, Option<String>) {
     let mut cands: Vec<i64> = CANDIDATES.to_vec();
     if let Some(h) = hint {
         if !cands.contains(&h) {
@@ -111,6 +112,13 @@ pub fn infer_block_size(g: &Graph, f: &Facts, hint: Option<i64>) -> Result<i64, 
             culprit = Some(format!("{} '{}'", node.op_type, node.name()));
         }
     }
+    (cands, culprit)
+}
+
+/// The NCHWc block size of the CPU that produced the model: the one size that fits (see
+/// [`fitting_block_sizes`]); `hint` must be one of those that fit.
+pub fn infer_block_size(g: &Graph, f: &Facts, hint: Option<i64>) -> Result<i64, String> {
+    let (cands, culprit) = fitting_block_sizes(g, f, hint);
     match (hint, cands.as_slice()) {
         (Some(h), c) if c.contains(&h) => Ok(h),
         (Some(h), c) => Err(format!(
@@ -123,7 +131,7 @@ pub fn infer_block_size(g: &Graph, f: &Facts, hint: Option<i64>) -> Result<i64, 
         )),
         (None, c) => Err(format!(
             "the NCHWc block size is ambiguous ({c:?} all fit): give the block size of the CPU \
-             that saved the model (8 with AVX2, 16 with AVX-512)"
+             that saved the model with --nchwc-block N (8 with AVX2, 16 with AVX-512)"
         )),
     }
 }

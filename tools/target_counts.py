@@ -1,0 +1,129 @@
+#!/usr/bin/env python3
+"""Per-target counts over a set of models: does every built-in target compile each model, is the
+output clean under `check`, does it pass onnx.checker full_check wherever the input does, and
+does it equal the original on ONNX Runtime CPU (`onnx-safeify verify`)?
+
+usage: target_counts.py --bin target/release/onnx-safeify [--targets rx580,coreml] \
+         [--every-node-test N] [--max-mb 100] [--jobs 2] [--json out.json] PATH...
+
+PATH: .onnx files or folders (searched recursively; a backend node test folder contributes its
+model.onnx, one in every N with --every-node-test). Models over --max-mb are skipped (listed).
+Prints a table per target and every failure; exit 1 when anything failed.
+"""
+import argparse, concurrent.futures as cf, json, os, subprocess, sys, tempfile
+from pathlib import Path
+
+import onnx
+
+
+def models(paths, every, max_mb):
+    found, skipped = [], []
+    for p in map(Path, paths):
+        files = [p] if p.is_file() else sorted(p.rglob("*.onnx"))
+        node_tests = [f for f in files if f.name == "model.onnx"]
+        others = [f for f in files if f.name != "model.onnx"]
+        files = others + node_tests[::every]
+        for f in files:
+            if f.stat().st_size > max_mb * 1e6:
+                skipped.append(str(f))
+            else:
+                found.append(f)
+    return found, skipped
+
+
+def full_check(path):
+    try:
+        onnx.checker.check_model(str(path), full_check=True)
+        return None
+    except Exception as e:  # noqa: BLE001 - any checker failure is a verdict
+        return str(e).splitlines()[0][:200] if str(e) else type(e).__name__
+
+
+def run(cmd, timeout=600):
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        return p.returncode, p.stdout + p.stderr
+    except subprocess.TimeoutExpired:
+        return 124, "timeout"
+
+
+def one(binary, model, target, input_ok, scratch):
+    out = Path(scratch) / f"{abs(hash((str(model), target)))}.onnx"
+    res = {"model": str(model), "target": target}
+    rc, text = run([binary, str(model), "--target", target, "-o", str(out)])
+    res["compile"] = rc
+    if rc != 0:
+        res["why"] = text.strip().splitlines()[-1:] if text.strip() else []
+        return res
+    rc, text = run([binary, "check", str(out), "--target", target])
+    res["check"] = rc
+    if rc != 0:
+        res["check_text"] = text.strip().splitlines()[:3]
+    if input_ok:
+        err = full_check(out)
+        res["full_check"] = err is None
+        if err:
+            res["full_check_error"] = err
+    rc, text = run([binary, "verify", str(model), str(out)])
+    res["verify"] = rc
+    if rc != 0:
+        res["verify_text"] = [l for l in text.strip().splitlines() if l.strip()][-3:]
+        # The original itself does not load or run on ONNX Runtime CPU: nothing to compare.
+        if rc == 2 and f"error: {model}: ONNX Runtime" in text:
+            res["verify"] = "reference-fails"
+    for f in Path(scratch).glob(out.stem + "*"):
+        f.unlink()
+    return res
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", required=True)
+    ap.add_argument("--targets")
+    ap.add_argument("--every-node-test", type=int, default=1)
+    ap.add_argument("--max-mb", type=float, default=100)
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--json")
+    ap.add_argument("paths", nargs="+")
+    a = ap.parse_args()
+    if a.targets:
+        targets = a.targets.split(",")
+    else:
+        rc, text = run([a.bin, "targets"])
+        targets = [l.split()[0] for l in text.splitlines() if l.strip()] if rc == 0 else []
+    if not targets:
+        sys.exit("no targets")
+    found, skipped = models(a.paths, a.every_node_test, a.max_mb)
+    # The original's own checker verdict, once per model.
+    input_ok = {str(m): full_check(m) is None for m in found}
+    results = []
+    with tempfile.TemporaryDirectory() as scratch, cf.ThreadPoolExecutor(a.jobs) as ex:
+        futs = [ex.submit(one, a.bin, m, t, input_ok[str(m)], scratch) for t in targets for m in found]
+        for f in cf.as_completed(futs):
+            results.append(f.result())
+    results.sort(key=lambda r: (r["target"], r["model"]))
+    print(f"{len(found)} models ({sum(input_ok.values())} pass full_check as given), "
+          f"{len(skipped)} skipped over {a.max_mb:g} MB: {skipped}")
+    print("| target | models | exit 0 | check clean | full_check (of inputs that pass) | equal on ORT CPU (of originals ORT runs) |")
+    print("|---|---|---|---|---|---|")
+    bad = []
+    for t in targets:
+        rs = [r for r in results if r["target"] == t]
+        ok = [r for r in rs if r["compile"] == 0]
+        clean = [r for r in ok if r.get("check") == 0]
+        fc = [r for r in ok if "full_check" in r]
+        fc_ok = [r for r in fc if r["full_check"]]
+        runs = [r for r in ok if r.get("verify") != "reference-fails"]
+        eq = [r for r in runs if r.get("verify") == 0]
+        print(f"| {t} | {len(rs)} | {len(ok)} | {len(clean)} | {len(fc_ok)} / {len(fc)} | {len(eq)} / {len(runs)} |")
+        bad += [r for r in rs if r["compile"] != 0 or r.get("check") != 0
+                or r.get("full_check") is False or r.get("verify") not in (0, "reference-fails")]
+    for r in bad:
+        print("FAIL", json.dumps(r))
+    if a.json:
+        Path(a.json).write_text(json.dumps({"targets": targets, "skipped": skipped, "results": results}, indent=1))
+    sys.exit(1 if bad else 0)
+
+
+if __name__ == "__main__":
+    main()
