@@ -4,7 +4,8 @@
 # Writes, under $ONNX_SAFEIFY_CACHE (default ~/.cache/onnx-safeify):
 #   venv/     Python with onnx, onnxruntime (whose libonnxruntime.so `verify` loads), numpy, and
 #             onnxsim / onnxslim for the side-by-side benchmarks; every version pinned below
-#   corpus/   real/ (3 PP-OCR models), ort_optimized/ (them saved by ONNX Runtime at three
+#   corpus/   real/ (3 PP-OCR models), extra/ (silero-vad's and magika's models),
+#             ort_optimized/ (them saved by ONNX Runtime at three
 #             optimisation levels), contrib/ (tiny com.microsoft models + numpy reference
 #             results), synthetic/ (326 MB depthwise stack, 50,000-node chain),
 #             onnx_node_tests_1.19.1/ (the ONNX backend node tests), node_tests_results.json
@@ -35,7 +36,10 @@ NODE_TESTS_DIGEST=c329aa0d81b71f3e2bae0a8f5caa98dbdd1a7e03b884c1a822fa439f77eb84
 
 command -v "$PY" >/dev/null || die "$PY not found (set PYTHON to a Python 3.9+ interpreter)"
 mkdir -p "$CACHE" "$CORPUS" "$WHEELS"
-if [ -f "$CORPUS/.complete" ] && [ -x "$VENV/bin/python" ]; then
+# Raised whenever a step is added: a corpus completed by an older version of this script gets
+# the new steps (the steps it has are stamped and skipped).
+CORPUS_VERSION=2
+if [ "$(cat "$CORPUS/.complete" 2>/dev/null)" = "$CORPUS_VERSION" ] && [ -x "$VENV/bin/python" ]; then
   say "complete in $CORPUS (delete it to rebuild)"
   exit 0
 fi
@@ -63,6 +67,38 @@ if ! stamp wheels; then
   done_step wheels
 fi
 
+# Checks the files tools/corpus.sha256 lists under one folder of the corpus.
+check_sums() {
+  local dir="$1"
+  (cd "$CORPUS" && grep " $dir/" "$ROOT/tools/corpus.sha256" | sha256sum -c --quiet -) \
+    || die "sha256 mismatch under $CORPUS/$dir (see tools/corpus.sha256)"
+}
+
+# 2b. Real models from other packages (speech: silero-vad, whose If bodies hold convolutions;
+# file-type detection: magika). Only the .onnx files are kept; their sums are in
+# tools/corpus.sha256 (magika's wheel is per platform, its model is not).
+if ! stamp extra; then
+  say "downloading silero-vad 6.2.0 and magika 1.0.3 wheels into $WHEELS"
+  "$VPY" -m pip download --quiet --disable-pip-version-check --no-deps --only-binary=:all: \
+    -d "$WHEELS" silero-vad==6.2.0 || die "pip download silero-vad failed"
+  "$VPY" -m pip download --quiet --disable-pip-version-check --no-deps --only-binary=:all: \
+    --platform manylinux_2_28_x86_64 -d "$WHEELS" magika==1.0.3 || die "pip download magika failed"
+  mkdir -p "$CORPUS/extra"
+  "$VPY" - "$WHEELS" "$CORPUS/extra" <<'PY' || die "cannot extract the extra models"
+import sys, zipfile, pathlib
+wheels, out = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+for whl, prefix in [("silero_vad-6.2.0-py3-none-any.whl", "silero_vad__"),
+                    ("magika-1.0.3-py3-none-manylinux_2_28_x86_64.whl", "magika__")]:
+    with zipfile.ZipFile(wheels / whl) as z:
+        for name in z.namelist():
+            if name.endswith(".onnx"):
+                stem = "/".join(name.split("/")[-2:]).replace("/", "__") if prefix == "magika__" else name.split("/")[-1]
+                (out / (prefix + stem)).write_bytes(z.read(name))
+PY
+  check_sums extra
+  done_step extra
+fi
+
 # 3. Models and results; each step's outputs are checked before it is stamped.
 run_step() {
   local step="$1"
@@ -74,12 +110,6 @@ run_step() {
   done_step "$step"
 }
 
-# Checks the files tools/corpus.sha256 lists under one folder of the corpus.
-check_sums() {
-  local dir="$1"
-  (cd "$CORPUS" && grep " $dir/" "$ROOT/tools/corpus.sha256" | sha256sum -c --quiet -) \
-    || die "sha256 mismatch under $CORPUS/$dir (see tools/corpus.sha256)"
-}
 
 run_step real
 check_sums real
@@ -99,9 +129,9 @@ run_step noderesults
 
 for f in real/rapidocr_onnxruntime__ch_PP-OCRv4_det_infer.onnx synthetic/syn_mobilenet_dw_300mb.onnx \
   synthetic/syn_50k_nodes.onnx contrib/contrib_results.json ort_optimized/ortopt_results.json \
-  node_tests_results.json; do
+  node_tests_results.json extra/silero_vad__silero_vad.onnx; do
   [ -s "$CORPUS/$f" ] || die "missing $CORPUS/$f"
 done
-touch "$CORPUS/.complete"
+echo "$CORPUS_VERSION" > "$CORPUS/.complete"
 say "complete: $(ls "$CORPUS/real" | wc -l) real, $(ls "$CORPUS/ort_optimized"/*.onnx | wc -l) ORT-optimised, \
 $(ls "$CORPUS/contrib"/*.onnx | wc -l) contrib, $(ls "$CORPUS/onnx_node_tests_1.19.1" | wc -l) node tests in $CORPUS"

@@ -75,7 +75,7 @@ impl Compiled {
 /// Compile a model for a target; raises `Error` with the command's message when nodes have
 /// no safe rewrite and `allow_unsafe` is false.
 #[pyfunction(name = "compile")]
-#[pyo3(signature = (path, data, label, target, rules, dims, allow_unsafe))]
+#[pyo3(signature = (path, data, label, target, rules, dims, allow_unsafe, strict=false, nchwc_block=None))]
 #[allow(clippy::too_many_arguments)]
 fn compile_model(
     py: Python<'_>,
@@ -86,8 +86,18 @@ fn compile_model(
     rules: Vec<PathBuf>,
     dims: Vec<(String, i64)>,
     allow_unsafe: bool,
+    strict: bool,
+    nchwc_block: Option<i64>,
 ) -> PyResult<Compiled> {
-    let opts = options(dims)?;
+    let mut opts = options(dims)?;
+    if let Some(b) = nchwc_block.filter(|b| !(1..=1024).contains(b)) {
+        return Err(err(crate::Error::new(
+            crate::ErrorKind::Usage,
+            format!("nchwc_block {b}: expected a block size from 1 to 1024"),
+        )));
+    }
+    opts.strict = strict;
+    opts.nchwc_block = nchwc_block;
     let shown = path.clone().unwrap_or_else(|| PathBuf::from(&label));
     let data = data.map(<[u8]>::to_vec);
     py.detach(move || {

@@ -120,19 +120,23 @@ class Result:
         )
 
 
-def compile(model, target, *, rules=(), dims=None, allow_unsafe=False):
+def compile(model, target, *, rules=(), dims=None, allow_unsafe=False, strict=False,
+            nchwc_block=None):
     """Rewrite ``model`` for ``target`` (a built-in name, see :func:`targets`, or a rules file
     ``FILE.yaml``), as ``onnx-safeify MODEL --target T`` does.
 
     ``rules``: extra rules files layered on top (``--rules``). ``dims``: sizes of symbolic
     dimensions, ``{"batch": 1}`` or ``{"x[2]": 48}`` (``--dim``). When some node has no safe
     rewrite the command writes nothing and exits 1; here :class:`Error` is raised with the
-    same message, unless ``allow_unsafe`` is true (``--allow-unsafe``).
+    same message, unless ``allow_unsafe`` is true (``--allow-unsafe``). ``strict``: nodes
+    that fell back (to the CPU) block the output too (``--strict``); ``report["fallbacks"]``
+    lists them either way. ``nchwc_block``: the NCHWc block size of the CPU that saved the
+    model (``--nchwc-block``).
     """
     path, data, label = _model_args(model)
     native = _native.compile(
         path, data, label, os.fspath(target), _rules_args(rules), _dims_args(dims),
-        bool(allow_unsafe),
+        bool(allow_unsafe), bool(strict), None if nchwc_block is None else int(nchwc_block),
     )
     return Result(native)
 

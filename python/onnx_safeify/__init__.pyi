@@ -29,6 +29,8 @@ def compile(
     rules: Union[_PathLike, Iterable[_PathLike]] = ...,
     dims: Optional[Mapping[str, int]] = ...,
     allow_unsafe: bool = ...,
+    strict: bool = ...,
+    nchwc_block: Optional[int] = ...,
 ) -> Result: ...
 def check(
     model: Model,

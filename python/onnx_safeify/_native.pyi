@@ -19,6 +19,8 @@ def compile(
     rules: Sequence[str],
     dims: Sequence[Tuple[str, int]],
     allow_unsafe: bool,
+    strict: bool = ...,
+    nchwc_block: Optional[int] = ...,
 ) -> Compiled: ...
 def check(
     path: Optional[str],

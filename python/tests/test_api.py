@@ -186,6 +186,30 @@ def test_nodes_without_a_safe_rewrite_raise_unless_allowed(sample, tmp_path):
     assert any(f["kind"] == "denied" for f in allowed.report["remaining"])
 
 
+def test_fallbacks_are_reported_and_strict_makes_them_block(sample, tmp_path):
+    rules = tmp_path / "fallback.yaml"
+    rules.write_text(
+        "fallback: cpu\n"
+        "rules:\n"
+        "  - id: unfuse-conv\n"
+        "    why: test - a Conv has no decomposition, so it falls back to the CPU\n"
+        "    evidence: []\n"
+        "    match: {op: Conv}\n"
+        "    action: unfuse\n"
+    )
+    done = onnx_safeify.compile(sample, "none", rules=[rules])
+    fell = done.report["fallbacks"]
+    assert fell and all(f["to"] == "cpu" and f["cause"] == "no-rewrite" for f in fell)
+    with pytest.raises(onnx_safeify.Error) as e:
+        onnx_safeify.compile(sample, "none", rules=[rules], strict=True)
+    code, _, err = run(str(sample), "--target", "none", "--rules", str(rules), "--strict")
+    assert code == 1
+    assert str(e.value) == last_error_line(err)
+    assert "--strict" in str(e.value)
+    with pytest.raises(onnx_safeify.Error, match="nchwc_block 0"):
+        onnx_safeify.compile(sample, "none", nchwc_block=0)
+
+
 def test_verify_a_compiled_model(sample):
     pytest.importorskip("onnxruntime", reason="verify needs ONNX Runtime")
     result = onnx_safeify.compile(sample, "rx580")
