@@ -151,7 +151,8 @@ struct ExplainArgs {
     model: PathBuf,
     #[command(flatten)]
     target: TargetArgs,
-    /// Explain every rule for this node (its name).
+    /// Explain every rule for this node (its name; inside a body, its scope path such as
+    /// `loop/body/conv_3`).
     #[arg(long)]
     node: Option<String>,
 }
@@ -477,52 +478,69 @@ fn explain(a: &ExplainArgs) -> Result<u8, Error> {
         named: engine::dim_sizes(&doc.model, &target, &opts),
         positional: Vec::new(),
     };
-    let facts = sizes.infer(&doc.model);
+    // Every graph, bodies included: inner nodes are named by their scope path
+    // (`loop/body/conv_3`).
+    let scopes = engine::scopes_with_facts(&doc.model, &sizes);
     let opsets = Opsets::from_model(&doc.model);
-    let g = &doc.model.graph;
-    let matcher = Matcher::new(g, &facts, &opsets);
     let mut out = String::new();
     match &a.node {
         Some(name) => {
-            let node = g
-                .order
+            // A main-graph name first, then a qualified one.
+            let found = scopes
                 .iter()
-                .copied()
-                .find(|&n| g.node(n).name() == name)
-                .ok_or_else(|| {
-                    Error::new(ErrorKind::Usage, format!("no node named '{name}'"))
-                        .in_file(&a.model)
-                })?;
-            out.push_str(&format!("node '{name}' ({}):\n", g.node(node).op_type));
+                .find_map(|(sg, f)| {
+                    let g = sg.graph;
+                    let n = g
+                        .order
+                        .iter()
+                        .copied()
+                        .find(|&n| g.node(n).name() == name)?;
+                    sg.path.is_root().then_some((sg, f, n))
+                })
+                .or_else(|| {
+                    scopes.iter().find_map(|(sg, f)| {
+                        let g = sg.graph;
+                        let n = g
+                            .order
+                            .iter()
+                            .copied()
+                            .find(|&n| sg.path.qualify(g.node(n).name()) == *name)?;
+                        Some((sg, f, n))
+                    })
+                });
+            let (sg, facts, node) = found.ok_or_else(|| {
+                Error::new(ErrorKind::Usage, format!("no node named '{name}'")).in_file(&a.model)
+            })?;
+            let matcher = Matcher::new(sg.graph, facts, &opsets);
+            out.push_str(&format!(
+                "node '{name}' ({}):\n",
+                sg.graph.node(node).op_type
+            ));
             for e in matcher.explain(&target, node) {
                 out.push_str(&format!("  {e}\n"));
             }
         }
         None => {
-            let matches = matcher.find(&target);
+            let mut hits: Vec<Vec<String>> = vec![Vec::new(); target.rules.len()];
+            for (sg, facts) in &scopes {
+                let g = sg.graph;
+                for m in Matcher::new(g, facts, &opsets).find(&target) {
+                    let n = g.node(m.node);
+                    let label = sg.path.qualify(if n.name().is_empty() {
+                        "<unnamed>"
+                    } else {
+                        n.name()
+                    });
+                    hits[m.rule].push(format!("{label} ({})", n.op_type));
+                }
+            }
             out.push_str(&format!(
                 "target {} ({}): {} rule(s)\n",
                 target.name,
                 target.description,
                 target.rules.len()
             ));
-            for (i, r) in target.rules.iter().enumerate() {
-                let hits: Vec<String> = matches
-                    .iter()
-                    .filter(|m| m.rule == i)
-                    .map(|m| {
-                        let n = g.node(m.node);
-                        format!(
-                            "{} ({})",
-                            if n.name().is_empty() {
-                                "<unnamed>"
-                            } else {
-                                n.name()
-                            },
-                            n.op_type
-                        )
-                    })
-                    .collect();
+            for (r, hits) in target.rules.iter().zip(&hits) {
                 out.push_str(&format!(
                     "{} -> {}: {} node(s)\n",
                     r.id,

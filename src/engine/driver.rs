@@ -5,14 +5,14 @@ use std::collections::{BTreeMap, HashSet};
 
 use super::output::{prune_orphans, used_values};
 use super::{
-    check, find, matched_rules, rule_finding, Applied, FellBack, Finding, FindingKind, Options,
-    Report,
+    check_graph, find, matched_rules, rule_finding, Applied, FellBack, Finding, FindingKind,
+    Options, Report,
 };
 use crate::analysis::Sizes;
 use crate::ir::{Graph, Model, NodeId, ValueId};
 use crate::rewrite::cpu::LAYER_ANN_KEY;
 use crate::rewrite::pass::{
-    apply_plans, rules_by_pass, Cause, Cx, Pending, Planned, Schedule, Summary,
+    apply_plans, rules_by_pass, Cause, Cx, OuterFacts, Pending, Planned, Schedule, Summary,
 };
 use crate::rewrite::{pass_for, PASSES};
 use crate::rules::matcher::{Match, Opsets};
@@ -37,10 +37,18 @@ pub(super) struct Driver<'t> {
     used_before: HashSet<ValueId>,
     /// A fallback changed the graph since the flag was last taken.
     fell_back_now: bool,
+    /// For a body: what its enclosing scopes know of the values it reads by name.
+    outer: Option<&'t OuterFacts>,
 }
 
 impl<'t> Driver<'t> {
-    pub fn new(model: &Model, target: &'t Target, opts: &'t Options, sizes: Sizes) -> Self {
+    pub fn new(
+        model: &Model,
+        target: &'t Target,
+        opts: &'t Options,
+        sizes: Sizes,
+        outer: Option<&'t OuterFacts>,
+    ) -> Self {
         Driver {
             target,
             opts,
@@ -54,6 +62,7 @@ impl<'t> Driver<'t> {
             stuck: HashSet::new(),
             used_before: used_values(&model.graph),
             fell_back_now: false,
+            outer,
         }
     }
 
@@ -63,9 +72,11 @@ impl<'t> Driver<'t> {
     }
 
     fn cx<'a>(&'a self, model: &'a Model) -> Cx<'a> {
-        let mut cx = Cx::new(model, self.target, &self.sizes, &self.opts.annotation);
-        cx.nchwc_block = self.opts.nchwc_block;
-        cx
+        let cx = super::context(model, self.target, &self.sizes, self.opts);
+        match self.outer {
+            Some(o) => cx.in_body(&model.graph, o),
+            None => cx,
+        }
     }
 
     /// Match; plan the per-match passes (a planned match keeps later rules off its nodes);
@@ -195,7 +206,8 @@ impl<'t> Driver<'t> {
     /// Prune what the rewrites orphaned, add what still fires, and the passes' summaries.
     pub fn finish(mut self, model: &mut Model) -> Report {
         prune_orphans(&mut model.graph, &self.used_before);
-        for f in check(model, self.target, self.opts) {
+        let findings = check_graph(&self.cx(model), self.opts);
+        for f in findings {
             let dup = self.report.remaining.iter().any(|r| {
                 r.rule == f.rule
                     && r.node == f.node
@@ -215,7 +227,9 @@ impl<'t> Driver<'t> {
         }
         let mut report = self.report;
         report.pieces = summary.pieces;
-        report.notes.extend(crate::import::version_warnings(model));
+        if self.outer.is_none() {
+            report.notes.extend(crate::import::version_warnings(model));
+        }
         report.notes.extend(summary.notes);
         let g = &model.graph;
         report.pinned = g

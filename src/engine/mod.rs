@@ -23,11 +23,11 @@ pub use findings::*;
 pub use output::{check_invariants, stamp_runtime, RUNTIME_KEY_PREFIX, TARGET_KEY};
 
 use crate::analysis::Sizes;
-use crate::ir::Model;
-use crate::ir::NodeId;
+use crate::ir::scope::{has_bodies, ScopePath};
+use crate::ir::{Graph, Model, NodeId};
 use crate::rewrite::cpu::is_pinned;
 use crate::rewrite::cpu::DEFAULT_ANNOTATION;
-use crate::rewrite::pass::{assumed_sizes, rules_by_pass, Cx, Pending, Schedule};
+use crate::rewrite::pass::{assumed_sizes, rules_by_pass, Cx, OuterFacts, Pending, Schedule};
 use crate::rewrite::pass_for;
 use crate::rules::matcher::{Match, Matcher, Opsets};
 use crate::rules::schema::{Fallback, Target};
@@ -62,9 +62,46 @@ impl Default for Options {
     }
 }
 
-/// Rewrite `model` for `target` until no rule fires (or only denials and refusals remain).
+/// Rewrite `model` for `target` until no rule fires (or only denials and refusals remain):
+/// the main graph first, then every `If`/`Loop`/`Scan` body at any depth, each on its own (as
+/// ONNX Runtime partitions them), its outer-scope reads seeded with what its enclosing graphs
+/// know. Inner nodes are named by their scope path in the report (`loop/body/conv_3`).
 pub fn compile(model: &mut Model, target: &Target, opts: &Options) -> Report {
-    let mut d = driver::Driver::new(model, target, opts, sizes(model, target, opts));
+    let sizes = sizes(model, target, opts);
+    if has_bodies(&model.graph) {
+        // New names must not shadow (or be shadowed by) a name of an enclosing or inner scope.
+        crate::ir::scope::reserve_names_across_scopes(&mut model.graph);
+    }
+    let mut report = compile_graph(model, target, opts, sizes.clone(), None);
+    if has_bodies(&model.graph) {
+        crate::ir::scope::reserve_names_across_scopes(&mut model.graph);
+        let header = header_of(model);
+        let outer = {
+            let cx = Cx::new(model, target, &sizes, &opts.annotation);
+            OuterFacts::default().for_bodies_of(&cx)
+        };
+        let mut bodies = Bodies {
+            header: &header,
+            target,
+            opts,
+            sizes: &sizes,
+            report: &mut report,
+        };
+        bodies.compile(&mut model.graph, &ScopePath::root(), &outer);
+    }
+    report
+}
+
+/// One graph's compile: rounds until nothing changes, settle, finish. `outer`: for a body
+/// (held in `model.graph`), its enclosing scopes' facts.
+fn compile_graph(
+    model: &mut Model,
+    target: &Target,
+    opts: &Options,
+    sizes: Sizes,
+    outer: Option<&OuterFacts>,
+) -> Report {
+    let mut d = driver::Driver::new(model, target, opts, sizes, outer);
     for iteration in 0..opts.max_iterations {
         d.report.iterations = iteration + 1;
         let round = d.plan_round(model);
@@ -81,12 +118,164 @@ pub fn compile(model: &mut Model, target: &Target, opts: &Options) -> Report {
     d.finish(model)
 }
 
-/// Findings of `target` on `model`: every rule that would still do something.
+/// The model's opsets and IR version around an empty graph: a body is compiled in it.
+fn header_of(model: &Model) -> Model {
+    Model {
+        ir_version: model.ir_version,
+        opset_import: model.opset_import.clone(),
+        ..Model::default()
+    }
+}
+
+/// The walk over the bodies of a compiled graph.
+struct Bodies<'a> {
+    header: &'a Model,
+    target: &'a Target,
+    opts: &'a Options,
+    sizes: &'a Sizes,
+    report: &'a mut Report,
+}
+
+impl Bodies<'_> {
+    /// Compile every body of `g` (at `path`), and theirs, depth first in write order. Each is
+    /// taken out of its node, compiled as the graph of a model with the main model's opsets,
+    /// and put back.
+    fn compile(&mut self, g: &mut Graph, path: &ScopePath, outer: &OuterFacts) {
+        for n in g.order.clone() {
+            if !g.nodes.contains_node(n) {
+                continue;
+            }
+            let node = g.node_mut(n);
+            let name = node.name().to_string();
+            for a in node.attributes.iter_mut() {
+                let attr = a.name().to_string();
+                if let Some(body) = a.g.as_deref_mut() {
+                    self.one(body, &path.child(&name, &attr, None), outer);
+                }
+                for (i, body) in a.graphs.iter_mut().enumerate() {
+                    self.one(body, &path.child(&name, &attr, Some(i)), outer);
+                }
+            }
+        }
+    }
+
+    fn one(&mut self, body: &mut Graph, path: &ScopePath, outer: &OuterFacts) {
+        let mut m = Model {
+            graph: std::mem::take(body),
+            ..self.header.clone()
+        };
+        let r = compile_graph(
+            &mut m,
+            self.target,
+            self.opts,
+            self.sizes.clone(),
+            Some(outer),
+        );
+        merge_body_report(self.report, r, path);
+        if has_bodies(&m.graph) {
+            crate::ir::scope::reserve_names_across_scopes(&mut m.graph);
+            let inner = {
+                let cx = Cx::new(&m, self.target, self.sizes, &self.opts.annotation)
+                    .in_body(&m.graph, outer);
+                outer.for_bodies_of(&cx)
+            };
+            self.compile(&mut m.graph, path, &inner);
+        }
+        *body = m.graph;
+    }
+}
+
+/// Add a body's report to the compile's, its nodes named by their scope path.
+fn merge_body_report(into: &mut Report, r: Report, path: &ScopePath) {
+    let q = |s: String| path.qualify(&s);
+    into.applied.extend(r.applied.into_iter().map(|mut a| {
+        a.node = q(a.node);
+        a
+    }));
+    into.remaining.extend(r.remaining.into_iter().map(|mut f| {
+        f.node = q(f.node);
+        f
+    }));
+    into.fallbacks.extend(r.fallbacks.into_iter().map(|mut f| {
+        f.node = q(f.node);
+        f
+    }));
+    into.pinned.extend(r.pinned.into_iter().map(q));
+    into.pieces.extend(r.pieces.into_iter().map(|mut p| {
+        p.first = q(p.first);
+        p
+    }));
+    into.notes
+        .extend(r.notes.into_iter().map(|n| format!("{path}: {n}")));
+}
+
+/// Findings of `target` on `model`: every rule that would still do something, in the main
+/// graph and in every body (inner nodes named by their scope path, `loop/body/conv_3`).
 pub fn check(model: &mut Model, target: &Target, opts: &Options) -> Vec<Finding> {
     let sizes = sizes(model, target, opts);
-    let mut cx = Cx::new(model, target, &sizes, &opts.annotation);
+    let model: &Model = model;
+    let cx = context(model, target, &sizes, opts);
+    let mut out = check_graph(&cx, opts);
+    if has_bodies(&model.graph) {
+        let outer = OuterFacts::default().for_bodies_of(&cx);
+        check_bodies(
+            model,
+            &model.graph,
+            &ScopePath::root(),
+            &outer,
+            target,
+            opts,
+            &sizes,
+            &mut out,
+        );
+    }
+    out
+}
+
+#[allow(clippy::too_many_arguments)]
+fn check_bodies(
+    model: &Model,
+    g: &Graph,
+    path: &ScopePath,
+    outer: &OuterFacts,
+    target: &Target,
+    opts: &Options,
+    sizes: &Sizes,
+    out: &mut Vec<Finding>,
+) {
+    for &n in &g.order {
+        let node = g.node(n);
+        for (attr, index, body) in crate::ir::scope::bodies(node) {
+            let here = path.child(node.name(), attr, index);
+            let cx = context(model, target, sizes, opts).in_body(body, outer);
+            out.extend(check_graph(&cx, opts).into_iter().map(|mut f| {
+                f.node = here.qualify(&f.node);
+                f
+            }));
+            if has_bodies(body) {
+                let inner = outer.for_bodies_of(&cx);
+                check_bodies(model, body, &here, &inner, target, opts, sizes, out);
+            }
+        }
+    }
+}
+
+/// A pass context on `model`'s main graph.
+fn context<'a>(
+    model: &'a Model,
+    target: &'a Target,
+    sizes: &'a Sizes,
+    opts: &'a Options,
+) -> Cx<'a> {
+    let mut cx = Cx::new(model, target, sizes, &opts.annotation);
     cx.nchwc_block = opts.nchwc_block;
-    let matches = find(&cx, &Opsets::from_model(model));
+    cx
+}
+
+/// The findings of one graph (the context's): node names as they are in that graph.
+fn check_graph(cx: &Cx, opts: &Options) -> Vec<Finding> {
+    let target = cx.target;
+    let matches = find(cx, &Opsets::from_model(cx.model));
     let mut out = Vec::new();
     // Matches of rules with a fallback, by rule: planned below to see which would fall back.
     let mut with_fallback: BTreeMap<usize, Vec<(usize, NodeId)>> = BTreeMap::new();
@@ -101,7 +290,7 @@ pub fn check(model: &mut Model, target: &Target, opts: &Options) -> Vec<Finding>
         if fallback == Some(Fallback::Cpu) && is_pinned(cx.graph(), m.node, &opts.annotation) {
             continue;
         }
-        match pass.pending(&cx, rule, m.node) {
+        match pass.pending(cx, rule, m.node) {
             Pending::Fires => {
                 if fallback.is_some() && pass.schedule() != Schedule::WhenSettled {
                     with_fallback
@@ -109,9 +298,9 @@ pub fn check(model: &mut Model, target: &Target, opts: &Options) -> Vec<Finding>
                         .or_default()
                         .push((out.len(), m.node));
                 }
-                out.push(finding(&cx, m, FindingKind::Fires, None));
+                out.push(finding(cx, m, FindingKind::Fires, None));
             }
-            Pending::Denied => out.push(finding(&cx, m, FindingKind::Denied, None)),
+            Pending::Denied => out.push(finding(cx, m, FindingKind::Denied, None)),
             Pending::Satisfied => {}
         }
     }
@@ -123,7 +312,7 @@ pub fn check(model: &mut Model, target: &Target, opts: &Options) -> Vec<Finding>
             continue;
         };
         let ids: Vec<NodeId> = nodes.iter().map(|&(_, n)| n).collect();
-        for plan in pass.plan(&cx, ri, &ids) {
+        for plan in pass.plan(cx, ri, &ids) {
             let Err(r) = &plan.outcome else { continue };
             for c in &plan.covers {
                 let Some(&(at, _)) = nodes.iter().find(|&&(_, n)| Some(n) == c.node) else {
@@ -142,7 +331,7 @@ pub fn check(model: &mut Model, target: &Target, opts: &Options) -> Vec<Finding>
         let Some(pass) = pass_for(action) else {
             continue;
         };
-        for l in pass.leftovers(&cx, &rules) {
+        for l in pass.leftovers(cx, &rules) {
             out.push(rule_finding(
                 target,
                 l.rule,
@@ -152,6 +341,45 @@ pub fn check(model: &mut Model, target: &Target, opts: &Options) -> Vec<Finding>
                 l.reason,
             ));
         }
+    }
+    out
+}
+
+/// Every graph of `model` with its facts under `sizes`: the main graph first, then the bodies
+/// depth first in write order ([`crate::ir::scope::graphs`]), each body's outer-scope reads
+/// seeded with what its enclosing graphs know.
+pub fn scopes_with_facts<'a>(
+    model: &'a Model,
+    sizes: &Sizes,
+) -> Vec<(crate::ir::scope::ScopedGraph<'a>, crate::infer::Facts)> {
+    use std::collections::HashMap;
+    let opts = sizes.infer_options();
+    let mut seeds: HashMap<ScopePath, HashMap<String, crate::infer::Seed>> = HashMap::new();
+    let mut out = Vec::new();
+    for sg in crate::ir::scope::graphs(&model.graph) {
+        let outer = sg.path.parent().and_then(|p| seeds.get(&p));
+        let facts = match outer {
+            None => crate::infer::infer_graph(model, sg.graph, &opts),
+            Some(o) => {
+                let lookup = |name: &str| o.get(name).cloned();
+                crate::infer::infer_body(model, sg.graph, &opts, &lookup)
+            }
+        };
+        if has_bodies(sg.graph) {
+            let mut mine = outer.cloned().unwrap_or_default();
+            for (i, v) in sg.graph.values.iter().enumerate() {
+                let s = facts.seed(crate::ir::ValueId(i as u32));
+                let own = !matches!(
+                    v.origin,
+                    crate::ir::Origin::Unbound | crate::ir::Origin::OuterScope
+                );
+                if own && (s.info.dtype.is_some() || s.info.shape.is_some()) {
+                    mine.insert(v.name.clone(), s);
+                }
+            }
+            seeds.insert(sg.path.clone(), mine);
+        }
+        out.push((sg, facts));
     }
     out
 }

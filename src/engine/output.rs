@@ -72,9 +72,24 @@ pub fn stamp_runtime(model: &mut Model, target: &Target) {
     }
 }
 
-/// Graph invariants that must hold before anything is written: no cycle, every value read is
-/// defined, graph outputs are produced, and names are unique.
+/// Graph invariants that must hold before anything is written, in the main graph and in every
+/// body (an error in a body names its scope path): no cycle, every value read is defined (in
+/// a body, a value of an enclosing scope counts), graph outputs are produced, and names are
+/// unique.
 pub fn check_invariants(g: &Graph) -> Result<(), String> {
+    for sg in crate::ir::scope::graphs(g) {
+        check_graph_invariants(sg.graph).map_err(|e| {
+            if sg.path.is_root() {
+                e
+            } else {
+                format!("in {}: {e}", sg.path)
+            }
+        })?;
+    }
+    Ok(())
+}
+
+fn check_graph_invariants(g: &Graph) -> Result<(), String> {
     use crate::ir::Origin;
     if let Err(cycle) = g.topo_order() {
         return Err(format!(

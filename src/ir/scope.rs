@@ -43,6 +43,11 @@ impl ScopePath {
     pub fn steps(&self) -> &[ScopeStep] {
         &self.0
     }
+    /// The path of the enclosing graph (`None` for the main graph).
+    pub fn parent(&self) -> Option<Self> {
+        let (_, up) = self.0.split_last()?;
+        Some(ScopePath(up.to_vec()))
+    }
     /// The path of a body of node `node` in this scope.
     pub fn child(&self, node: &str, attr: &str, index: Option<usize>) -> Self {
         let mut steps = self.0.clone();
@@ -248,4 +253,24 @@ fn fold_rec<C>(
 /// Visit every graph mutably with its path (see [`fold_graphs_mut`]).
 pub fn for_each_graph_mut(root: &mut Graph, f: &mut dyn FnMut(&ScopePath, &mut Graph)) {
     fold_graphs_mut(root, &(), &mut |p, g, _| f(p, g));
+}
+
+/// Reserve every value and node name of every graph below `root` (and `root`'s own) in each of
+/// them, so that a fresh name made in one graph ([`Graph::fresh_name`]) is used by no graph that
+/// encloses it or that it encloses: onnx.checker rejects a body that defines a name an
+/// enclosing scope defines, and a body would read such a name as its own.
+pub fn reserve_names_across_scopes(root: &mut Graph) {
+    let mut names: Vec<String> = Vec::new();
+    for sg in graphs(root) {
+        let g = sg.graph;
+        names.extend(g.values.iter().map(|v| v.name.clone()));
+        names.extend(g.order.iter().map(|&n| g.node(n).name().to_string()));
+    }
+    names.sort_unstable();
+    names.dedup();
+    for_each_graph_mut(root, &mut |_, g| {
+        for n in &names {
+            g.reserve_name(n);
+        }
+    });
 }

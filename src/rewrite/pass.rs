@@ -57,7 +57,9 @@ pub enum Cause {
     UnknownFact,
     /// A weight or parameter the rewrite needs is not a constant.
     NotConstant,
-    /// A value the rewrite would replace is read by name inside a body.
+    /// A value the rewrite would replace is read by name inside a body. The built-in passes
+    /// no longer refuse for this (the replacement takes the name over); kept for passes that
+    /// cannot do so, and for the reports' vocabulary.
     OuterScopeRead,
     /// A layout cannot be resolved (e.g. an ambiguous NCHWc block size).
     Layout,
@@ -199,10 +201,16 @@ pub struct Leftover {
     pub reason: String,
 }
 
-/// What a pass may consult: the model as it is now and the one analysis of it, computed on
-/// first use. A context is made afresh after every change to the graph.
+/// What a pass may consult: the graph as it is now (the main graph, or a body) and the one
+/// analysis of it, computed on first use. A context is made afresh after every change to the
+/// graph.
 pub struct Cx<'a> {
+    /// The model: its opsets and IR version (and its main graph).
     pub model: &'a Model,
+    /// The graph the passes rewrite: the main graph, or an `If`/`Loop`/`Scan` body.
+    graph: &'a Graph,
+    /// For a body: what the enclosing scopes know of the values it reads by name.
+    outer: Option<&'a OuterFacts>,
     pub target: &'a Target,
     pub sizes: &'a Sizes,
     /// The `layer_ann` value pins and cuts write.
@@ -224,6 +232,8 @@ impl<'a> Cx<'a> {
     ) -> Self {
         Cx {
             model,
+            graph: &model.graph,
+            outer: None,
             target,
             sizes,
             annotation,
@@ -231,6 +241,25 @@ impl<'a> Cx<'a> {
             nchwc_block: None,
             facts: OnceCell::new(),
             exact: OnceCell::new(),
+        }
+    }
+    /// A context for `graph`, a body of the model, whose outer-scope reads have the facts of
+    /// `outer` (the enclosing scopes').
+    pub(crate) fn in_body(mut self, graph: &'a Graph, outer: &'a OuterFacts) -> Self {
+        self.graph = graph;
+        self.outer = Some(outer);
+        self
+    }
+    /// Infer this context's graph with `opts`; `exact`: seed a body's outer-scope reads with
+    /// the enclosing scopes' exact facts (else their assumed-size ones).
+    pub fn infer_with(&self, opts: &crate::infer::InferOptions, exact: bool) -> Facts {
+        match self.outer {
+            None => crate::infer::infer_graph(self.model, self.graph, opts),
+            Some(o) => {
+                let seeds = if exact { &o.exact } else { &o.assumed };
+                let lookup = |name: &str| seeds.get(name).cloned();
+                crate::infer::infer_body(self.model, self.graph, opts, &lookup)
+            }
         }
     }
     /// A context whose assumed-size facts are already known (carried over a change that left
@@ -244,23 +273,57 @@ impl<'a> Cx<'a> {
         self.facts.into_inner()
     }
     pub fn graph(&self) -> &'a Graph {
-        &self.model.graph
+        self.graph
     }
     /// The facts with the sizes assumed for open dimensions (`--dim`, the target's defaults):
     /// what matching and work estimates see.
     pub fn facts(&self) -> &Facts {
-        self.facts.get_or_init(|| self.sizes.infer(self.model))
+        self.facts
+            .get_or_init(|| self.infer_with(&self.sizes.infer_options(), false))
     }
     /// The facts with the model's own declarations only: what rewrites may bake into the
     /// output (a size assumed for an estimate must never become part of the model).
     pub fn exact_facts(&self) -> &Facts {
         let exact = self.exact.get_or_init(|| {
-            (!self.sizes.is_empty()).then(|| crate::analysis::Sizes::none().infer(self.model))
+            (!self.sizes.is_empty()).then(|| self.infer_with(&Default::default(), true))
         });
         match exact {
             Some(f) => f,
             None => self.facts(),
         }
+    }
+}
+
+/// What the enclosing scopes of a body know of the values it may read by name: with the sizes
+/// assumed for open dimensions (what matching sees) and with the declarations only (what
+/// rewrites may bake in). Inner names shadow outer ones.
+#[derive(Debug, Clone, Default)]
+pub struct OuterFacts {
+    pub(crate) assumed: std::collections::HashMap<String, crate::infer::Seed>,
+    pub(crate) exact: std::collections::HashMap<String, crate::infer::Seed>,
+}
+
+impl OuterFacts {
+    /// What the bodies of `cx`'s graph may read: these facts, and the graph's own.
+    pub fn for_bodies_of(&self, cx: &Cx) -> OuterFacts {
+        let mut out = self.clone();
+        let g = cx.graph();
+        let known = |s: &crate::infer::Seed| s.info.dtype.is_some() || s.info.shape.is_some();
+        for (i, v) in g.values.iter().enumerate() {
+            let id = crate::ir::ValueId(i as u32);
+            if v.origin == crate::ir::Origin::Unbound || v.origin == crate::ir::Origin::OuterScope {
+                continue;
+            }
+            let a = cx.facts().seed(id);
+            if known(&a) {
+                out.assumed.insert(v.name.clone(), a);
+            }
+            let e = cx.exact_facts().seed(id);
+            if known(&e) {
+                out.exact.insert(v.name.clone(), e);
+            }
+        }
+        out
     }
 }
 

@@ -227,8 +227,9 @@ impl Patch {
     }
 
     /// Like [`Patch::apply`], also returning the replacements made (old value -> new value).
-    pub fn apply_with_map(self, g: &mut Graph) -> Result<Applied, PatchError> {
+    pub fn apply_with_map(mut self, g: &mut Graph) -> Result<Applied, PatchError> {
         self.check(g)?;
+        let body_read = self.route_body_reads(g);
         let Patch {
             rule,
             origin,
@@ -296,8 +297,13 @@ impl Patch {
                     g.set_input(n, slot as usize, Some(new));
                 }
             }
-            if g.outputs.iter().any(|o| o.value == *old) {
+            if body_read.contains(old) && !renames.contains(&(*old, new)) {
                 renames.push((*old, new));
+            }
+            if g.outputs.iter().any(|o| o.value == *old) {
+                if !renames.contains(&(*old, new)) {
+                    renames.push((*old, new));
+                }
                 for o in g.outputs.iter_mut() {
                     if o.value == *old {
                         o.value = new;
@@ -406,7 +412,15 @@ impl Patch {
         for n in remove {
             g.remove_node(n);
         }
-        // A graph output keeps its name: swap names between the old and the new value.
+        // Nodes whose bodies read a replaced value by name read the replacement (which takes
+        // the name over below); their implicit edges follow.
+        for &(old, new) in &renames {
+            if body_read.contains(&old) {
+                repoint_implicit(g, old, new);
+            }
+        }
+        // A graph output, or a value a body reads by name, keeps its name: swap names between
+        // the old and the new value.
         for (old, new) in renames {
             let old_name = g.value_name(old).to_string();
             let new_name = g.value_name(new).to_string();
@@ -416,6 +430,52 @@ impl Patch {
         // Edges into new nodes whose producers are new nodes created later in this patch.
         rebuild_edges(g, &created);
         Ok((created, replaced))
+    }
+
+    /// The replaced values that a surviving node's body reads by name. Each keeps its name:
+    /// the replacement takes it over. A replacement that is an existing value (with a name of
+    /// its own, maybe a graph input or read by name elsewhere) gets an `Identity` of its own
+    /// to carry the name.
+    fn route_body_reads(&mut self, g: &Graph) -> Vec<ValueId> {
+        if !g
+            .order
+            .iter()
+            .any(|&n| !g.nodes[n].implicit_inputs.is_empty())
+        {
+            return Vec::new();
+        }
+        let mut read = Vec::new();
+        for i in 0..self.replace.len() {
+            let (old, new) = self.replace[i];
+            // Inputs, initializers and outer values stay defined: their readers keep them.
+            if !matches!(g.values[old.index()].origin, Origin::Node { .. }) {
+                continue;
+            }
+            let by_body = g
+                .order
+                .iter()
+                .any(|&n| !self.remove.contains(&n) && g.nodes[n].implicit_inputs.contains(&old));
+            if !by_body {
+                continue;
+            }
+            if !read.contains(&old) {
+                read.push(old);
+            }
+            if let PValue::Existing(_) = new {
+                let out = self.value("body_read");
+                self.nodes.push(NewNode {
+                    op_type: "Identity".into(),
+                    domain: String::new(),
+                    name_hint: "Identity".into(),
+                    inputs: vec![Some(new)],
+                    outputs: vec![out],
+                    attributes: Vec::new(),
+                    metadata: Vec::new(),
+                });
+                self.replace[i].1 = out;
+            }
+        }
+        read
     }
 
     /// Refuse a patch that refers to values or nodes that do not exist, or that would leave a
@@ -534,6 +594,46 @@ impl Patch {
             }
         }
         Ok(())
+    }
+}
+
+/// Every node that reads `old` inside its bodies (by name) reads `new` instead: its implicit
+/// inputs and the edges that order it after the producer.
+fn repoint_implicit(g: &mut Graph, old: ValueId, new: ValueId) {
+    let readers: Vec<NodeId> = g
+        .order
+        .iter()
+        .copied()
+        .filter(|&n| g.nodes[n].implicit_inputs.contains(&old))
+        .collect();
+    for n in readers {
+        let stale: Vec<_> = g
+            .nodes
+            .edges_directed(n, petgraph::Direction::Incoming)
+            .filter(|e| e.weight().slot == IMPLICIT_SLOT && e.weight().value == old)
+            .map(|e| petgraph::visit::EdgeRef::id(&e))
+            .collect();
+        for e in stale {
+            g.nodes.remove_edge(e);
+        }
+        let implicit = &mut g.nodes[n].implicit_inputs;
+        implicit.retain(|&v| v != old);
+        if implicit.contains(&new) {
+            continue;
+        }
+        implicit.push(new);
+        if let Origin::Node { node, .. } = g.values[new.index()].origin {
+            if g.nodes.contains_node(node) {
+                g.nodes.add_edge(
+                    node,
+                    n,
+                    crate::ir::Edge {
+                        value: new,
+                        slot: IMPLICIT_SLOT,
+                    },
+                );
+            }
+        }
     }
 }
 

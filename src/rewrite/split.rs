@@ -126,6 +126,23 @@ pub fn split_conv(
     max: i64,
     batch: Option<i64>,
 ) -> Result<Patch, SplitOutcome> {
+    split_conv_with(g, n, opset, rule, axis, max, batch, None)
+}
+
+/// [`split_conv`], with the weights' shape when the analysis knows it: weights that are not a
+/// constant of this graph (a value of an enclosing scope read inside a body, say) are sliced
+/// at run time.
+#[allow(clippy::too_many_arguments)]
+pub fn split_conv_with(
+    g: &Graph,
+    n: NodeId,
+    opset: i64,
+    rule: &str,
+    axis: SplitAxis,
+    max: i64,
+    batch: Option<i64>,
+    w_dims: Option<Vec<i64>>,
+) -> Result<Patch, SplitOutcome> {
     let node = g.node(n);
     let unsupported = |m: String| Err(SplitOutcome::Unsupported(m));
     if node.op_type != "Conv" || !node.domain().is_empty() {
@@ -142,9 +159,10 @@ pub fn split_conv(
     let Some(y) = node.outputs.first().copied().flatten() else {
         return unsupported("Conv without output".into());
     };
-    let w_dims = match constant_tensor(g, w) {
-        Some(t) => t.dims.clone(),
-        None => return unsupported("weights are not a constant".into()),
+    let w_dims = match (constant_tensor(g, w), w_dims) {
+        (Some(t), _) => t.dims.clone(),
+        (None, Some(d)) if axis != SplitAxis::Batch => d,
+        _ => return unsupported("weights are not a constant".into()),
     };
     if w_dims.len() < 3 || w_dims.iter().any(|&d| d <= 0) {
         return unsupported(format!("weights have an unusable shape {w_dims:?}"));
@@ -422,7 +440,14 @@ impl Pass for SplitPass {
                 .copied()
                 .flatten()
                 .and_then(|x| cx.facts().shape(x)?.first()?.known());
-            match split_conv(g, n, cx.opset, &r.id, axis, max, batch) {
+            let w_dims = g
+                .node(n)
+                .inputs
+                .get(1)
+                .copied()
+                .flatten()
+                .and_then(|w| cx.exact_facts().dims(w));
+            match split_conv_with(g, n, cx.opset, &r.id, axis, max, batch, w_dims) {
                 Ok(p) => out.push(Planned::one(g, n, Ok(p))),
                 Err(SplitOutcome::Fits) => {}
                 Err(SplitOutcome::Unsupported(reason)) => {

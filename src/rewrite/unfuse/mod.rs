@@ -378,7 +378,7 @@ impl Pass for UnfusePass {
                 nchwc_block: block,
                 ..Default::default()
             };
-            crate::infer::infer_model(cx.model, &io)
+            cx.infer_with(&io, true)
         };
         plan_graph(
             cx.graph(),

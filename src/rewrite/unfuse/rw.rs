@@ -366,16 +366,8 @@ impl<'a> Rw<'a> {
     pub fn finish(mut self, outs: &[(usize, PValue)]) -> Result<Patch, Unsupported> {
         for (slot, v) in self.node.outputs.iter().enumerate() {
             let Some(v) = v else { continue };
-            // A subgraph reads the value by name, which a patch does not re-point.
-            if self.facts.read_by_body(*v) {
-                return refuse(
-                    Cause::OuterScopeRead,
-                    format!(
-                        "output {slot} ('{}') is read inside a subgraph (outer-scope name)",
-                        self.g.value_name(*v)
-                    ),
-                );
-            }
+            // A value a body reads by name keeps its name: the patch gives it to the
+            // replacement (`Patch::apply`).
             match outs.iter().find(|(s, _)| *s == slot) {
                 Some((_, new)) => {
                     let mut new = *new;
