@@ -11,6 +11,7 @@
 //! ```sh
 //! cargo run --release --example fuzz_bodies -- [--seconds 600] [--seed N] [--targets a,b]
 //!     [--save DIR] [--no-ort]
+//! cargo run --release --example fuzz_bodies -- --write DIR SEED...   # the models of these seeds
 //! ```
 //! A failing case is written to `--save` (default `fuzz/work/bodies`) as `<seed>.onnx`, to be
 //! kept under `tests/data/fuzz/bodies/` (replayed by `tests/fuzz_regressions.rs`).
@@ -41,6 +42,16 @@ fn main() {
             }
             "--save" => save = args.next().map(PathBuf::from).unwrap_or(save),
             "--no-ort" => ort = false,
+            // Write the models of these seeds to DIR and stop (to keep cases as regressions).
+            "--write" => {
+                let dir = PathBuf::from(args.next().unwrap_or_default());
+                let _ = std::fs::create_dir_all(&dir);
+                for s in args.by_ref() {
+                    let s: u64 = s.parse().unwrap_or(0);
+                    let _ = std::fs::write(dir.join(format!("seed{s}.onnx")), Case::generate(s).bytes());
+                }
+                return;
+            }
             other => {
                 eprintln!("unknown argument {other}");
                 std::process::exit(2);
