@@ -6,7 +6,9 @@
 #             onnxsim / onnxslim for the side-by-side benchmarks; every version pinned below
 #   corpus/   real/ (3 PP-OCR models), ort_optimized/ (them saved by ONNX Runtime at three
 #             optimisation levels), contrib/ (tiny com.microsoft models + numpy reference
-#             results), synthetic/ (326 MB depthwise stack, 50,000-node chain),
+#             results), synthetic/ (326 MB depthwise stack, 50,000-node chain), quantized/ (the
+#             real and two small models quantized by onnxruntime.quantization, dynamic and
+#             static, and saved by ONNX Runtime at three optimisation levels),
 #             onnx_node_tests_1.19.1/ (the ONNX backend node tests), node_tests_results.json
 # Everything comes from PyPI. Downloads and the models built from fixed seeds are checked
 # against sha256 sums (here and in tools/corpus.sha256); a mismatch stops the script.
@@ -35,7 +37,8 @@ NODE_TESTS_DIGEST=c329aa0d81b71f3e2bae0a8f5caa98dbdd1a7e03b884c1a822fa439f77eb84
 
 command -v "$PY" >/dev/null || die "$PY not found (set PYTHON to a Python 3.9+ interpreter)"
 mkdir -p "$CACHE" "$CORPUS" "$WHEELS"
-if [ -f "$CORPUS/.complete" ] && [ -x "$VENV/bin/python" ]; then
+# A corpus completed before the `quantized` step existed gets that step on the next run.
+if [ -f "$CORPUS/.complete" ] && [ -f "$CORPUS/.step-quantized" ] && [ -x "$VENV/bin/python" ]; then
   say "complete in $CORPUS (delete it to rebuild)"
   exit 0
 fi
@@ -95,11 +98,13 @@ check_sums synthetic
 run_step contrib
 check_sums contrib
 run_step ortopt
+run_step quantized
+check_sums quantized
 run_step noderesults
 
 for f in real/rapidocr_onnxruntime__ch_PP-OCRv4_det_infer.onnx synthetic/syn_mobilenet_dw_300mb.onnx \
   synthetic/syn_50k_nodes.onnx contrib/contrib_results.json ort_optimized/ortopt_results.json \
-  node_tests_results.json; do
+  quantized/quantized_ops.json node_tests_results.json; do
   [ -s "$CORPUS/$f" ] || die "missing $CORPUS/$f"
 done
 touch "$CORPUS/.complete"
