@@ -2,8 +2,9 @@
 tests/unfuse_quantized.rs.
 
     quantized_cases.py build DIR      writes DIR/<case>.onnx and DIR/cases.json
-    quantized_cases.py compare A B TOL  runs both models on ONNX Runtime CPU with the same
-                                      random inputs (fixed seed) and prints the worst error
+    quantized_cases.py compare A B TOL [DIMS]  runs both models on ONNX Runtime CPU with the
+                                      same random inputs (fixed seeds; DIMS, a JSON list, sizes
+                                      the inputs of that rank) and prints the worst error
 
 Each case records its tolerance: ["steps", n] for quantized outputs (the largest difference of
 the integer outputs), ["rel", r] for float outputs (max |a - b| / max |a|), ["abs", a].
@@ -205,11 +206,13 @@ def build(d):
         json.dump(meta, f, indent=1, sort_keys=True)
 
 
-def feeds_for(sess, seed=0):
+def feeds_for(sess, seed=0, dims=None):
     r = np.random.default_rng(seed)
     feeds = {}
     for i in sess.get_inputs():
         shape = [d if isinstance(d, int) and d > 0 else 1 for d in i.shape]
+        if dims and len(dims) == len(shape):
+            shape = list(dims)
         if i.type == "tensor(uint8)":
             feeds[i.name] = r.integers(0, 256, shape).astype(np.uint8)
         elif i.type == "tensor(int8)":
@@ -219,7 +222,7 @@ def feeds_for(sess, seed=0):
     return feeds
 
 
-def compare(a, b, tol):
+def compare(a, b, tol, dims=None):
     import onnxruntime as ort
     kind, _limit = json.loads(tol)
     so = ort.SessionOptions()
@@ -230,7 +233,7 @@ def compare(a, b, tol):
     sb = ort.InferenceSession(b, so, providers=["CPUExecutionProvider"])
     worst = 0.0
     for seed in range(3):
-        feeds = feeds_for(sa, seed)
+        feeds = feeds_for(sa, seed, dims)
         for x, y in zip(sa.run(None, feeds), sb.run(None, feeds)):
             assert x.shape == y.shape and x.dtype == y.dtype, (x.shape, y.shape, x.dtype, y.dtype)
             d = np.abs(x.astype(np.float64) - y.astype(np.float64))
@@ -246,4 +249,4 @@ if __name__ == "__main__":
     if sys.argv[1] == "build":
         build(sys.argv[2])
     elif sys.argv[1] == "compare":
-        compare(sys.argv[2], sys.argv[3], sys.argv[4])
+        compare(sys.argv[2], sys.argv[3], sys.argv[4], json.loads(sys.argv[5]) if len(sys.argv) > 5 else None)
