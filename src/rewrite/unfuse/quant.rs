@@ -297,7 +297,7 @@ pub fn qlinear_concat(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch, Un
         return unsupported("QLinearConcat without 'axis'");
     };
     let count = rw.node.inputs.len();
-    if count < 5 || (count - 2) % 3 != 0 {
+    if count < 5 || !(count - 2).is_multiple_of(3) {
         return unsupported(format!(
             "{count} inputs (expected Y_scale, Y_zero_point and triples)"
         ));
