@@ -7,7 +7,9 @@
 #   corpus/   real/ (3 PP-OCR models), extra/ (silero-vad's and magika's models),
 #             ort_optimized/ (them saved by ONNX Runtime at three
 #             optimisation levels), contrib/ (tiny com.microsoft models + numpy reference
-#             results), synthetic/ (326 MB depthwise stack, 50,000-node chain),
+#             results), synthetic/ (326 MB depthwise stack, 50,000-node chain), quantized/ (the
+#             real and two small models quantized by onnxruntime.quantization, dynamic and
+#             static, and saved by ONNX Runtime at three optimisation levels),
 #             onnx_node_tests_1.19.1/ (the ONNX backend node tests), node_tests_results.json
 # Everything comes from PyPI. Downloads and the models built from fixed seeds are checked
 # against sha256 sums (here and in tools/corpus.sha256); a mismatch stops the script.
@@ -38,7 +40,7 @@ command -v "$PY" >/dev/null || die "$PY not found (set PYTHON to a Python 3.9+ i
 mkdir -p "$CACHE" "$CORPUS" "$WHEELS"
 # Raised whenever a step is added: a corpus completed by an older version of this script gets
 # the new steps (the steps it has are stamped and skipped).
-CORPUS_VERSION=2
+CORPUS_VERSION=3
 if [ "$(cat "$CORPUS/.complete" 2>/dev/null)" = "$CORPUS_VERSION" ] && [ -x "$VENV/bin/python" ]; then
   say "complete in $CORPUS (delete it to rebuild)"
   exit 0
@@ -125,11 +127,13 @@ check_sums synthetic
 run_step contrib
 check_sums contrib
 run_step ortopt
+run_step quantized
+check_sums quantized
 run_step noderesults
 
 for f in real/rapidocr_onnxruntime__ch_PP-OCRv4_det_infer.onnx synthetic/syn_mobilenet_dw_300mb.onnx \
   synthetic/syn_50k_nodes.onnx contrib/contrib_results.json ort_optimized/ortopt_results.json \
-  node_tests_results.json extra/silero_vad__silero_vad.onnx; do
+  quantized/quantized_ops.json node_tests_results.json extra/silero_vad__silero_vad.onnx; do
   [ -s "$CORPUS/$f" ] || die "missing $CORPUS/$f"
 done
 echo "$CORPUS_VERSION" > "$CORPUS/.complete"

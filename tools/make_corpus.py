@@ -18,6 +18,10 @@ needed:
               from a plain numpy evaluation of the unfused maths
   ortopt      ort_optimized/<model>.ort_{basic,extended,all}.onnx: the real models as ONNX
               Runtime saves them after optimising at each level, and ortopt_results.json
+  quantized   quantized/<model>.<variant>.onnx: the real models and small float models quantized
+              by onnxruntime.quantization (dynamic, static QOperator and QDQ), and each saved
+              by ONNX Runtime at three optimisation levels; quantized_ops.json lists their
+              com.microsoft operators
   noderesults node_tests_results.json: which node tests ONNX Runtime (CPU) itself passes
 
 Every step is deterministic: fixed seeds, one thread, sorted walks. The models of `real`,
@@ -446,6 +450,159 @@ def step_ortopt(corpus, _wheels):
         json.dump(results, f, indent=1)
 
 
+
+# ------------------------------------------------------------------------------------ quantized
+def quant_mix_model(rng):
+    """A small float CNN + MLP whose ops ONNX Runtime's static quantizer turns into QLinearConv,
+    QLinearLeakyRelu, QLinearAveragePool, QLinearSigmoid, QLinearAdd, QLinearMul,
+    QLinearConcat, QLinearGlobalAveragePool, QGemm and QLinearSoftmax."""
+    def w(name, shape, scale=0.3):
+        return tensor(name, (rng.standard_normal(shape) * scale).astype(np.float32))
+    inits = [w("c1_w", (8, 3, 3, 3)), w("c1_b", (8,), 0.1), w("c2_w", (8, 8, 1, 1)),
+             w("c2_b", (8,), 0.1), w("g_w", (16, 10)), w("g_b", (10,), 0.1),
+             w("m_w", (16, 12)), tensor("half", np.array(0.5, np.float32))]
+    n = helper.make_node
+    nodes = [
+        n("Conv", ["x", "c1_w", "c1_b"], ["c1"], pads=[1, 1, 1, 1]),
+        n("LeakyRelu", ["c1"], ["l1"], alpha=0.1),
+        n("AveragePool", ["l1"], ["p1"], kernel_shape=[2, 2], strides=[2, 2]),
+        n("Conv", ["p1", "c2_w", "c2_b"], ["c2"]),
+        n("Sigmoid", ["c2"], ["s2"]),
+        n("Mul", ["c2", "s2"], ["m2"]),
+        n("Add", ["m2", "p1"], ["a2"]),
+        n("Mul", ["a2", "half"], ["h2"]),
+        n("Concat", ["h2", "p1"], ["cat"], axis=1),
+        n("GlobalAveragePool", ["cat"], ["gp"]),
+        n("Flatten", ["gp"], ["f"], axis=1),
+        n("Gemm", ["f", "g_w", "g_b"], ["g"]),
+        n("Softmax", ["g"], ["y"], axis=1),
+        n("MatMul", ["f", "m_w"], ["z"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "quant_mix", [helper.make_tensor_value_info("x", FLOAT, [1, 3, 16, 16])],
+        [helper.make_tensor_value_info("y", FLOAT, [1, 10]),
+         helper.make_tensor_value_info("z", FLOAT, [1, 12])], inits)
+    return model_of(graph, [("", 13)])
+
+
+def quant_lstm_model(rng, direction):
+    """An LSTM (and a MatMul after it) that quantize_dynamic turns into DynamicQuantizeLSTM
+    and DynamicQuantizeLinear + MatMulInteger (which the optimizer fuses into
+    DynamicQuantizeMatMul)."""
+    dirs, hidden, size = (2 if direction == "bidirectional" else 1), 16, 8
+    def w(name, shape, scale=0.3):
+        return tensor(name, (rng.standard_normal(shape) * scale).astype(np.float32))
+    inits = [w("W", (dirs, 4 * hidden, size)), w("R", (dirs, 4 * hidden, hidden)),
+             w("B", (dirs, 8 * hidden), 0.1), w("proj", (dirs * hidden, 6)),
+             tensor("shape", np.array([0, 0, -1], np.int64))]
+    n = helper.make_node
+    nodes = [
+        n("LSTM", ["x", "W", "R", "B"], ["Y", "Y_h", "Y_c"], hidden_size=hidden, direction=direction),
+        n("Transpose", ["Y"], ["Yt"], perm=[0, 2, 1, 3]),
+        n("Reshape", ["Yt", "shape"], ["Yf"]),
+        n("MatMul", ["Yf", "proj"], ["out"]),
+    ]
+    graph = helper.make_graph(
+        nodes, f"quant_lstm_{direction}", [helper.make_tensor_value_info("x", FLOAT, [5, 2, size])],
+        [helper.make_tensor_value_info("out", FLOAT, [5, 2, 6]),
+         helper.make_tensor_value_info("Y_h", FLOAT, [dirs, 2, hidden]),
+         helper.make_tensor_value_info("Y_c", FLOAT, [dirs, 2, hidden])], inits)
+    return model_of(graph, [("", 13)])
+
+
+def step_quantized(corpus, _wheels):
+    """quantized/<model>.<variant>.onnx: the real models (as ONNX Runtime saves them at the
+    basic level, which turns their Constant weights into the initializers the quantizer
+    needs) and two small float models, quantized by onnxruntime.quantization: dynamic, static
+    QOperator, static QDQ (uint8 per-tensor; the small models also int8 per-channel), each
+    also saved by ONNX Runtime at the basic, extended and all levels. Calibration data:
+    random inputs from a fixed seed."""
+    import onnxruntime as ort
+    from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
+                                          quantize_dynamic, quantize_static)
+
+    ort.set_default_logger_severity(3)
+    import logging
+    logging.getLogger().setLevel(logging.ERROR)
+    out_dir = os.path.join(corpus, "quantized")
+    os.makedirs(out_dir, exist_ok=True)
+    work = os.path.join(out_dir, ".src")
+    os.makedirs(work, exist_ok=True)
+
+    class Reader(CalibrationDataReader):
+        def __init__(self, path, name):
+            sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+            rng = np.random.default_rng(5)
+            self.items = []
+            for _ in range(2):
+                feeds = feeds_for(sess, name)
+                self.items.append({k: rng.random(v.shape, dtype=np.float32) for k, v in feeds.items()})
+            self.pos = 0
+
+        def get_next(self):
+            if self.pos >= len(self.items):
+                return None
+            self.pos += 1
+            return self.items[self.pos - 1]
+
+    sources = []
+    for fn in sorted(os.listdir(os.path.join(corpus, "ort_optimized"))):
+        if fn.endswith(".ort_basic.onnx"):
+            sources.append((fn[:-len(".ort_basic.onnx")].replace("rapidocr_onnxruntime__", ""),
+                            os.path.join(corpus, "ort_optimized", fn), False))
+    rng = np.random.default_rng(11)
+    for name, model in [("quant_mix", quant_mix_model(rng)),
+                        ("quant_lstm_fwd", quant_lstm_model(rng, "forward")),
+                        ("quant_lstm_bidi", quant_lstm_model(rng, "bidirectional"))]:
+        path = os.path.join(work, name + ".onnx")
+        save_model(model, path)
+        sources.append((name, path, True))
+
+    made = []
+    for name, src, small in sources:
+        variants = [("dyn", None)]
+        if small:
+            variants.append(("dyn_pc_s8", None))
+        if "lstm" not in name:
+            variants += [("qop", (QuantFormat.QOperator, QuantType.QUInt8, False)),
+                         ("qdq", (QuantFormat.QDQ, QuantType.QUInt8, False))]
+            if small:
+                variants += [("qop_pc_s8", (QuantFormat.QOperator, QuantType.QInt8, True)),
+                             ("qdq_pc_s8", (QuantFormat.QDQ, QuantType.QInt8, True))]
+        for tag, static in variants:
+            dest = os.path.join(out_dir, f"{name}.{tag}.onnx")
+            if static is None:
+                per_channel = tag.endswith("_pc_s8")
+                quantize_dynamic(src, dest, per_channel=per_channel,
+                                 weight_type=QuantType.QInt8 if per_channel else QuantType.QUInt8)
+            else:
+                fmt, qt, per_channel = static
+                quantize_static(src, dest, Reader(src, name), quant_format=fmt, activation_type=qt,
+                                weight_type=qt, per_channel=per_channel)
+            made.append(dest)
+    levels = [("basic", ort.GraphOptimizationLevel.ORT_ENABLE_BASIC),
+              ("extended", ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED),
+              ("all", ort.GraphOptimizationLevel.ORT_ENABLE_ALL)]
+    ops = {}
+    for dest in list(made):
+        for level_name, level in levels:
+            opts = ort.SessionOptions()
+            opts.graph_optimization_level = level
+            opts.intra_op_num_threads = 1
+            saved = dest[:-len(".onnx")] + f".ort_{level_name}.onnx"
+            opts.optimized_model_filepath = saved
+            ort.InferenceSession(dest, opts, providers=["CPUExecutionProvider"])
+            made.append(saved)
+    for path in made:
+        m = onnx.load(path)
+        ops[os.path.basename(path)] = dict(sorted(collections.Counter(
+            f"{n.domain}::{n.op_type}" for n in m.graph.node if n.domain not in ("", "ai.onnx")).items()))
+    shutil.rmtree(work)
+    with open(os.path.join(out_dir, "quantized_ops.json"), "w") as f:
+        json.dump(ops, f, indent=1, sort_keys=True)
+    total = collections.Counter(op for v in ops.values() for op in v)
+    print(f"quantized: {len(made)} models; contrib ops in them: {dict(sorted(total.items()))}")
+
 # ------------------------------------------------------------------------------------ node tests
 def read_value(path, type_proto):
     """A test_data_set_N/*.pb file, read as the graph declares the value (tensor, sequence or
@@ -539,7 +696,8 @@ def step_noderesults(corpus, _wheels):
 
 
 STEPS = {"real": step_real, "nodetests": step_nodetests, "synthetic": step_synthetic,
-         "contrib": step_contrib, "ortopt": step_ortopt, "noderesults": step_noderesults}
+         "contrib": step_contrib, "ortopt": step_ortopt, "quantized": step_quantized,
+         "noderesults": step_noderesults}
 
 
 def main(argv):

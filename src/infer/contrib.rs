@@ -299,3 +299,143 @@ pub(crate) fn mark_blocked(g: &Graph, order: &[crate::ir::NodeId], blocked: &mut
         }
     }
 }
+
+/// `QLinearAdd` / `QLinearMul (A, A_scale, A_zp, B, B_scale, B_zp, C_scale, C_zp)`: A and B
+/// broadcast (numpy rules); the type of C's zero point, else A's.
+pub(crate) fn qlinear_binary(c: &Ctx) -> Vec<Out> {
+    let shape = match (c.shape(0), c.shape(3)) {
+        (Some(a), Some(b)) => dims::broadcast_shapes(&[Some(a), Some(b)]),
+        _ => None,
+    };
+    vec![Out::new(c.dtype(7).or(c.dtype(0)), shape)]
+}
+
+/// The one-input QLinear ops `(X, X_scale, X_zp, Y_scale, Y_zp)` whose output has X's shape:
+/// QLinearSigmoid, QLinearLeakyRelu, QLinearSoftmax.
+pub(crate) fn qlinear_like_x(c: &Ctx) -> Vec<Out> {
+    vec![Out::new(c.dtype(4).or(c.dtype(0)), c.info(0).shape.clone())]
+}
+
+/// `QLinearGlobalAveragePool`: `[N, C, 1...]`, or `[N, 1..., C]` with `channels_last`.
+pub(crate) fn qlinear_global_pool(c: &Ctx) -> Vec<Out> {
+    let last = c.attr_i("channels_last").unwrap_or(0) != 0;
+    let shape = c.shape(0).map(|s| {
+        let r = s.len();
+        s.iter()
+            .enumerate()
+            .map(|(i, d)| {
+                let keep = i == 0 || if last { i + 1 == r } else { i == 1 };
+                if keep {
+                    d.clone()
+                } else {
+                    Dim::Known(1)
+                }
+            })
+            .collect()
+    });
+    vec![Out::new(c.dtype(4).or(c.dtype(0)), shape)]
+}
+
+/// `QLinearAveragePool`: AveragePool's window; with `channels_last` only the rank is kept.
+pub(crate) fn qlinear_average_pool(c: &Ctx) -> Vec<Out> {
+    let dt = c.dtype(4).or(c.dtype(0));
+    if c.attr_i("channels_last").unwrap_or(0) != 0 {
+        let shape = c.rank(0).map(|r| vec![Dim::Unknown; r]);
+        return vec![Out::new(dt, shape)];
+    }
+    let mut out = conv::pool(c);
+    out.truncate(1);
+    out[0].info.dtype = dt;
+    out
+}
+
+/// `QLinearConcat(Y_scale, Y_zp, X0, X0_scale, X0_zp, ...)`: the inputs joined on `axis`.
+pub(crate) fn qlinear_concat(c: &Ctx) -> Vec<Out> {
+    let dt = c.dtype(1).or(c.dtype(2));
+    let xs: Vec<usize> = (2..c.n_inputs()).step_by(3).collect();
+    let shapes: Option<Vec<&[Dim]>> = xs.iter().map(|&i| c.shape(i)).collect();
+    let shape = shapes.and_then(|ss| {
+        let first = ss.first()?;
+        let r = first.len() as i64;
+        let axis = c.attr_i("axis")?;
+        let a = usize::try_from(if axis < 0 { axis + r } else { axis }).ok()?;
+        if a >= first.len() || ss.iter().any(|s| s.len() != first.len()) {
+            return None;
+        }
+        let mut out = first.to_vec();
+        out[a] = ss
+            .iter()
+            .map(|s| s[a].clone())
+            .reduce(|x, y| dims::add(&x, &y))?;
+        Some(out)
+    });
+    vec![Out::new(dt, shape)]
+}
+
+/// com.microsoft `QLinearConv`: ONNX QLinearConv; with `channels_last` only the rank is kept.
+pub(crate) fn qlinear_conv_ms(c: &Ctx) -> Vec<Out> {
+    if c.attr_i("channels_last").unwrap_or(0) != 0 {
+        let shape = c.rank(0).map(|r| vec![Dim::Unknown; r]);
+        return vec![Out::new(c.dtype(7).or(c.dtype(0)), shape)];
+    }
+    conv::qlinear_conv(c)
+}
+
+/// `QGemm(A, a_scale, a_zp, B, b_scale, b_zp, C?, y_scale?, y_zp?)`: `[M, N]`; quantized like
+/// y's zero point (A's type without one) when `y_scale` is given, else float (the scale's).
+pub(crate) fn qgemm(c: &Ctx) -> Vec<Out> {
+    let ta = c.attr_i("transA").unwrap_or(0) != 0;
+    let tb = c.attr_i("transB").unwrap_or(0) != 0;
+    let pick = |i: usize, t: bool, first: bool| match c.shape(i) {
+        Some([x, y]) => Some(if t == first { y.clone() } else { x.clone() }),
+        _ => None,
+    };
+    let shape = match (pick(0, ta, false), pick(3, tb, true)) {
+        (Some(m), Some(n)) => Some(vec![m, n]),
+        _ => Some(vec![Dim::Unknown, Dim::Unknown]),
+    };
+    let dt = if c.has(7) {
+        c.dtype(8).or(c.dtype(0))
+    } else {
+        c.dtype(1)
+    };
+    vec![Out::new(dt, shape)]
+}
+
+/// `DynamicQuantizeMatMul(A, B, ...)`: `matmul(A, B)` in A's float type.
+pub(crate) fn dynamic_quantize_matmul(c: &Ctx) -> Vec<Out> {
+    let shape = match (c.shape(0), c.shape(1)) {
+        (Some(a), Some(b)) => matmul_shape(a, b, false, false),
+        _ => None,
+    };
+    vec![Out::new(c.dtype(0), shape)]
+}
+
+/// `MatMulIntegerToFloat(A, B, a_scale, ...)`: `matmul(A, B)` in the scale's float type.
+pub(crate) fn matmul_integer_to_float(c: &Ctx) -> Vec<Out> {
+    let shape = match (c.shape(0), c.shape(1)) {
+        (Some(a), Some(b)) => matmul_shape(a, b, false, false),
+        _ => None,
+    };
+    vec![Out::new(c.dtype(2), shape)]
+}
+
+/// `DynamicQuantizeLSTM`: LSTM's outputs. R is `[D, hidden, 4*hidden]` here, so without the
+/// `hidden_size` attribute the hidden size is R's axis 1.
+pub(crate) fn dynamic_quantize_lstm(c: &Ctx) -> Vec<Out> {
+    let mut out = super::rnn::recurrent(c);
+    if c.attr_i("hidden_size").is_none() {
+        let h = c
+            .shape(2)
+            .and_then(|r| r.get(1).cloned())
+            .unwrap_or(Dim::Unknown);
+        for o in &mut out {
+            if let Some(s) = &mut o.info.shape {
+                if let Some(last) = s.last_mut() {
+                    *last = h.clone();
+                }
+            }
+        }
+    }
+    out
+}

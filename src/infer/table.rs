@@ -232,6 +232,19 @@ pub(crate) fn table() -> HashMap<(&'static str, &'static str), InferFn> {
         ("MultiHeadAttention", contrib::multi_head_attention),
         ("NhwcConv", contrib::nhwc_conv),
         ("NhwcMaxPool", contrib::nhwc_max_pool),
+        ("QLinearAdd", contrib::qlinear_binary),
+        ("QLinearMul", contrib::qlinear_binary),
+        ("QLinearSigmoid", contrib::qlinear_like_x),
+        ("QLinearLeakyRelu", contrib::qlinear_like_x),
+        ("QLinearSoftmax", contrib::qlinear_like_x),
+        ("QLinearGlobalAveragePool", contrib::qlinear_global_pool),
+        ("QLinearAveragePool", contrib::qlinear_average_pool),
+        ("QLinearConcat", contrib::qlinear_concat),
+        ("QLinearConv", contrib::qlinear_conv_ms),
+        ("QGemm", contrib::qgemm),
+        ("DynamicQuantizeMatMul", contrib::dynamic_quantize_matmul),
+        ("MatMulIntegerToFloat", contrib::matmul_integer_to_float),
+        ("DynamicQuantizeLSTM", contrib::dynamic_quantize_lstm),
     ];
     for &(op, f) in ms {
         m.insert((MS, op), f);

@@ -19,6 +19,7 @@ pub mod fused_matmul;
 pub mod gelu;
 pub mod layer_norm;
 pub mod nchwc;
+pub mod quant;
 pub mod rw;
 
 use std::collections::{HashMap, HashSet};
@@ -102,6 +103,36 @@ pub const REGISTRY: &[(&str, &str, Decompose)] = &[
         MS_DOMAIN,
         "MultiHeadAttention",
         attention::multi_head_attention,
+    ),
+    // The quantized family (ONNX Runtime's quantization tools and optimizer).
+    (MS_DOMAIN, "QLinearAdd", quant::qlinear_add),
+    (MS_DOMAIN, "QLinearMul", quant::qlinear_mul),
+    (MS_DOMAIN, "QLinearSigmoid", quant::qlinear_sigmoid),
+    (MS_DOMAIN, "QLinearLeakyRelu", quant::qlinear_leaky_relu),
+    (MS_DOMAIN, "QLinearSoftmax", quant::qlinear_softmax),
+    (
+        MS_DOMAIN,
+        "QLinearGlobalAveragePool",
+        quant::qlinear_global_average_pool,
+    ),
+    (MS_DOMAIN, "QLinearAveragePool", quant::qlinear_average_pool),
+    (MS_DOMAIN, "QLinearConcat", quant::qlinear_concat),
+    (MS_DOMAIN, "QLinearConv", quant::qlinear_conv_ms),
+    (MS_DOMAIN, "QGemm", quant::qgemm),
+    (
+        MS_DOMAIN,
+        "DynamicQuantizeMatMul",
+        quant::dynamic_quantize_matmul,
+    ),
+    (
+        MS_DOMAIN,
+        "MatMulIntegerToFloat",
+        quant::matmul_integer_to_float,
+    ),
+    (
+        MS_DOMAIN,
+        "DynamicQuantizeLSTM",
+        quant::dynamic_quantize_lstm,
     ),
     // ONNX Runtime's CPU NCHWc layout operators.
     (NCHWC_DOMAIN, "Conv", nchwc::conv),
