@@ -555,7 +555,7 @@ fn tensor_head(t: &TensorProto) -> TensorProto {
     TensorProto {
         dims: t.dims.clone(),
         data_type: t.data_type,
-        segment: t.segment.clone(),
+        segment: t.segment,
         float_data: t.float_data.clone(),
         int32_data: t.int32_data.clone(),
         string_data: t.string_data.clone(),

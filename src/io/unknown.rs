@@ -227,9 +227,11 @@ pub struct Child {
     pub field: u32,
     /// The identity the output message must have (`None`: matched by position).
     pub key: Option<String>,
-    /// Among the children of this field with this key (or, without key, of this field), the
+    /// Among the messages of this field with this key (or, without key, of this field), the
     /// index of this one, in input order.
     pub occurrence: u32,
+    /// Where the child's body starts in the input.
+    pub at: usize,
     pub carry: Carry,
 }
 
@@ -416,23 +418,6 @@ fn prefix_paths(c: &mut Carry, parent: &str) {
     }
 }
 
-/// How many fields `number` precede byte `before` in the message `buf[start..]`.
-fn index_of(buf: &[u8], start: usize, before: usize, number: u32) -> u32 {
-    let mut r = Reader::new(buf);
-    r.pos = start;
-    let mut i: u32 = 0;
-    while r.pos < before {
-        let Ok((n, w)) = r.key() else { break };
-        if n == number {
-            i += 1;
-        }
-        if r.skip(n, w, 0).is_err() {
-            break;
-        }
-    }
-    i.saturating_sub(1)
-}
-
 /// Scan the message in `buf[start..end]`. `None` when it holds no unknown field at any depth.
 fn scan_message(
     buf: &Bytes,
@@ -460,21 +445,17 @@ fn scan_message(
                 let n = usize::try_from(n).map_err(|_| malformed(lat, "length too large"))?;
                 let body = r.pos;
                 r.take(n)?;
-                if let Some(mut c) = scan_message(buf, body, body + n, child, depth + 1)? {
-                    let bytes = &buf[body..body + n];
-                    let i = index_of(&buf[..end], start, body, number);
-                    c.path = label(ty, number, child, bytes, i);
-                    let parent = carry.get_or_insert_with(Carry::default);
-                    push_child(
-                        parent,
-                        ty,
-                        Child {
+                if let Some(c) = scan_message(buf, body, body + n, child, depth + 1)? {
+                    carry
+                        .get_or_insert_with(Carry::default)
+                        .children
+                        .push(Child {
                             field: number,
-                            key: key_of(child, ty, number, bytes),
+                            key: key_of(child, ty, number, &buf[body..body + n]),
                             occurrence: 0,
+                            at: body,
                             carry: c,
-                        },
-                    );
+                        });
                 }
             }
             Some(k) if known_wire(k, wire) => r.skip(number, wire, depth)?,
@@ -506,57 +487,9 @@ fn scan_message(
         }
     }
     if let Some(c) = carry.as_mut() {
-        number_occurrences(&mut c.children);
+        place_children(&buf[..end], start, ty, &mut c.children);
     }
     Ok(carry)
-}
-
-/// Is field `n` of `m` a singular message field? A decoder merges the repeated occurrences of
-/// one into one message (the last occurrence's type wins in a oneof).
-fn singular(m: Msg, n: u32) -> bool {
-    use Msg as M;
-    matches!(
-        (m, n),
-        (M::Model, 7)
-            | (M::Attribute, 5 | 6 | 14 | 22)
-            | (M::ValueInfo, 2)
-            | (M::Tensor, 3)
-            | (M::SparseTensor, 1 | 2)
-            | (M::Type, 1 | 4 | 5 | 7 | 8 | 9)
-            | (M::TypeTensor | M::TypeSparseTensor | M::TypeMap, 2)
-            | (M::TypeSequence | M::TypeOptional, 1)
-            | (M::TrainingInfo, 1 | 2)
-    )
-}
-
-/// Add a child to the carry of a message of type `ty`: a singular message field seen again is
-/// merged into the first one, as decoders merge it (its own fields and children concatenated).
-fn push_child(parent: &mut Carry, ty: Msg, child: Child) {
-    if singular(ty, child.field) {
-        if let Some(first) = parent.children.iter_mut().find(|c| c.field == child.field) {
-            merge(&mut first.carry, child.carry, child_type(ty, child.field));
-            return;
-        }
-    }
-    parent.children.push(child);
-}
-
-fn child_type(ty: Msg, n: u32) -> Option<Msg> {
-    match field(ty, n) {
-        Some(Kind::Message(m)) => Some(m),
-        _ => None,
-    }
-}
-
-fn merge(into: &mut Carry, from: Carry, ty: Option<Msg>) {
-    into.own.extend(from.own);
-    for c in from.children {
-        match ty {
-            Some(t) => push_child(into, t, c),
-            None => into.children.push(c),
-        }
-    }
-    number_occurrences(&mut into.children);
 }
 
 fn known_wire(k: Kind, wire: u8) -> bool {
@@ -568,12 +501,47 @@ fn known_wire(k: Kind, wire: u8) -> bool {
     }
 }
 
-fn number_occurrences(children: &mut [Child]) {
-    let mut count: HashMap<(u32, Option<String>), u32> = HashMap::new();
-    for c in children {
-        let n = count.entry((c.field, c.key.clone())).or_insert(0);
-        c.occurrence = *n;
+/// Give each carried child of the message `buf[start..]` (of type `ty`) its occurrence (among
+/// all the message's fields of its number with its key, carried or not: the output is matched
+/// the same way) and its label (with its index among the fields of its number). One pass over
+/// the message, computing keys only for the numbers that have carried children. A singular
+/// message field seen twice (decoders merge the two) gets occurrence 1 the second time, which
+/// no output message matches: a rewrite refuses rather than guess.
+fn place_children(buf: &[u8], start: usize, ty: Msg, children: &mut [Child]) {
+    let mut counts: HashMap<(u32, Option<String>), u32> = HashMap::new();
+    let mut index: HashMap<u32, u32> = HashMap::new();
+    let mut r = Reader::new(buf);
+    r.pos = start;
+    let mut next = 0;
+    while !r.done() && next < children.len() {
+        let Ok((number, wire)) = r.key() else { break };
+        if wire != LEN {
+            if r.skip(number, wire, 0).is_err() {
+                break;
+            }
+            continue;
+        }
+        let Ok(len) = r.varint() else { break };
+        let body = r.pos;
+        let Ok(bytes) = r.take(len as usize) else {
+            break;
+        };
+        if !children.iter().any(|c| c.field == number) {
+            continue;
+        }
+        let Some(Kind::Message(child_ty)) = field(ty, number) else {
+            continue;
+        };
+        let i = index.entry(number).or_insert(0);
+        let key = key_of(child_ty, ty, number, bytes);
+        let n = counts.entry((number, key)).or_insert(0);
+        if let Some(c) = children[next..].iter_mut().find(|c| c.at == body) {
+            c.occurrence = *n;
+            c.carry.path = label(ty, number, child_ty, bytes, *i);
+            next += 1;
+        }
         *n += 1;
+        *i += 1;
     }
 }
 
@@ -1002,7 +970,7 @@ mod tests {
         // Deeply nested types: Type > Sequence > Type > ... beyond the limit.
         let mut t = Vec::new();
         for _ in 0..200 {
-            t = len_field(1, &len_field(4, &t));
+            t = len_field(4, &len_field(1, &t));
         }
         let vi = len_field(2, &t);
         let g = len_field(11, &vi);
