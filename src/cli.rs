@@ -354,6 +354,12 @@ fn compile(a: &CompileArgs) -> Result<u8, Error> {
         );
     }
     let primary = outputs.last().cloned().unwrap_or_default();
+    let unknown = doc.source.unknown()?.list().len();
+    if unknown > 0 {
+        eprintln!(
+            "kept {unknown} field(s) that this tool's ONNX schema does not define (a newer ONNX's data?), each in the message that held it"
+        );
+    }
     eprintln!(
         "wrote {} in {:.0} ms",
         outputs

@@ -168,6 +168,7 @@ pub fn compile_document(
         if !target.runtime.is_empty() {
             engine::stamp_runtime(&mut doc.model, target);
         }
+        check_unknown_fields(doc, model)?;
     }
     Ok(Compiled {
         report,
@@ -182,6 +183,9 @@ pub fn compile_document(
 /// that is an error here, save it to a path instead.
 pub fn model_bytes(doc: &Document) -> Result<Vec<u8>> {
     let proto = crate::export::export_model(&doc.model);
+    if crate::unchanged_with_unknown_fields(doc, &proto)? {
+        return Ok(doc.source.original.to_vec());
+    }
     if let Some(name) = first_external(&proto) {
         return Err(Error::new(
             ErrorKind::ExternalData,
@@ -190,10 +194,26 @@ pub fn model_bytes(doc: &Document) -> Result<Vec<u8>> {
             ),
         ));
     }
+    let unknown = doc.source.unknown()?;
+    let plan = crate::io::save::Plan::new(&proto, &unknown)?;
     let mut out = Vec::new();
-    crate::io::save::write_model(&mut out, &proto)
+    crate::io::save::write_model_planned(&mut out, &proto, &plan)
         .map_err(|e| Error::new(ErrorKind::Io, format!("cannot encode the model: {e}")))?;
     Ok(out)
+}
+
+/// When the input holds fields the schema does not define: fail, naming them, if the compiled
+/// model has no place left for some of them (a rewrite removed or replaced their message).
+/// `model` names the input in the error.
+pub fn check_unknown_fields(doc: &Document, model: &Path) -> Result<()> {
+    let unknown = doc.source.unknown()?;
+    if unknown.is_empty() {
+        return Ok(());
+    }
+    let proto = crate::export::export_model(&doc.model);
+    crate::io::save::Plan::new(&proto, &unknown)
+        .map(|_| ())
+        .map_err(|e| e.in_file(model))
 }
 
 /// The name of the first tensor with external data, in the graphs and functions of `m`.

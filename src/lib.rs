@@ -173,7 +173,7 @@ pub fn load(path: &Path) -> Result<Document> {
 /// current folder). Nothing is memory-mapped, so [`save`] writes every payload from memory.
 pub fn load_bytes(bytes: impl Into<bytes::Bytes>, name: &Path) -> Result<Document> {
     let data: bytes::Bytes = bytes.into();
-    let proto = io::load::decode_model(data).map_err(|e| e.in_file(name))?;
+    let proto = io::load::decode_model(data.clone()).map_err(|e| e.in_file(name))?;
     let external = io::ExternalData::new(name).map_err(|e| e.in_file(name))?;
     let model = import::import_model(proto, Some(&external)).map_err(|e| e.in_file(name))?;
     let source = io::LoadedModel {
@@ -182,19 +182,45 @@ pub fn load_bytes(bytes: impl Into<bytes::Bytes>, name: &Path) -> Result<Documen
         bytes: bytes::Bytes::new(),
         proto: Default::default(),
         external,
+        original: data,
+        unknown: Default::default(),
     };
     Ok(Document { model, source })
 }
 
-/// Export and save a model next to (never over) its source.
+/// Export and save a model next to (never over) its source. Fields the schema does not define
+/// are written back where their messages still are; an error names those that would be
+/// dropped, and nothing is written then.
 pub fn save(doc: &Document, out: &Path) -> Result<io::SaveSummary> {
     let proto = export::export_model(&doc.model);
+    let unknown = doc.source.unknown()?;
     let opts = io::SaveOptions {
         protect: vec![doc.source.path.clone()],
+        carry: (!unknown.is_empty()).then_some(unknown),
     };
     let sources = vec![io::save::Source::new(
         doc.source.bytes.clone(),
         doc.source.path.clone(),
     )];
+    if unchanged_with_unknown_fields(doc, &proto)? {
+        return io::save::save_verbatim(&doc.source.original, out, sources, &opts);
+    }
     io::save_model(proto, out, Some(&doc.source.external), sources, &opts)
+}
+
+/// Does `proto`, the export of `doc`, hold exactly what its input held, which has fields the
+/// schema does not define and no external data? Then the input's bytes are the output's.
+pub(crate) fn unchanged_with_unknown_fields(
+    doc: &Document,
+    proto: &proto::ModelProto,
+) -> Result<bool> {
+    if doc.source.unknown()?.is_empty()
+        || doc.source.original.is_empty()
+        || io::save::has_external(proto)
+    {
+        return Ok(false);
+    }
+    let input = io::load::decode_model(doc.source.original.clone())
+        .map_err(|e| e.in_file(&doc.source.path))?;
+    Ok(*proto == input)
 }

@@ -275,6 +275,16 @@ pub fn save_partitioned(
     models: Vec<ModelProto>,
     manifest: &Path,
 ) -> Result<Vec<PathBuf>> {
+    let unknown = doc.source.unknown()?;
+    if !unknown.is_empty() {
+        // The segments are new models: there is no message of the input to carry them into.
+        let found = unknown.list();
+        return Err(crate::io::unknown::dropped_error(
+            &found,
+            "--cpu-subgraphs partition writes new segment models, which have no place for them",
+        )
+        .in_file(manifest));
+    }
     let g = &doc.model.graph;
     let stem = manifest
         .file_stem()
@@ -294,6 +304,7 @@ pub fn save_partitioned(
         )];
         let opts = crate::io::SaveOptions {
             protect: vec![doc.source.path.clone()],
+            carry: None,
         };
         if let Err(e) = crate::io::save_model(m, &path, Some(&doc.source.external), sources, &opts)
         {

@@ -66,6 +66,17 @@ fn model_crashers_do_not_panic() {
 }
 
 #[test]
+fn unknown_crashers_do_not_panic() {
+    let all = replay_all("unknown");
+    for (name, r) in &all {
+        eprintln!(
+            "unknown/{name}: {:?}",
+            r.as_ref().map_err(|e| first_line(e))
+        );
+    }
+}
+
+#[test]
 fn rules_crashers_do_not_panic() {
     let t0 = std::time::Instant::now();
     let all = replay_all("rules");
@@ -82,7 +93,7 @@ fn rules_crashers_do_not_panic() {
 /// does too, except the one that is an `extends` cycle on purpose.
 #[test]
 fn seeds_go_through() {
-    for kind in ["model", "rules", "tensors"] {
+    for kind in ["model", "rules", "tensors", "unknown"] {
         for p in files(&root().join("fuzz/corpus").join(kind)) {
             let r = harness::replay_with(&p, STRESS_COMPILE);
             let bad = p.file_name().is_some_and(|n| n == "cycle.yaml");

@@ -18,8 +18,10 @@ use onnx_safeify::engine::{self, Options};
 use onnx_safeify::infer::{infer_model, InferOptions};
 use onnx_safeify::io::external::ExternalData;
 use onnx_safeify::io::load::decode_model;
+use onnx_safeify::io::save::{write_model_planned, Plan};
+use onnx_safeify::io::unknown::scan;
 use onnx_safeify::rules::{self, MemFs, Target};
-use onnx_safeify::{export, import, inspect, ir, Model};
+use onnx_safeify::{compile, export, import, inspect, ir, Model};
 
 /// Models with more nodes than this are checked but not compiled (keeps one run short).
 pub const COMPILE_MAX_NODES: usize = 256;
@@ -168,6 +170,120 @@ fn compile_and_check(model: &mut Model, target: &Target, opts: &Options, ext: &E
     let _ = engine::check(model, target, opts);
 }
 
+/// The (number, wire type, bytes) of every unknown field `scan` finds, sorted; with paths when
+/// `paths`.
+fn unknown_fields(bytes: &Bytes, paths: bool) -> Vec<(String, u32, u8, Vec<u8>)> {
+    let carry = scan(bytes).unwrap_or_else(|e| panic!("the scan refuses a written model: {e}"));
+    let mut v: Vec<_> = carry
+        .list()
+        .into_iter()
+        .map(|f| {
+            let path = if paths { f.path.clone() } else { String::new() };
+            (
+                path,
+                f.number,
+                f.wire_type,
+                bytes[f.offset..f.offset + f.len].to_vec(),
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// Target `unknown`: fields the schema does not define. The wire-level scan accepts every model
+/// prost decodes (and refuses the rest cleanly); every field it reports lies where it says,
+/// starting with its own key. An untouched model comes back byte for byte; the writer's own
+/// placement of the carried fields on the unchanged model drops none, invents none, and what
+/// it writes decodes to the same message; a compile with rx580 either keeps every one of them
+/// or refuses, naming them.
+pub fn unknown_input(data: &[u8]) -> Result<(), String> {
+    let bytes = Bytes::copy_from_slice(data);
+    let scanned = scan(&bytes);
+    let decoded = decode_model(bytes.clone());
+    if let (Ok(_), Err(e)) = (&decoded, &scanned) {
+        panic!("prost decodes the model but the scan refuses it: {e}");
+    }
+    let carry = scanned.map_err(|e| e.to_string())?;
+    let input_proto = decoded.map_err(|e| e.to_string())?;
+    for f in carry.list() {
+        // The key may be a non-minimal varint: compare its value.
+        let mut field = &data[f.offset..f.offset + f.len];
+        let key = prost::encoding::decode_varint(&mut field)
+            .unwrap_or_else(|e| panic!("{f} does not start with a key: {e}"));
+        assert_eq!(
+            key,
+            (u64::from(f.number) << 3) | u64::from(f.wire_type),
+            "{f} does not start with its key"
+        );
+    }
+
+    let name = external().base().join("model.onnx");
+    let doc = onnx_safeify::load_bytes(bytes.clone(), &name).map_err(|e| e.to_string())?;
+    let proto = export::export_model(&doc.model);
+    let external_data = onnx_safeify::io::save::has_external(&proto);
+    match compile::model_bytes(&doc) {
+        Ok(out) => {
+            if !carry.is_empty() && proto == input_proto {
+                assert!(
+                    out == data,
+                    "an untouched model with unknown fields changed"
+                );
+            }
+        }
+        Err(e) => assert!(
+            external_data || e.message.contains("would be dropped"),
+            "model_bytes failed: {e}"
+        ),
+    }
+
+    let carried = doc.source.unknown().map_err(|e| e.to_string())?;
+    match Plan::new(&proto, &carried) {
+        Ok(plan) => {
+            let mut out = Vec::new();
+            write_model_planned(&mut out, &proto, &plan).expect("writing to memory");
+            let out = Bytes::from(out);
+            let back = decode_model(out.clone()).unwrap_or_else(|e| {
+                panic!("a model written with unknown fields does not decode: {e}")
+            });
+            assert!(back == proto, "unknown fields changed what prost decodes");
+            let same = proto == input_proto;
+            assert_eq!(
+                unknown_fields(&out, same),
+                unknown_fields(&bytes, same),
+                "the written model does not hold the input's unknown fields"
+            );
+        }
+        // Only a field in a message the decoder replaced (a oneof's other member) has no place.
+        Err(e) => assert!(e.message.contains("would be dropped"), "{e}"),
+    }
+
+    if doc.model.graph.node_count() <= COMPILE_MAX_NODES && !carry.is_empty() {
+        let mut doc = onnx_safeify::load_bytes(bytes.clone(), &name).map_err(|e| e.to_string())?;
+        let done = compile::compile_document(&mut doc, rx580(), &Options::default(), true, &name);
+        match done {
+            Ok(_) => {
+                if let Ok(out) = compile::model_bytes(&doc) {
+                    let out = Bytes::from(out);
+                    decode_model(out.clone())
+                        .unwrap_or_else(|e| panic!("a compiled model does not decode: {e}"));
+                    assert_eq!(
+                        unknown_fields(&out, false),
+                        unknown_fields(&bytes, false),
+                        "a compile lost or invented unknown fields"
+                    );
+                }
+            }
+            Err(e) => {
+                if e.message.contains("would be dropped") {
+                    assert!(e.message.contains(" field "), "{e}");
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Split a `rules` input into its files: text separated by [`FILE_SEPARATOR`] lines, stored
 /// under the names of [`RULE_FILES`] (extra parts are appended to the last file).
 pub fn rule_files(text: &str) -> Vec<(&'static str, String)> {
@@ -288,7 +404,8 @@ fn scratch_dir() -> PathBuf {
     dir
 }
 
-/// Replay one file through the target its folder names (`model`, `rules` or `tensors`).
+/// Replay one file through the target its folder names (`model`, `rules`, `tensors` or
+/// `unknown`).
 pub fn replay(path: &Path) -> Result<(), String> {
     replay_with(path, stress_enabled())
 }
@@ -304,6 +421,7 @@ pub fn replay_with(path: &Path, stress_compile: bool) -> Result<(), String> {
     match kind {
         "rules" => rules_input(&data),
         "tensors" => tensors_input(&data),
+        "unknown" => unknown_input(&data),
         _ => model_input_with(&data, stress_compile),
     }
 }

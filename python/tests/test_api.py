@@ -101,6 +101,49 @@ def test_target_none_is_byte_identical(sample):
     assert onnx_safeify.compile(sample, "none").model_bytes == sample.read_bytes()
 
 
+def add_unknown_field(msg, number):
+    """Give a protobuf message a varint field its schema does not define (protobuf keeps it)."""
+    key, out = (number << 3) | 0, bytearray()
+    for v in (key, 7):
+        while v >= 0x80:
+            out.append((v & 0x7F) | 0x80)
+            v >>= 7
+        out.append(v)
+    msg.ParseFromString(msg.SerializeToString() + bytes(out))
+
+
+def test_fields_the_schema_does_not_define_are_kept_or_refused(sample, tmp_path):
+    onnx = pytest.importorskip("onnx")
+    from google.protobuf.unknown_fields import UnknownFieldSet
+
+    m = onnx.load(str(sample))
+    add_unknown_field(m, 5000)
+    last = m.graph.node[-1]  # the head's Sigmoid: rx580 leaves it alone
+    add_unknown_field(last, 5001)
+    data = m.SerializeToString()
+    # Untouched: byte for byte.
+    assert onnx_safeify.compile(data, "none").model_bytes == data
+    # Rewritten: kept on the model and on the node left in place.
+    out = onnx.ModelProto()
+    out.ParseFromString(onnx_safeify.compile(data, "rx580").model_bytes)
+    assert [f.field_number for f in UnknownFieldSet(out)] == [5000]
+    kept = [n for n in out.graph.node if n.name == last.name]
+    assert [f.field_number for f in UnknownFieldSet(kept[0])] == [5001]
+
+    # On a node the rewrite replaces (a depthwise Conv it splits): refused, like the command.
+    dw = next(n for n in m.graph.node if n.name == "backbone.block3.dw.conv")
+    add_unknown_field(dw, 5002)
+    path = tmp_path / "unknown.onnx"
+    path.write_bytes(m.SerializeToString())
+    with pytest.raises(onnx_safeify.Error) as e:
+        onnx_safeify.compile(path, "rx580")
+    assert "node 'backbone.block3.dw.conv' (Conv) field 5002 (varint)" in str(e.value)
+    code, _, err = run(str(path), "--target", "rx580")
+    assert code == 2
+    assert str(e.value) == last_error_line(err)
+    assert not (tmp_path / "unknown.rx580.onnx").exists()
+
+
 def test_save_is_atomic_and_returns_what_it_wrote(sample, tmp_path):
     result = onnx_safeify.compile(sample, "rx580")
     dest = tmp_path / "out" / "model.onnx"

@@ -2,12 +2,14 @@
 //! (`raw_data` fields are slices of the map).
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
 use prost::Message;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::io::external::{map_file, ExternalData};
+use crate::io::unknown::{scan, Carry};
 use crate::proto::ModelProto;
 
 /// A decoded model that still owns the memory map its payloads point into.
@@ -19,9 +21,25 @@ pub struct LoadedModel {
     pub proto: ModelProto,
     /// Resolver for external data, confined to the model's folder.
     pub external: ExternalData,
+    /// The model file's bytes as read (mapped, or in memory for a model given as bytes).
+    pub original: Bytes,
+    /// The fields the schema does not define, and where they lie: scanned on first use (by
+    /// [`LoadedModel::unknown`]), since only writing needs them.
+    pub unknown: OnceLock<Result<Arc<Carry>>>,
 }
 
 impl LoadedModel {
+    /// The fields of the input that the schema does not define (scanned once, on first use).
+    pub fn unknown(&self) -> Result<Arc<Carry>> {
+        self.unknown
+            .get_or_init(|| {
+                scan(&self.original)
+                    .map(Arc::new)
+                    .map_err(|e| e.in_file(&self.path))
+            })
+            .clone()
+    }
+
     /// Does this slice point into the input file's map (i.e. it was not copied)?
     pub fn is_in_map(&self, b: &[u8]) -> bool {
         let base = self.bytes.as_ptr() as usize;
@@ -57,8 +75,10 @@ pub fn load_model(path: &Path) -> Result<LoadedModel> {
     let external = ExternalData::new(path).map_err(|e| e.in_file(path))?;
     Ok(LoadedModel {
         path: path.to_path_buf(),
+        original: bytes.clone(),
         bytes,
         proto,
         external,
+        unknown: OnceLock::new(),
     })
 }

@@ -4,6 +4,7 @@
 pub mod external;
 pub mod load;
 pub mod save;
+pub mod unknown;
 
 pub use external::ExternalData;
 pub use load::{load_model, LoadedModel};

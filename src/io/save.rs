@@ -3,6 +3,7 @@
 //! output's folder that is renamed into place only when everything was written. The bytes are
 //! exactly those of prost's `encode` of the same message.
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -13,6 +14,7 @@ use prost::Message;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::io::external::{external_ref, is_external, ExternalData};
+use crate::io::unknown::{dropped_error, varint_len, Carry, Found, Msg, Part};
 use crate::proto::{GraphProto, ModelProto, StringStringEntryProto, TensorProto};
 
 /// Payloads at least this big are written straight from their source, not via the encoder.
@@ -25,6 +27,10 @@ const EXTERNAL_ALIGN: u64 = 4096;
 pub struct SaveOptions {
     /// Files that must never be overwritten (the inputs).
     pub protect: Vec<PathBuf>,
+    /// Fields the schema does not define, scanned from the input, to write back where their
+    /// messages still are (see [`crate::io::unknown`]). Saving fails, before anything is
+    /// written, when some would be dropped.
+    pub carry: Option<std::sync::Arc<Carry>>,
 }
 
 /// What was written.
@@ -130,6 +136,17 @@ fn for_each_tensor_mut(
         }
     }
     Ok(())
+}
+
+/// Does any tensor of the model keep its data in an external file?
+pub fn has_external(m: &ModelProto) -> bool {
+    let mut m = m.clone();
+    let mut found = false;
+    let _ = for_each_tensor_mut(&mut m, &mut |t| {
+        found |= is_external(t);
+        Ok(())
+    });
+    found
 }
 
 /// Save a model to `out`. Tensors whose data is external are written, in model order, to one
@@ -245,6 +262,11 @@ pub fn save_model(
         }
     }
 
+    let plan = match &opts.carry {
+        Some(c) => Plan::new(&proto, c).map_err(|e| e.in_file(out))?,
+        None => Plan::default(),
+    };
+
     let (data_tmp, external_bytes) = if ext_payloads.is_empty() {
         (None, 0)
     } else {
@@ -265,7 +287,10 @@ pub fn save_model(
 
     let (tmp, file) = TempFile::create(out)?;
     let mut w = Sink::new(file, sources);
-    write_model(&mut w, &proto)
+    // As long as the output repeats the input model (sources[0]) from its first byte, it is
+    // copied file to file: an unchanged model is one copy of the whole file.
+    w.match_from_start(0);
+    write_model_planned(&mut w, &proto, &plan)
         .and_then(|_| w.flush())
         .map_err(|e| Error::io(out, "cannot write output", e))?;
     let written = w.written();
@@ -279,6 +304,42 @@ pub fn save_model(
         bytes: written,
         external_file: (external_bytes > 0).then_some(data_path),
         external_bytes,
+    })
+}
+
+/// Save `bytes`, a whole model file as read (a slice of one of `sources` when it was mapped),
+/// to `out`: the model came through unchanged. A mapped source is copied file to file.
+pub fn save_verbatim(
+    bytes: &Bytes,
+    out: &Path,
+    sources: Vec<Source>,
+    opts: &SaveOptions,
+) -> Result<SaveSummary> {
+    for p in &opts.protect {
+        if same_file(out, p) {
+            return Err(Error::new(
+                ErrorKind::Usage,
+                format!("refusing to overwrite the input {}", p.display()),
+            )
+            .in_file(out));
+        }
+    }
+    if out.is_dir() {
+        return Err(Error::new(ErrorKind::Usage, "output path is a folder").in_file(out));
+    }
+    let (tmp, file) = TempFile::create(out)?;
+    let mut w = Sink::new(file, sources);
+    w.write_payload(bytes)
+        .and_then(|_| w.flush())
+        .map_err(|e| Error::io(out, "cannot write output", e))?;
+    let written = w.written();
+    drop(w);
+    tmp.persist(out)?;
+    Ok(SaveSummary {
+        path: out.to_path_buf(),
+        bytes: written,
+        external_file: None,
+        external_bytes: 0,
     })
 }
 
@@ -340,11 +401,25 @@ impl Sink {
         self.n
     }
 
+    /// Open a pending range at the start of source `i` (when nothing was written yet): output
+    /// bytes that repeat that source from its first byte are then copied file to file.
+    pub fn match_from_start(&mut self, i: usize) {
+        if self.n == 0
+            && self.pending.is_none()
+            && self.sources.get(i).is_some_and(|s| !s.map.is_empty())
+        {
+            self.pending = Some((i, 0, 0));
+        }
+    }
+
     fn flush_pending(&mut self) -> std::io::Result<()> {
         use std::io::{Read, Seek, SeekFrom};
         let Some((i, start, end)) = self.pending.take() else {
             return Ok(());
         };
+        if start == end {
+            return Ok(());
+        }
         let src = &mut self.sources[i];
         if src.file.is_none() {
             src.file = Some(File::open(&src.path)?);
@@ -436,9 +511,11 @@ fn put_message(w: &mut impl Write, scratch: &mut Vec<u8>, m: &impl Message) -> s
 
 /// Stream the encoding of a model; the bytes equal `proto.encode_to_vec()`.
 pub fn write_model<W: PayloadWrite>(c: &mut W, m: &ModelProto) -> std::io::Result<()> {
-    let mut scratch = Vec::with_capacity(1 << 16);
-    // Fields are encoded in tag order: those before `graph` (7), the graph, those after.
-    let head = ModelProto {
+    write_model_planned(c, m, &Plan::default())
+}
+
+fn model_head(m: &ModelProto) -> ModelProto {
+    ModelProto {
         ir_version: m.ir_version,
         producer_name: m.producer_name.clone(),
         producer_version: m.producer_version.clone(),
@@ -446,21 +523,226 @@ pub fn write_model<W: PayloadWrite>(c: &mut W, m: &ModelProto) -> std::io::Resul
         model_version: m.model_version,
         doc_string: m.doc_string.clone(),
         ..Default::default()
-    };
-    put_message(c, &mut scratch, &head)?;
-    if let Some(g) = &m.graph {
-        put_len_key(c, 7, g.encoded_len())?;
-        write_graph(c, &mut scratch, g)?;
     }
-    let tail = ModelProto {
+}
+
+fn model_tail(m: &ModelProto) -> ModelProto {
+    ModelProto {
         opset_import: m.opset_import.clone(),
         metadata_props: m.metadata_props.clone(),
         training_info: m.training_info.clone(),
         functions: m.functions.clone(),
         configuration: m.configuration.clone(),
         ..Default::default()
-    };
-    put_message(c, &mut scratch, &tail)
+    }
+}
+
+fn graph_tail(g: &GraphProto) -> GraphProto {
+    GraphProto {
+        doc_string: g.doc_string.clone(),
+        input: g.input.clone(),
+        output: g.output.clone(),
+        value_info: g.value_info.clone(),
+        quantization_annotation: g.quantization_annotation.clone(),
+        sparse_initializer: g.sparse_initializer.clone(),
+        metadata_props: g.metadata_props.clone(),
+        ..Default::default()
+    }
+}
+
+/// Tags 1..=8 of a tensor, which precede raw_data (9).
+fn tensor_head(t: &TensorProto) -> TensorProto {
+    TensorProto {
+        dims: t.dims.clone(),
+        data_type: t.data_type,
+        segment: t.segment,
+        float_data: t.float_data.clone(),
+        int32_data: t.int32_data.clone(),
+        string_data: t.string_data.clone(),
+        int64_data: t.int64_data.clone(),
+        name: t.name.clone(),
+        ..Default::default()
+    }
+}
+
+/// Tags 10.. of a tensor, which follow raw_data (9).
+fn tensor_tail(t: &TensorProto) -> TensorProto {
+    TensorProto {
+        double_data: t.double_data.clone(),
+        uint64_data: t.uint64_data.clone(),
+        doc_string: t.doc_string.clone(),
+        external_data: t.external_data.clone(),
+        data_location: t.data_location,
+        metadata_props: t.metadata_props.clone(),
+        ..Default::default()
+    }
+}
+
+/// The raw_data a tensor's writer streams (large enough), if any.
+fn streamed_raw(t: &TensorProto) -> Option<&Bytes> {
+    t.raw_data.as_ref().filter(|r| r.len() >= STREAM_THRESHOLD)
+}
+
+/// Where the fields this schema does not define, carried from the input
+/// ([`crate::io::unknown`]), go in the written model: the re-encoded parts that hold them.
+/// The default plan carries nothing and writes exactly `proto.encode_to_vec()`.
+#[derive(Debug, Default)]
+pub struct Plan {
+    /// The model's own carried fields, written at its end.
+    model_own: Vec<u8>,
+    /// The model's fields from opset_import (8) on, re-encoded with what they carry.
+    model_tail: Option<Vec<u8>>,
+    graph: Option<GraphPlan>,
+}
+
+#[derive(Debug)]
+struct GraphPlan {
+    /// The graph's encoded length with everything it carries.
+    len: usize,
+    /// Re-encoded nodes (whole fields, key and length included), by index.
+    nodes: HashMap<usize, Vec<u8>>,
+    inits: HashMap<usize, InitPlan>,
+    /// The fields from doc_string (10) on, re-encoded, then the graph's own carried fields.
+    tail: Vec<u8>,
+}
+
+#[derive(Debug)]
+enum InitPlan {
+    /// The whole field, key and length included.
+    Whole(Vec<u8>),
+    /// A streamed tensor: its length, and the parts before and after raw_data.
+    Split {
+        len: usize,
+        head: Vec<u8>,
+        tail: Vec<u8>,
+    },
+}
+
+impl Plan {
+    /// Place the fields of `carry` (scanned from the input) into the model `m` about to be
+    /// written. Fails, naming them, when some have no message left to go into.
+    pub fn new(m: &ModelProto, carry: &Carry) -> Result<Plan> {
+        if carry.is_empty() {
+            return Ok(Plan::default());
+        }
+        let mut dropped = Vec::new();
+        let mut part = Part::new(Msg::Model, carry);
+        let graph = match &m.graph {
+            Some(g) => match part.child(7, &[]) {
+                Some(gc) => Some(plan_graph(g, gc, &mut dropped)?),
+                None => None,
+            },
+            None => None,
+        };
+        let mut tail = Vec::new();
+        part.fields(&model_tail(m).encode_to_vec(), &mut tail, &mut dropped)?;
+        let model_own = part.finish(&mut dropped);
+        if !dropped.is_empty() {
+            return Err(dropped_error(
+                &dropped,
+                "the rewrite removed or replaced the messages that hold them",
+            ));
+        }
+        Ok(Plan {
+            model_own,
+            model_tail: Some(tail),
+            graph,
+        })
+    }
+}
+
+fn plan_graph(g: &GraphProto, carry: &Carry, dropped: &mut Vec<Found>) -> Result<GraphPlan> {
+    let mut part = Part::new(Msg::Graph, carry);
+    let mut len = 0usize;
+    let mut scratch = Vec::new();
+    let mut nodes = HashMap::new();
+    for (i, n) in g.node.iter().enumerate() {
+        scratch.clear();
+        prost::encoding::message::encode(1, n, &mut scratch);
+        let mut out = Vec::new();
+        part.fields(&scratch, &mut out, dropped)?;
+        len += out.len();
+        if out != scratch {
+            nodes.insert(i, out);
+        }
+    }
+    if let Some(name) = &g.name {
+        len += prost::encoding::string::encoded_len(2, name);
+    }
+    let mut inits = HashMap::new();
+    for (i, t) in g.initializer.iter().enumerate() {
+        if let Some(raw) = streamed_raw(t) {
+            let head = tensor_head(t).encode_to_vec();
+            let tail = tensor_tail(t).encode_to_vec();
+            let Some(tc) = part.child(5, &head) else {
+                len += prost::encoding::message::encoded_len(5, t);
+                continue;
+            };
+            let mut tp = Part::new(Msg::Tensor, tc);
+            let (mut h, mut tl) = (Vec::new(), Vec::new());
+            tp.fields(&head, &mut h, dropped)?;
+            tp.fields(&tail, &mut tl, dropped)?;
+            tl.extend(tp.finish(dropped));
+            let raw_field = 1 + varint_len(raw.len() as u64) + raw.len();
+            let inner = h.len() + raw_field + tl.len();
+            len += 1 + varint_len(inner as u64) + inner;
+            inits.insert(
+                i,
+                InitPlan::Split {
+                    len: inner,
+                    head: h,
+                    tail: tl,
+                },
+            );
+        } else {
+            scratch.clear();
+            prost::encoding::message::encode(5, t, &mut scratch);
+            let mut out = Vec::new();
+            part.fields(&scratch, &mut out, dropped)?;
+            len += out.len();
+            if out != scratch {
+                inits.insert(i, InitPlan::Whole(out));
+            }
+        }
+    }
+    let mut tail = Vec::new();
+    part.fields(&graph_tail(g).encode_to_vec(), &mut tail, dropped)?;
+    tail.extend(part.finish(dropped));
+    len += tail.len();
+    Ok(GraphPlan {
+        len,
+        nodes,
+        inits,
+        tail,
+    })
+}
+
+/// Stream the encoding of a model with the carried fields of `plan`.
+pub fn write_model_planned<W: PayloadWrite>(
+    c: &mut W,
+    m: &ModelProto,
+    plan: &Plan,
+) -> std::io::Result<()> {
+    let mut scratch = Vec::with_capacity(1 << 16);
+    // Fields are encoded in tag order: those before `graph` (7), the graph, those after.
+    put_message(c, &mut scratch, &model_head(m))?;
+    if let Some(g) = &m.graph {
+        match &plan.graph {
+            Some(gp) => {
+                put_len_key(c, 7, gp.len)?;
+                write_graph_planned(c, &mut scratch, g, gp)?;
+            }
+            None => {
+                put_len_key(c, 7, g.encoded_len())?;
+                write_graph(c, &mut scratch, g)?;
+            }
+        }
+    }
+    match &plan.model_tail {
+        Some(t) => c.write_all(t)?,
+        None => put_message(c, &mut scratch, &model_tail(m))?,
+    }
+    c.write_all(&plan.model_own)
 }
 
 fn write_graph<W: PayloadWrite>(
@@ -485,17 +767,47 @@ fn write_graph<W: PayloadWrite>(
         write_tensor(w, scratch, t)?;
     }
     // doc_string = 10 and everything after.
-    let tail = GraphProto {
-        doc_string: g.doc_string.clone(),
-        input: g.input.clone(),
-        output: g.output.clone(),
-        value_info: g.value_info.clone(),
-        quantization_annotation: g.quantization_annotation.clone(),
-        sparse_initializer: g.sparse_initializer.clone(),
-        metadata_props: g.metadata_props.clone(),
-        ..Default::default()
-    };
-    put_message(w, scratch, &tail)
+    put_message(w, scratch, &graph_tail(g))
+}
+
+fn write_graph_planned<W: PayloadWrite>(
+    w: &mut W,
+    scratch: &mut Vec<u8>,
+    g: &GraphProto,
+    plan: &GraphPlan,
+) -> std::io::Result<()> {
+    for (i, n) in g.node.iter().enumerate() {
+        match plan.nodes.get(&i) {
+            Some(b) => w.write_all(b)?,
+            None => {
+                scratch.clear();
+                prost::encoding::message::encode(1, n, scratch);
+                w.write_all(scratch)?;
+            }
+        }
+    }
+    if let Some(name) = &g.name {
+        scratch.clear();
+        prost::encoding::string::encode(2, name, scratch);
+        w.write_all(scratch)?;
+    }
+    for (i, t) in g.initializer.iter().enumerate() {
+        match (plan.inits.get(&i), streamed_raw(t)) {
+            (Some(InitPlan::Whole(b)), _) => w.write_all(b)?,
+            (Some(InitPlan::Split { len, head, tail }), Some(raw)) => {
+                put_len_key(w, 5, *len)?;
+                w.write_all(head)?;
+                put_len_key(w, 9, raw.len())?;
+                w.write_payload(raw)?;
+                w.write_all(tail)?;
+            }
+            _ => {
+                put_len_key(w, 5, t.encoded_len())?;
+                write_tensor(w, scratch, t)?;
+            }
+        }
+    }
+    w.write_all(&plan.tail)
 }
 
 fn write_tensor<W: PayloadWrite>(
@@ -503,33 +815,11 @@ fn write_tensor<W: PayloadWrite>(
     scratch: &mut Vec<u8>,
     t: &TensorProto,
 ) -> std::io::Result<()> {
-    let raw = match &t.raw_data {
-        Some(r) if r.len() >= STREAM_THRESHOLD => r,
-        _ => return put_message(w, scratch, t),
+    let Some(raw) = streamed_raw(t) else {
+        return put_message(w, scratch, t);
     };
-    // Tags 1..=8 precede raw_data (9); 10.. follow it.
-    let head = TensorProto {
-        dims: t.dims.clone(),
-        data_type: t.data_type,
-        segment: t.segment,
-        float_data: t.float_data.clone(),
-        int32_data: t.int32_data.clone(),
-        string_data: t.string_data.clone(),
-        int64_data: t.int64_data.clone(),
-        name: t.name.clone(),
-        ..Default::default()
-    };
-    put_message(w, scratch, &head)?;
+    put_message(w, scratch, &tensor_head(t))?;
     put_len_key(w, 9, raw.len())?;
     w.write_payload(raw)?;
-    let tail = TensorProto {
-        double_data: t.double_data.clone(),
-        uint64_data: t.uint64_data.clone(),
-        doc_string: t.doc_string.clone(),
-        external_data: t.external_data.clone(),
-        data_location: t.data_location,
-        metadata_props: t.metadata_props.clone(),
-        ..Default::default()
-    };
-    put_message(w, scratch, &tail)
+    put_message(w, scratch, &tensor_tail(t))
 }
