@@ -182,7 +182,8 @@ pub struct Facts {
     /// Boxed: most values have no known contents, and a slot is 8 bytes instead of 80.
     consts: Vec<Option<Box<ConstTensor>>>,
     /// Constants whose contents are decoded on first use (by value index; see `consts::Lazy`).
-    lazy: HashMap<usize, consts::Lazy>,
+    /// A fast hash: the keys are value indices (see `crate::ir::hash`).
+    lazy: crate::ir::hash::FastMap<usize, consts::Lazy>,
     constant: Vec<bool>,
     data: Vec<Option<Vec<Dim>>>,
     conflicts: Vec<Conflict>,
@@ -345,8 +346,7 @@ impl Facts {
         if self.infos.len() < n {
             self.state(last, TensorInfo::default(), false);
         }
-        let order = graph.topo_order().unwrap_or_else(|_| graph.order.clone());
-        let wanted: std::collections::HashSet<crate::ir::NodeId> = producers.into_iter().collect();
+        let order = new_nodes_order(graph, producers);
         let ops = table::table();
         let budget = std::cell::Cell::new(SUBGRAPH_BUDGET);
         let env = ctx::Env {
@@ -357,7 +357,7 @@ impl Facts {
             names: Default::default(),
             budget: &budget,
         };
-        for id in order.into_iter().filter(|id| wanted.contains(id)) {
+        for id in order {
             let node = graph.node(id);
             let opset = model.opset(node.domain());
             let outs = match ops.get(&(node.domain(), node.op_type.as_str())) {
@@ -374,6 +374,64 @@ impl Facts {
         }
         true
     }
+}
+
+/// The order in which [`Facts::extend_with_new_nodes`] infers the new nodes `producers` (one
+/// entry per new value, in value order): a topological order of the graph restricted to them.
+/// Without subgraphs, a node's facts depend only on its own inputs' facts (those of the other
+/// nodes are not recomputed), so any order that puts a new node after the new nodes it reads
+/// gives the same facts: the nodes in value order, each after its new producers (depth first),
+/// without sorting the whole graph once per cut. A node with a subgraph draws on the shared
+/// subgraph budget, so the order matters there: the whole graph's topological order is kept.
+fn new_nodes_order(graph: &Graph, producers: Vec<crate::ir::NodeId>) -> Vec<crate::ir::NodeId> {
+    use crate::ir::NodeId;
+    let has_body = |n: NodeId| {
+        graph
+            .node(n)
+            .attributes
+            .iter()
+            .any(|a| a.g.is_some() || !a.graphs.is_empty())
+    };
+    if producers.iter().any(|&n| has_body(n)) {
+        let wanted: std::collections::HashSet<NodeId> = producers.into_iter().collect();
+        let order = graph.topo_order().unwrap_or_else(|_| graph.order.clone());
+        return order.into_iter().filter(|id| wanted.contains(id)).collect();
+    }
+    // 0: not new, 1: new and not placed yet, 2: being placed (on the stack), 3: placed.
+    let mut state: crate::ir::hash::FastMap<NodeId, u8> =
+        producers.iter().map(|&n| (n, 1)).collect();
+    let mut out = Vec::with_capacity(state.len());
+    let producer_of = |v: ValueId| match graph.value(v).origin {
+        Origin::Node { node, .. } => Some(node),
+        _ => None,
+    };
+    for start in producers {
+        if state.get(&start) != Some(&1) {
+            continue;
+        }
+        state.insert(start, 2);
+        // (node, next input to look at)
+        let mut stack: Vec<(NodeId, usize)> = vec![(start, 0)];
+        while let Some(top) = stack.last_mut() {
+            let (n, i) = *top;
+            let inputs = &graph.node(n).inputs;
+            if i < inputs.len() {
+                top.1 += 1;
+                let Some(p) = inputs[i].and_then(producer_of) else {
+                    continue;
+                };
+                if state.get(&p) == Some(&1) {
+                    state.insert(p, 2);
+                    stack.push((p, 0));
+                }
+            } else {
+                state.insert(n, 3);
+                out.push(n);
+                stack.pop();
+            }
+        }
+    }
+    out
 }
 
 /// What a graph's own declarations say of its values (graph inputs, outputs, `value_info`,

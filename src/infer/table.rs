@@ -1,8 +1,6 @@
 //! The one table of operators inference knows: `(domain, op_type) -> function`.
 //! Adding an operator: write its function in its family's module, add a line here.
 
-use std::collections::HashMap;
-
 use super::ctx::InferFn;
 use super::{contrib, conv, elementwise as ew, matmul, norm, resize, rnn, tensor_ops as t};
 
@@ -73,8 +71,17 @@ const REDUCE: &[&str] = &[
     "ReduceSumSquare",
 ];
 
-pub(crate) fn table() -> HashMap<(&'static str, &'static str), InferFn> {
-    let mut m: HashMap<(&'static str, &'static str), InferFn> = HashMap::new();
+/// The operator table, built once (it was built on every inference run). Looked up once per
+/// node with a fast hash: the table is fixed, so a file's names cannot collide its entries.
+pub(crate) fn table() -> &'static Table {
+    static TABLE: std::sync::OnceLock<Table> = std::sync::OnceLock::new();
+    TABLE.get_or_init(build)
+}
+
+pub(crate) type Table = crate::ir::hash::FastMap<(&'static str, &'static str), InferFn>;
+
+fn build() -> Table {
+    let mut m: Table = Table::default();
     for &op in SAME {
         m.insert((ONNX, op), ew::same);
     }
@@ -267,7 +274,7 @@ pub(crate) fn table() -> HashMap<(&'static str, &'static str), InferFn> {
 
 /// The operators inference knows, as `(domain, op_type)` pairs (sorted).
 pub fn known_ops() -> Vec<(&'static str, &'static str)> {
-    let mut v: Vec<_> = table().into_keys().collect();
+    let mut v: Vec<_> = table().keys().copied().collect();
     v.sort_unstable();
     v
 }

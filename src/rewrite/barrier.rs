@@ -69,11 +69,88 @@ impl Positions {
     }
 }
 
+/// Each value's readers `(node, input slot)`, in write order, as in [`Graph::consumers`] but in
+/// two flat vectors (one allocation, not one per value: a layout is made once per cut).
+struct Readers {
+    /// Value `v`'s readers are `list[start[v]..start[v + 1]]`.
+    start: Vec<u32>,
+    list: Vec<(NodeId, u32)>,
+}
+
+impl Readers {
+    fn new(g: &Graph) -> Self {
+        let n = g.values.len();
+        let mut start = vec![0u32; n + 2];
+        fn uses(node: &crate::ir::Node) -> impl Iterator<Item = (ValueId, u32)> + '_ {
+            let inputs = node.inputs.iter().enumerate();
+            inputs
+                .filter_map(|(slot, v)| v.map(|v| (v, slot as u32)))
+                .chain(
+                    node.implicit_inputs
+                        .iter()
+                        .map(|&v| (v, crate::ir::IMPLICIT_SLOT)),
+                )
+        }
+        for &id in &g.order {
+            for (v, _) in uses(g.node(id)) {
+                start[v.index() + 2] += 1;
+            }
+        }
+        for i in 2..start.len() {
+            start[i] += start[i - 1];
+        }
+        // `start[v + 1]` is now where `v`'s readers begin; it is moved to their end below.
+        let mut list = vec![(NodeId::new(0), 0u32); start[n + 1] as usize];
+        for &id in &g.order {
+            for (v, slot) in uses(g.node(id)) {
+                let at = &mut start[v.index() + 1];
+                list[*at as usize] = (id, slot);
+                *at += 1;
+            }
+        }
+        start.pop();
+        Readers { start, list }
+    }
+    fn of(&self, v: ValueId) -> &[(NodeId, u32)] {
+        let i = v.index();
+        &self.list[self.start[i] as usize..self.start[i + 1] as usize]
+    }
+}
+
+/// Per node index: on the CPU (pinned), and out of the GPU's work (pinned, or a `Constant`).
+struct Kinds {
+    cpu: Vec<bool>,
+    skip: Vec<bool>,
+}
+
+impl Kinds {
+    fn new(g: &Graph) -> Self {
+        let bound = petgraph::visit::NodeIndexable::node_bound(&g.nodes);
+        let mut k = Kinds {
+            cpu: vec![false; bound],
+            skip: vec![false; bound],
+        };
+        for n in g.nodes.node_indices() {
+            let cpu = is_cpu(g, n);
+            k.cpu[n.index()] = cpu;
+            k.skip[n.index()] = cpu || is_constant_node(g, n);
+        }
+        k
+    }
+    fn cpu(&self, n: NodeId) -> bool {
+        self.cpu[n.index()]
+    }
+    fn skip(&self, n: NodeId) -> bool {
+        self.skip[n.index()]
+    }
+}
+
 struct Layout {
     topo: Vec<NodeId>,
     pos: Positions,
     /// Each value's readers (computed once per layout: `cut_before` reads them too).
-    consumers: Vec<Vec<(NodeId, u32)>>,
+    consumers: Readers,
+    kinds: Kinds,
     /// `gpu_live[i]`: GPU-computed values read on the GPU at or after i, computed before i.
     gpu_live: Vec<usize>,
 }
@@ -83,19 +160,23 @@ fn layout(g: &Graph) -> Result<Layout, String> {
         .topo_order()
         .map_err(|_| "the graph has a cycle".to_string())?;
     let pos = Positions::new(&topo);
-    let consumers = g.consumers();
+    let consumers = Readers::new(g);
+    let kinds = Kinds::new(g);
     let mut diff = vec![0i64; topo.len() + 2];
     for (vi, value) in g.values.iter().enumerate() {
         let Origin::Node { node, .. } = value.origin else {
             continue;
         };
-        let (Some(p), false) = (pos.get(&node), is_cpu(g, node) || is_constant_node(g, node))
-        else {
+        if !g.nodes.contains_node(node) {
+            continue;
+        }
+        let (Some(p), false) = (pos.get(&node), kinds.skip(node)) else {
             continue;
         };
-        let last_gpu = consumers[vi]
+        let last_gpu = consumers
+            .of(ValueId(vi as u32))
             .iter()
-            .filter(|(c, _)| !is_cpu(g, *c))
+            .filter(|(c, _)| !kinds.cpu(*c))
             .filter_map(|(c, _)| pos.get(c))
             .max();
         if let Some(q) = last_gpu.filter(|&q| q > p) {
@@ -113,6 +194,7 @@ fn layout(g: &Graph) -> Result<Layout, String> {
         topo,
         pos,
         consumers,
+        kinds,
         gpu_live,
     })
 }
@@ -141,7 +223,7 @@ pub fn pieces(g: &Graph, s: &Facts) -> Result<Vec<Piece>, String> {
                 },
             ));
         }
-        if is_cpu(g, n) || is_constant_node(g, n) {
+        if l.kinds.skip(n) {
             continue;
         }
         let w = work(g, n, s);
@@ -190,7 +272,7 @@ pub fn next_cut(
             acc = 0;
             count = 0;
         }
-        if is_cpu(g, n) || is_constant_node(g, n) {
+        if l.kinds.skip(n) {
             continue;
         }
         // Work that cannot be estimated counts as over the budget: such a node runs between
@@ -233,13 +315,14 @@ fn cut_before(
     let mut p = Patch::new(rule, g.node(at).name(), Some(at));
     let mut crossing: Vec<ValueId> = Vec::new();
     for &n in &l.topo[..i] {
-        if is_cpu(g, n) || is_constant_node(g, n) {
+        if l.kinds.skip(n) {
             continue;
         }
         for v in g.node(n).outputs.iter().flatten() {
-            let later_gpu = consumers[v.index()]
+            let later_gpu = consumers
+                .of(*v)
                 .iter()
-                .any(|(c, _)| !is_cpu(g, *c) && l.pos.get(c).is_some_and(|q| q >= i));
+                .any(|(c, _)| !l.kinds.cpu(*c) && l.pos.get(c).is_some_and(|q| q >= i));
             if later_gpu {
                 crossing.push(*v);
             }
@@ -264,9 +347,9 @@ fn cut_before(
             attributes: Vec::new(),
             metadata: vec![(LAYER_ANN_KEY.to_string(), annotation.to_string())],
         });
-        for (c, slot) in &consumers[v.index()] {
+        for (c, slot) in consumers.of(v) {
             let later = l.pos.get(c).is_some_and(|q| q >= i);
-            if later && !is_cpu(g, *c) && *slot != crate::ir::IMPLICIT_SLOT {
+            if later && !l.kinds.cpu(*c) && *slot != crate::ir::IMPLICIT_SLOT {
                 p.repoint.push((*c, *slot as usize, out));
             }
         }

@@ -6,7 +6,8 @@
 //! grown: a node whose every consumer is pinned and that only computes shapes joins them, and
 //! so does a node sandwiched between pinned producers and pinned consumers.
 
-use std::collections::HashSet;
+// Node and value indices are internal: a fast hash is safe (see `crate::ir::hash`).
+use crate::ir::hash::{FastMap, FastSet as HashSet};
 
 use crate::ir::{Graph, NodeId, Origin};
 use crate::rewrite::pass::{Cx, Pass, Pending, Planned, Schedule};
@@ -114,8 +115,7 @@ fn grow(g: &Graph, pinned: &mut HashSet<NodeId>) -> Vec<NodeId> {
             break;
         }
     }
-    let pos: std::collections::HashMap<NodeId, usize> =
-        g.order.iter().enumerate().map(|(i, &n)| (n, i)).collect();
+    let pos: FastMap<NodeId, usize> = g.order.iter().enumerate().map(|(i, &n)| (n, i)).collect();
     added.sort_by_key(|n| pos.get(n).copied());
     added
 }

@@ -79,9 +79,11 @@ pub fn bytes(g: &Graph, n: NodeId, s: &Facts) -> Option<u64> {
     let node = g.node(n);
     let mut total = 0u64;
     for v in node.inputs.iter().chain(node.outputs.iter()).flatten() {
-        let d = s.dims(*v)?;
-        let t = s.dtype(*v)?;
-        total = total.checked_add(numel(&d)?.checked_mul(elem_size(t))?)?;
+        // The element count without collecting the dims (this runs per node per cut).
+        let info = s.info(*v);
+        let n = info.numel()?;
+        let t = info.dtype?;
+        total = total.checked_add(n.checked_mul(elem_size(t))?)?;
     }
     Some(total)
 }

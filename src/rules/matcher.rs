@@ -159,6 +159,15 @@ pub struct Matcher<'a> {
 
 type LinkMemo = HashMap<(usize, NodeId, bool), (V, Vec<(String, NodeId)>)>;
 
+/// A reason's text, written only when reasons are wanted (matching alone needs none).
+fn text(want: bool, f: impl FnOnce() -> String) -> String {
+    if want {
+        f()
+    } else {
+        String::new()
+    }
+}
+
 fn shown_domain(d: &str) -> String {
     if d.is_empty() {
         "the default domain".to_string()
@@ -367,11 +376,11 @@ impl<'a> Matcher<'a> {
             }
             PredKind::Input(slot, t) => {
                 let v = node.inputs.get(*slot).copied().flatten();
-                self.tensor(v, &format!("input {slot}"), t, want)
+                self.tensor(v, &text(want, || format!("input {slot}")), t, want)
             }
             PredKind::Output(slot, t) => {
                 let v = node.outputs.get(*slot).copied().flatten();
-                self.tensor(v, &format!("output {slot}"), t, want)
+                self.tensor(v, &text(want, || format!("output {slot}")), t, want)
             }
             PredKind::AnyInput(t) | PredKind::AnyOutput(t) => {
                 let (list, what) = match &p.kind {
@@ -382,7 +391,7 @@ impl<'a> Matcher<'a> {
                 let mut first_u: Option<V> = None;
                 for (i, v) in list.iter().enumerate() {
                     let Some(v) = v else { continue };
-                    let r = self.tensor(Some(*v), &format!("{what} {i}"), t, want);
+                    let r = self.tensor(Some(*v), &text(want, || format!("{what} {i}")), t, want);
                     match r.t {
                         Tri::T => return V::yes(),
                         Tri::U if first_u.is_none() => first_u = Some(r),
@@ -515,24 +524,28 @@ impl<'a> Matcher<'a> {
                 }
             },
         };
-        let shown = if default {
-            format!("{value} (default)")
-        } else {
-            value.to_string()
-        };
+        let shown = text(want, || {
+            if default {
+                format!("{value} (default)")
+            } else {
+                value.to_string()
+            }
+        });
         for c in &t.checks {
             let (ok, need) = match c {
-                AttrCheck::Eq(l) => (lit_eq(&value, l), format!("{l}")),
-                AttrCheck::Ne(l) => (!lit_eq(&value, l), format!("not {l}")),
+                AttrCheck::Eq(l) => (lit_eq(&value, l), text(want, || format!("{l}"))),
+                AttrCheck::Ne(l) => (!lit_eq(&value, l), text(want, || format!("not {l}"))),
                 AttrCheck::In(ls) => (
                     ls.iter().any(|l| lit_eq(&value, l)),
-                    format!(
-                        "one of [{}]",
-                        ls.iter()
-                            .map(|l| l.to_string())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ),
+                    text(want, || {
+                        format!(
+                            "one of [{}]",
+                            ls.iter()
+                                .map(|l| l.to_string())
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        )
+                    }),
                 ),
                 AttrCheck::Cmp(op, x) => {
                     let holds = |v: Num| v.cmp_num(*x).is_some_and(|o| op.holds(o));
@@ -550,11 +563,16 @@ impl<'a> Matcher<'a> {
                     } else {
                         ""
                     };
-                    (ok, format!("{all}{} {x}", op.symbol()))
+                    (ok, text(want, || format!("{all}{} {x}", op.symbol())))
                 }
             };
             if !ok {
-                return fail(Tri::F, format!("attribute {name} is {shown}, needs {need}"));
+                return fail(
+                    Tri::F,
+                    text(want, || {
+                        format!("attribute {name} is {shown}, needs {need}")
+                    }),
+                );
             }
         }
         V::yes()
