@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use crate::ir::{Attribute, Graph, Initializer, Node, NodeId, Origin, ValueId};
+use crate::ir::{Attribute, Graph, Initializer, Node, NodeId, Origin, ValueId, IMPLICIT_SLOT};
 use crate::proto::{attribute_proto::AttributeType, AttributeProto, TensorProto};
 
 /// Metadata key stamped on every node a rule creates: the rule's id.
