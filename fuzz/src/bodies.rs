@@ -418,8 +418,22 @@ pub fn check_case(case: &Case, target: &str, ort: bool) -> Outcome {
 
 fn verify(original: &[u8], rewritten: &[u8]) -> Result<(), String> {
     use onnx_safeify::verify::{self, VerifyError, VerifyOptions};
-    let dir = std::env::temp_dir().join(format!("fuzz-bodies-{}", std::process::id()));
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static N: AtomicUsize = AtomicUsize::new(0);
+    // One folder per call: tests run cases on several threads of one process.
+    let dir = std::env::temp_dir().join(format!(
+        "fuzz-bodies-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    struct Gone(std::path::PathBuf);
+    impl Drop for Gone {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    let _gone = Gone(dir.clone());
     let (a, b) = (dir.join("a.onnx"), dir.join("b.onnx"));
     std::fs::write(&a, original).map_err(|e| e.to_string())?;
     std::fs::write(&b, rewritten).map_err(|e| e.to_string())?;
