@@ -48,7 +48,10 @@ fn main() {
                 let _ = std::fs::create_dir_all(&dir);
                 for s in args.by_ref() {
                     let s: u64 = s.parse().unwrap_or(0);
-                    let _ = std::fs::write(dir.join(format!("seed{s}.onnx")), Case::generate(s).bytes());
+                    let _ = std::fs::write(
+                        dir.join(format!("seed{s}.onnx")),
+                        Case::generate(s).bytes(),
+                    );
                 }
                 return;
             }

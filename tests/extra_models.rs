@@ -93,7 +93,10 @@ fn extra_real_models_compile_check_clean_and_verify_on_every_target() {
                 .args(["--target", t, "-o"])
                 .arg(&out));
             if code != Some(0) {
-                failures.push(format!("{} {t}: compile exit {code:?}\n{text}", model.display()));
+                failures.push(format!(
+                    "{} {t}: compile exit {code:?}\n{text}",
+                    model.display()
+                ));
                 continue;
             }
             let (code, text) = run(Command::new(common::bin())
@@ -101,7 +104,10 @@ fn extra_real_models_compile_check_clean_and_verify_on_every_target() {
                 .arg(&out)
                 .args(["--target", t]));
             if code != Some(0) {
-                failures.push(format!("{} {t}: check exit {code:?}\n{text}", model.display()));
+                failures.push(format!(
+                    "{} {t}: check exit {code:?}\n{text}",
+                    model.display()
+                ));
             }
             common::onnx_check(&out);
             for set in &sets {

@@ -19,7 +19,10 @@ fn run(case: &Case, label: &str) -> Vec<String> {
             &onnx_safeify::verify::Discovery::from_env(),
         )
         .is_ok();
-    assert!(ort, "ONNX Runtime not found: run scripts/test.sh (it installs it)");
+    assert!(
+        ort,
+        "ONNX Runtime not found: run scripts/test.sh (it installs it)"
+    );
     let mut failures = Vec::new();
     for t in targets() {
         if let Outcome::Failed(why) = check_case(case, t, true) {

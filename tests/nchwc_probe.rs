@@ -48,11 +48,7 @@ fn make(dir: &Path) -> Option<(PathBuf, i64)> {
         .arg(dir)
         .output()
         .unwrap();
-    assert!(
-        o.status.success(),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let block = String::from_utf8_lossy(&o.stdout).trim().parse().ok();
     let model = dir.join("ambiguous.ort_all.onnx");
     Some((model, block?))
@@ -165,7 +161,10 @@ fn an_ambiguous_block_size_is_resolved_on_onnx_runtime_or_falls_back() {
         "{n:#?}"
     );
     let fb = r["fallbacks"].as_array().unwrap();
-    assert!(!fb.is_empty() && fb.iter().all(|f| f["cause"] == "layout"), "{r:#}");
+    assert!(
+        !fb.is_empty() && fb.iter().all(|f| f["cause"] == "layout"),
+        "{r:#}"
+    );
     assert_eq!(nchwc_nodes(&cpu), nchwc_nodes(&model));
     eprintln!("{}", common::ort_equal(&model, &cpu, 1, 1e-6));
 }

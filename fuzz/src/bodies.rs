@@ -101,7 +101,13 @@ fn graph_attr(name: &str, g: GraphProto) -> AttributeProto {
     }
 }
 
-fn node(op: &str, name: &str, ins: &[&str], outs: &[&str], attrs: Vec<AttributeProto>) -> NodeProto {
+fn node(
+    op: &str,
+    name: &str,
+    ins: &[&str],
+    outs: &[&str],
+    attrs: Vec<AttributeProto>,
+) -> NodeProto {
     NodeProto {
         input: ins.iter().map(|s| s.to_string()).collect(),
         output: outs.iter().map(|s| s.to_string()).collect(),
@@ -147,7 +153,13 @@ impl Builder {
 
     /// A few operations on `x`, appended to `nodes`; `outer` are values of the same shape this
     /// scope may read (its own or enclosing scopes'). Returns the result.
-    fn block(&mut self, nodes: &mut Vec<NodeProto>, x: &str, outer: &[String], depth: usize) -> String {
+    fn block(
+        &mut self,
+        nodes: &mut Vec<NodeProto>,
+        x: &str,
+        outer: &[String],
+        depth: usize,
+    ) -> String {
         let c = self.c;
         let kinds = if depth < 2 { 7 } else { 5 };
         match self.rng.below(kinds) {
@@ -161,7 +173,11 @@ impl Builder {
                     &y,
                     &[x, &w, &b],
                     &[&y],
-                    vec![int("group", c), ints("pads", &[1, 1, 1, 1]), ints("kernel_shape", &[3, 3])],
+                    vec![
+                        int("group", c),
+                        ints("pads", &[1, 1, 1, 1]),
+                        ints("kernel_shape", &[3, 3]),
+                    ],
                 ));
                 y
             }
@@ -174,7 +190,14 @@ impl Builder {
                     &y,
                     &[x, &w],
                     &[&y],
-                    vec![string("activation", if self.rng.below(2) == 0 { "Relu" } else { "Tanh" })],
+                    vec![string(
+                        "activation",
+                        if self.rng.below(2) == 0 {
+                            "Relu"
+                        } else {
+                            "Tanh"
+                        },
+                    )],
                 );
                 n.domain = Some("com.microsoft".into());
                 nodes.push(n);
@@ -211,7 +234,14 @@ impl Builder {
         }
     }
 
-    fn chain(&mut self, nodes: &mut Vec<NodeProto>, x: &str, outer: &[String], depth: usize, len: usize) -> String {
+    fn chain(
+        &mut self,
+        nodes: &mut Vec<NodeProto>,
+        x: &str,
+        outer: &[String],
+        depth: usize,
+        len: usize,
+    ) -> String {
         let mut scope: Vec<String> = outer.to_vec();
         let mut v = x.to_string();
         for _ in 0..len {
@@ -225,7 +255,13 @@ impl Builder {
         vi(name, float_type(&[1, self.c, self.s, self.s]))
     }
 
-    fn if_node(&mut self, nodes: &mut Vec<NodeProto>, x: &str, outer: &[String], depth: usize) -> String {
+    fn if_node(
+        &mut self,
+        nodes: &mut Vec<NodeProto>,
+        x: &str,
+        outer: &[String],
+        depth: usize,
+    ) -> String {
         let branch = |b: &mut Builder, tag: &str| {
             let mut inner = Vec::new();
             let len = 1 + b.rng.below(3);
@@ -250,12 +286,21 @@ impl Builder {
             &y,
             &["cond"],
             &[&y],
-            vec![graph_attr("then_branch", then_g), graph_attr("else_branch", else_g)],
+            vec![
+                graph_attr("then_branch", then_g),
+                graph_attr("else_branch", else_g),
+            ],
         ));
         y
     }
 
-    fn loop_node(&mut self, nodes: &mut Vec<NodeProto>, x: &str, outer: &[String], depth: usize) -> String {
+    fn loop_node(
+        &mut self,
+        nodes: &mut Vec<NodeProto>,
+        x: &str,
+        outer: &[String],
+        depth: usize,
+    ) -> String {
         let (it, c_in, s_in) = (self.fresh("it"), self.fresh("cin"), self.fresh("sin"));
         let mut inner = Vec::new();
         let mut scope = outer.to_vec();
@@ -278,7 +323,13 @@ impl Builder {
             ..Default::default()
         };
         let y = self.fresh("loop");
-        nodes.push(node("Loop", &y, &["trips", "", x], &[&y], vec![graph_attr("body", body)]));
+        nodes.push(node(
+            "Loop",
+            &y,
+            &["trips", "", x],
+            &[&y],
+            vec![graph_attr("body", body)],
+        ));
         y
     }
 }
@@ -360,28 +411,33 @@ pub enum Outcome {
 
 fn compile_bytes(bytes: &[u8], target: &str) -> Result<(Vec<u8>, usize), String> {
     let name = Path::new("case.onnx");
-    let mut doc = onnx_safeify::load_bytes(bytes.to_vec(), name).map_err(|e| format!("load: {e}"))?;
+    let mut doc =
+        onnx_safeify::load_bytes(bytes.to_vec(), name).map_err(|e| format!("load: {e}"))?;
     let t = onnx_safeify::rules::load_target(target).map_err(|e| format!("target: {e}"))?;
     let opts = Options::default();
     let done = compile::compile_document(&mut doc, &t, &opts, false, name)
         .map_err(|e| format!("compile error: {e}"))?;
     if !done.writable {
-        return Err(format!(
-            "not writable: {}",
-            done.blocked_message(name, &t)
-        ));
+        return Err(format!("not writable: {}", done.blocked_message(name, &t)));
     }
     engine::check_invariants(&doc.model.graph).map_err(|e| format!("invariants: {e}"))?;
     let out = compile::model_bytes(&doc).map_err(|e| format!("encode: {e}"))?;
     // Check clean: the compiled model, read back, has nothing left for the target.
-    let mut again = onnx_safeify::load_bytes(out.clone(), name).map_err(|e| format!("reload: {e}"))?;
+    let mut again =
+        onnx_safeify::load_bytes(out.clone(), name).map_err(|e| format!("reload: {e}"))?;
     let findings = engine::check(&mut again.model, &t, &opts);
     if !findings.is_empty() {
         return Err(format!(
             "check not clean: {}",
             findings
                 .iter()
-                .map(|f| format!("{} {} {} ({})", f.kind.as_str(), f.rule, f.node, f.reason.clone().unwrap_or_default()))
+                .map(|f| format!(
+                    "{} {} {} ({})",
+                    f.kind.as_str(),
+                    f.rule,
+                    f.node,
+                    f.reason.clone().unwrap_or_default()
+                ))
                 .collect::<Vec<_>>()
                 .join("; ")
         ));
@@ -445,7 +501,9 @@ fn verify(original: &[u8], rewritten: &[u8]) -> Result<(), String> {
         Ok(r) if r.passed() => Ok(()),
         Ok(r) => Err(format!("verify: outputs differ: {:?}", r.failures())),
         // The generator may write something ONNX Runtime refuses for the original too: skip.
-        Err(VerifyError::Session { path, .. } | VerifyError::Run { path, .. }) if path == a => Ok(()),
+        Err(VerifyError::Session { path, .. } | VerifyError::Run { path, .. }) if path == a => {
+            Ok(())
+        }
         Err(e) => Err(format!("verify: {e}")),
     }
 }
