@@ -1,6 +1,7 @@
 //! Structure-aware fuzzing of rules inside bodies and of fallbacks: random models whose main
 //! graph and If / Loop bodies (nested up to two deep) hold depthwise convolutions (some wide
-//! enough to be split), com.microsoft FusedConv nodes, and reads of outer-scope values (also of
+//! enough to be split), com.microsoft FusedConv and Inverse (no decomposition: a fallback) nodes,
+//! and reads of outer-scope values (also of
 //! values a rewrite replaces), compiled for every built-in target.
 //!
 //! Each case must: not panic; compile to a writable model (every built-in target falls back

@@ -229,6 +229,37 @@ impl Builder {
                 nodes.push(node("TopK", &v, &[x, &k], &[&v, &i], vec![int("axis", 1)]));
                 v
             }
+            5 if self.rng.below(3) == 0 => {
+                // com.microsoft Inverse has no decomposition: the GPU targets' contrib rule
+                // refuses it and the fallback pins it to the CPU. Well conditioned: 0.1 x + I.
+                let s = self.s;
+                let eye = self.fresh("eye");
+                let data: Vec<u8> = (0..s * s)
+                    .flat_map(|k| (if k % (s + 1) == 0 { 1.0f32 } else { 0.0 }).to_le_bytes())
+                    .collect();
+                self.inits.push(TensorProto {
+                    dims: vec![s, s],
+                    data_type: Some(1),
+                    name: Some(eye.clone()),
+                    raw_data: Some(data.into()),
+                    ..Default::default()
+                });
+                let tenth = self.fresh("tenth");
+                self.inits.push(TensorProto {
+                    dims: vec![],
+                    data_type: Some(1),
+                    name: Some(tenth.clone()),
+                    raw_data: Some(0.1f32.to_le_bytes().to_vec().into()),
+                    ..Default::default()
+                });
+                let (m, a, y) = (self.fresh("scaled"), self.fresh("cond"), self.fresh("inv"));
+                nodes.push(node("Mul", &m, &[x, &tenth], &[&m], vec![]));
+                nodes.push(node("Add", &a, &[&m, &eye], &[&a], vec![]));
+                let mut n = node("Inverse", &y, &[&a], &[&y], vec![]);
+                n.domain = Some("com.microsoft".into());
+                nodes.push(n);
+                y
+            }
             5 => self.if_node(nodes, x, outer, depth),
             _ => self.loop_node(nodes, x, outer, depth),
         }
