@@ -78,10 +78,13 @@ fn blocks(text: &str) -> Vec<Block> {
 /// Masks the parts of a line that differ between runs and machines.
 fn mask(line: &str) -> String {
     let mut s = line.trim_end().to_string();
-    if let Some(rest) = s.strip_prefix("runtime:") {
-        if let (Some(a), Some(b)) = (rest.find(" ("), rest.rfind("), ")) {
-            if a < b {
-                s = format!("runtime:{} (LIBRARY){}", &rest[..a], &rest[b + 1..]);
+    // Where ONNX Runtime was loaded from (`runtime:`, or `reference:` with `--runtime`).
+    for label in ["runtime:", "reference:"] {
+        if let Some(rest) = s.strip_prefix(label) {
+            if let (Some(a), Some(b)) = (rest.find(" ("), rest.rfind("), ")) {
+                if a < b {
+                    s = format!("{label}{} (LIBRARY){}", &rest[..a], &rest[b + 1..]);
+                }
             }
         }
     }
@@ -318,6 +321,10 @@ fn the_matcher_masks_and_elides() {
     assert!(matches(
         &s(&["runtime:   onnxruntime 1.32.0 (/a/libonnxruntime.so), CPU provider"]),
         &s(&["runtime:   onnxruntime 1.32.0 (/b/c/libonnxruntime.so.1), CPU provider"])
+    ));
+    assert!(matches(
+        &s(&["reference: original on onnxruntime 1.32.0 (/a/lib.so), CPU provider"]),
+        &s(&["reference: original on onnxruntime 1.32.0 (/b/lib.so.1), CPU provider"])
     ));
     assert!(matches(
         &s(&[r#"    "library": "/a/libonnxruntime.so","#]),
