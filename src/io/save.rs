@@ -149,17 +149,8 @@ pub fn has_external(m: &ModelProto) -> bool {
     found
 }
 
-/// Save a model to `out`. Tensors whose data is external are written, in model order, to one
-/// data file beside the output named `<output file name>.data`, read from `external`.
-/// `sources` are the mapped files payloads may be slices of (the input model), copied
-/// file-to-file when they are.
-pub fn save_model(
-    mut proto: ModelProto,
-    out: &Path,
-    external: Option<&ExternalData>,
-    sources: Vec<Source>,
-    opts: &SaveOptions,
-) -> Result<SaveSummary> {
+/// The output may be neither one of the protected inputs nor a folder.
+fn check_output_path(out: &Path, opts: &SaveOptions) -> Result<()> {
     for p in &opts.protect {
         if same_file(out, p) {
             return Err(Error::new(
@@ -172,6 +163,21 @@ pub fn save_model(
     if out.is_dir() {
         return Err(Error::new(ErrorKind::Usage, "output path is a folder").in_file(out));
     }
+    Ok(())
+}
+
+/// Save a model to `out`. Tensors whose data is external are written, in model order, to one
+/// data file beside the output named `<output file name>.data`, read from `external`.
+/// `sources` are the mapped files payloads may be slices of (the input model), copied
+/// file-to-file when they are.
+pub fn save_model(
+    mut proto: ModelProto,
+    out: &Path,
+    external: Option<&ExternalData>,
+    sources: Vec<Source>,
+    opts: &SaveOptions,
+) -> Result<SaveSummary> {
+    check_output_path(out, opts)?;
 
     // External data: gather payloads first so that any error happens before writing.
     let mut ext_payloads: Vec<(u64, Bytes)> = Vec::new();
@@ -315,18 +321,7 @@ pub fn save_verbatim(
     sources: Vec<Source>,
     opts: &SaveOptions,
 ) -> Result<SaveSummary> {
-    for p in &opts.protect {
-        if same_file(out, p) {
-            return Err(Error::new(
-                ErrorKind::Usage,
-                format!("refusing to overwrite the input {}", p.display()),
-            )
-            .in_file(out));
-        }
-    }
-    if out.is_dir() {
-        return Err(Error::new(ErrorKind::Usage, "output path is a folder").in_file(out));
-    }
+    check_output_path(out, opts)?;
     let (tmp, file) = TempFile::create(out)?;
     let mut w = Sink::new(file, sources);
     w.write_payload(bytes)
