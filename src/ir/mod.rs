@@ -404,6 +404,43 @@ impl Graph {
         out
     }
 
+    /// The nodes whose bodies read `v` by name (its implicit readers), ordered by node index. Found
+    /// through the producer's implicit edges like [`Graph::readers`], or by a scan of the
+    /// write order for values without a linked producer.
+    pub fn implicit_readers(&self, v: ValueId) -> Vec<NodeId> {
+        let producer = match self.values[v.index()].origin {
+            Origin::Node { node, .. }
+                if self.nodes.contains_node(node) && !self.unlinked.contains(&v) =>
+            {
+                Some(node)
+            }
+            _ => None,
+        };
+        let reads = |n: NodeId| {
+            self.nodes
+                .node_weight(n)
+                .is_some_and(|node| node.implicit_inputs.contains(&v))
+        };
+        let mut out: Vec<NodeId> = match producer {
+            Some(p) => self
+                .nodes
+                .edges_directed(p, Direction::Outgoing)
+                .filter(|e| e.weight().value == v && e.weight().slot == IMPLICIT_SLOT)
+                .map(|e| e.target())
+                .filter(|&n| reads(n))
+                .collect(),
+            None => self.order.iter().copied().filter(|&n| reads(n)).collect(),
+        };
+        out.sort_unstable();
+        out.dedup();
+        debug_assert_eq!(out, {
+            let mut scan: Vec<NodeId> = self.order.iter().copied().filter(|&n| reads(n)).collect();
+            scan.sort_unstable();
+            scan
+        });
+        out
+    }
+
     fn scan_readers(&self, v: ValueId) -> Vec<(NodeId, u32)> {
         let mut out = Vec::new();
         for &n in &self.order {

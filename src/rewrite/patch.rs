@@ -272,7 +272,8 @@ impl Patch {
 
         // Where new nodes go in the write order: where the anchor (or first removed node) was.
         let anchor_pos = anchor
-            .or_else(|| remove.first().copied())
+            .filter(|_| !nodes.is_empty())
+            .or_else(|| remove.first().copied().filter(|_| !nodes.is_empty()))
             .and_then(|a| g.order.iter().position(|&n| n == a));
 
         // Re-point uses before removing nodes, so graph outputs keep their names: when an old
@@ -427,13 +428,6 @@ impl Patch {
     /// its own, maybe a graph input or read by name elsewhere) gets an `Identity` of its own
     /// to carry the name.
     fn route_body_reads(&mut self, g: &Graph) -> Vec<ValueId> {
-        if !g
-            .order
-            .iter()
-            .any(|&n| !g.nodes[n].implicit_inputs.is_empty())
-        {
-            return Vec::new();
-        }
         let mut read = Vec::new();
         for i in 0..self.replace.len() {
             let (old, new) = self.replace[i];
@@ -442,9 +436,9 @@ impl Patch {
                 continue;
             }
             let by_body = g
-                .order
+                .implicit_readers(old)
                 .iter()
-                .any(|&n| !self.remove.contains(&n) && g.nodes[n].implicit_inputs.contains(&old));
+                .any(|n| !self.remove.contains(n));
             if !by_body {
                 continue;
             }
@@ -590,12 +584,7 @@ impl Patch {
 /// Every node that reads `old` inside its bodies (by name) reads `new` instead: its implicit
 /// inputs and the edges that order it after the producer.
 fn repoint_implicit(g: &mut Graph, old: ValueId, new: ValueId) {
-    let readers: Vec<NodeId> = g
-        .order
-        .iter()
-        .copied()
-        .filter(|&n| g.nodes[n].implicit_inputs.contains(&old))
-        .collect();
+    let readers = g.implicit_readers(old);
     for n in readers {
         let stale: Vec<_> = g
             .nodes
