@@ -39,6 +39,9 @@ pub(super) struct Driver<'t> {
     fell_back_now: bool,
     /// For a body: what its enclosing scopes know of the values it reads by name.
     outer: Option<&'t OuterFacts>,
+    /// The assumed-size facts of the graph as it is now, when a step computed them and nothing
+    /// changed the graph since: the next step starts from them instead of a whole inference.
+    facts: std::cell::Cell<Option<crate::infer::Facts>>,
 }
 
 impl<'t> Driver<'t> {
@@ -63,6 +66,7 @@ impl<'t> Driver<'t> {
             used_before: used_values(&model.graph),
             fell_back_now: false,
             outer,
+            facts: std::cell::Cell::new(None),
         }
     }
 
@@ -71,12 +75,23 @@ impl<'t> Driver<'t> {
         std::mem::take(&mut self.fell_back_now)
     }
 
+    /// A context on the graph as it is now, with the facts a step left when they are still
+    /// current. Give them back with [`Driver::keep_facts`] when the step changed nothing.
     fn cx<'a>(&'a self, model: &'a Model) -> Cx<'a> {
         let cx = super::context(model, self.target, &self.sizes, self.opts);
-        match self.outer {
+        let cx = match self.outer {
             Some(o) => cx.in_body(&model.graph, o),
             None => cx,
+        };
+        match self.facts.take() {
+            Some(f) => cx.with_facts(f),
+            None => cx,
         }
+    }
+
+    /// Keep the facts `cx` computed for the next step (the graph has not changed since).
+    fn keep_facts(&self, cx: Cx) {
+        self.facts.set(cx.into_facts());
     }
 
     /// Match; plan the per-match passes (a planned match keeps later rules off its nodes);
@@ -124,6 +139,7 @@ impl<'t> Driver<'t> {
                 Schedule::WhenSettled => {}
             }
         }
+        self.keep_facts(cx);
         Round {
             matches,
             each,
@@ -149,7 +165,13 @@ impl<'t> Driver<'t> {
                     .copied()
                     .filter(|&n| model.graph.nodes.contains_node(n))
                     .collect();
-                let plans = pass.plan(&self.cx(model), ri, &nodes);
+                let cx = self.cx(model);
+                let plans = pass.plan(&cx, ri, &nodes);
+                if plans.is_empty() {
+                    self.keep_facts(cx);
+                    continue;
+                }
+                drop(cx);
                 let done = self.apply(
                     &mut model.graph,
                     plans.into_iter().map(|p| (ri, p)).collect(),
@@ -175,28 +197,27 @@ impl<'t> Driver<'t> {
             let mut n = 0usize;
             // A settled pass's patches only add identities (cuts): the facts of one step,
             // extended to the new values, serve the next without a whole re-inference.
-            let mut carried: Option<crate::infer::Facts> = None;
             while n <= 100_000 {
                 let first_new = model.graph.values.len();
-                let mut cx = self.cx(model);
-                if let Some(f) = carried.take() {
-                    cx = cx.with_facts(f);
-                }
+                let cx = self.cx(model);
                 let next = pass.next(&cx, &rules);
-                let facts = cx.into_facts();
                 let Some((ri, plan)) = next else {
+                    // Nothing changed since these facts: the next round starts from them.
+                    self.keep_facts(cx);
                     break;
                 };
+                let facts = cx.into_facts();
                 let ok = plan.outcome.is_ok();
                 if self.apply(&mut model.graph, vec![(ri, plan)]).is_empty() || !ok {
                     break;
                 }
                 n += 1;
-                carried = facts.filter(|_| pass.keeps_facts()).and_then(|mut f| {
+                let carried = facts.filter(|_| pass.keeps_facts()).and_then(|mut f| {
                     let opts = self.sizes.infer_options();
                     f.extend_with_new_nodes(model, &model.graph, &opts, first_new)
                         .then_some(f)
                 });
+                self.facts.set(carried);
             }
             settled += n;
         }
@@ -205,8 +226,19 @@ impl<'t> Driver<'t> {
 
     /// Prune what the rewrites orphaned, add what still fires, and the passes' summaries.
     pub fn finish(mut self, model: &mut Model) -> Report {
+        // Pruning removes only what nothing reads (orphaned constants and initializers): the
+        // facts of every value still read are the same, so they stay current.
         prune_orphans(&mut model.graph, &self.used_before);
-        let findings = check_graph(&self.cx(model), self.opts);
+        let cx = self.cx(model);
+        let findings = check_graph(&cx, self.opts);
+        let matches = find(&cx, &self.opsets);
+        let mut summary = Summary::default();
+        for (action, rules) in rules_by_pass(self.target, &matched_rules(&matches)) {
+            if let Some(pass) = pass_for(action) {
+                pass.summarize(&cx, &rules, &mut summary);
+            }
+        }
+        drop(cx);
         for f in findings {
             let dup = self.report.remaining.iter().any(|r| {
                 r.rule == f.rule
@@ -215,14 +247,6 @@ impl<'t> Driver<'t> {
             });
             if !dup {
                 self.report.remaining.push(f);
-            }
-        }
-        let cx = self.cx(model);
-        let matches = find(&cx, &self.opsets);
-        let mut summary = Summary::default();
-        for (action, rules) in rules_by_pass(self.target, &matched_rules(&matches)) {
-            if let Some(pass) = pass_for(action) {
-                pass.summarize(&cx, &rules, &mut summary);
             }
         }
         let mut report = self.report;
@@ -242,6 +266,11 @@ impl<'t> Driver<'t> {
     }
 
     pub fn apply(&mut self, g: &mut Graph, plans: Vec<(usize, Planned)>) -> Vec<Planned> {
+        if plans.is_empty() {
+            return Vec::new();
+        }
+        // Patches and fallback pins change the graph: the facts kept are no longer current.
+        self.facts.set(None);
         let rules: Vec<usize> = plans.iter().map(|(r, _)| *r).collect();
         let outcomes = apply_plans(g, plans.into_iter().map(|(_, p)| p).collect());
         let mut applied: Vec<(usize, Applied)> = Vec::new();
