@@ -292,6 +292,17 @@ fn compile(a: &CompileArgs) -> Result<u8, Error> {
     let mut opts = options(&a.target)?;
     opts.strict = a.strict;
     let start = Instant::now();
+    let slug = target_slug(&target);
+    let annotate_out = || {
+        a.output
+            .clone()
+            .unwrap_or_else(|| default_output(model, &slug, "onnx"))
+    };
+    // A target without rules leaves the model as it is: copy the input to the output's folder
+    // while the model is read and checked (the copy becomes the output if it is unchanged).
+    let early = (target.rules.is_empty() && matches!(a.cpu_subgraphs, CpuMode::Annotate))
+        .then(|| onnx_safeify::io::EarlyCopy::start(model, &annotate_out()))
+        .flatten();
     let pb = progress(&format!("reading {}", model.display()));
     let mut doc = onnx_safeify::load(model)?;
     let dot_before = a.dot.as_ref().map(|_| dot_text(model, "before", &doc));
@@ -316,14 +327,10 @@ fn compile(a: &CompileArgs) -> Result<u8, Error> {
         return Ok(1);
     }
 
-    let slug = target_slug(&target);
     let outputs: Vec<PathBuf> = match a.cpu_subgraphs {
         CpuMode::Annotate => {
-            let out = a
-                .output
-                .clone()
-                .unwrap_or_else(|| default_output(model, &slug, "onnx"));
-            onnx_safeify::save(&doc, &out)?;
+            let out = annotate_out();
+            onnx_safeify::save_with(&doc, &out, early)?;
             vec![out]
         }
         CpuMode::Partition => {

@@ -192,6 +192,17 @@ pub fn load_bytes(bytes: impl Into<bytes::Bytes>, name: &Path) -> Result<Documen
 /// are written back where their messages still are; an error names those that would be
 /// dropped, and nothing is written then.
 pub fn save(doc: &Document, out: &Path) -> Result<io::SaveSummary> {
+    save_with(doc, out, None)
+}
+
+/// [`save`], given an early copy of the input to the output's folder ([`io::EarlyCopy`],
+/// started when the model was read): when the output is the input's bytes, that copy becomes
+/// the output; otherwise it is cancelled.
+pub fn save_with(
+    doc: &Document,
+    out: &Path,
+    early: Option<io::EarlyCopy>,
+) -> Result<io::SaveSummary> {
     let proto = export::export_model(&doc.model);
     let unknown = doc.source.unknown()?;
     let opts = io::SaveOptions {
@@ -202,7 +213,27 @@ pub fn save(doc: &Document, out: &Path) -> Result<io::SaveSummary> {
         doc.source.bytes.clone(),
         doc.source.path.clone(),
     )];
-    if unchanged_with_unknown_fields(doc, &proto)? {
+    let verbatim = unchanged_with_unknown_fields(doc, &proto)?;
+    if let Some(early) = early {
+        let original = &doc.source.original;
+        let same = verbatim
+            || (opts.carry.is_none()
+                && !original.is_empty()
+                && !io::save::has_external(&proto)
+                && io::save::encodes_as(&proto, original));
+        if same {
+            io::save::check_output_path(out, &opts)?;
+            if early.finish(original.len() as u64, out)? {
+                return Ok(io::SaveSummary {
+                    path: out.to_path_buf(),
+                    bytes: original.len() as u64,
+                    external_file: None,
+                    external_bytes: 0,
+                });
+            }
+        }
+    }
+    if verbatim {
         return io::save::save_verbatim(&doc.source.original, out, sources, &opts);
     }
     io::save_model(proto, out, Some(&doc.source.external), sources, &opts)

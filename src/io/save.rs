@@ -51,13 +51,13 @@ fn same_file(a: &Path, b: &Path) -> bool {
     }
 }
 
-struct TempFile {
+pub(crate) struct TempFile {
     path: PathBuf,
     keep: bool,
 }
 
 impl TempFile {
-    fn create(final_path: &Path) -> Result<(Self, File)> {
+    pub(crate) fn create(final_path: &Path) -> Result<(Self, File)> {
         let dir = final_path
             .parent()
             .filter(|p| !p.as_os_str().is_empty())
@@ -81,7 +81,7 @@ impl TempFile {
         }
         Err(Error::new(ErrorKind::Io, "cannot find a free temporary file name").in_file(final_path))
     }
-    fn persist(mut self, to: &Path) -> Result<()> {
+    pub(crate) fn persist(mut self, to: &Path) -> Result<()> {
         std::fs::rename(&self.path, to)
             .map_err(|e| Error::io(to, "cannot move output into place", e))?;
         self.keep = true;
@@ -150,7 +150,7 @@ pub fn has_external(m: &ModelProto) -> bool {
 }
 
 /// The output may be neither one of the protected inputs nor a folder.
-fn check_output_path(out: &Path, opts: &SaveOptions) -> Result<()> {
+pub(crate) fn check_output_path(out: &Path, opts: &SaveOptions) -> Result<()> {
     for p in &opts.protect {
         if same_file(out, p) {
             return Err(Error::new(
@@ -489,6 +489,58 @@ impl PayloadWrite for Sink {
         self.n += len;
         Ok(())
     }
+}
+
+/// A writer that only compares what it is given with `expected`, from its first byte.
+struct SameAs<'a> {
+    expected: &'a [u8],
+    pos: usize,
+    same: bool,
+}
+
+impl Write for SameAs<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.write_all(buf)?;
+        Ok(buf.len())
+    }
+    fn write_all(&mut self, buf: &[u8]) -> std::io::Result<()> {
+        let end = self.pos + buf.len();
+        if !self.same || self.expected.get(self.pos..end) != Some(buf) {
+            self.same = false;
+            // Stop the encoding: the answer is known.
+            return Err(std::io::Error::other("differs"));
+        }
+        self.pos = end;
+        Ok(())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl PayloadWrite for SameAs<'_> {
+    fn write_payload(&mut self, b: &[u8]) -> std::io::Result<()> {
+        // A payload that is the expected bytes' own slice at this place is equal as it stands.
+        let here = self.expected.as_ptr() as usize + self.pos;
+        if self.same && b.as_ptr() as usize == here && self.pos + b.len() <= self.expected.len() {
+            self.pos += b.len();
+            return Ok(());
+        }
+        self.write_all(b)
+    }
+}
+
+/// Would [`save_model`] write exactly `original` for `proto` (which holds no external data and
+/// no carried fields)? The encoding stops at the first byte that differs.
+pub(crate) fn encodes_as(proto: &ModelProto, original: &[u8]) -> bool {
+    let mut w = SameAs {
+        expected: original,
+        pos: 0,
+        same: true,
+    };
+    write_model_planned(&mut w, proto, &Plan::default()).is_ok()
+        && w.same
+        && w.pos == original.len()
 }
 
 fn put_len_key(w: &mut impl Write, tag: u32, len: usize) -> std::io::Result<()> {

@@ -246,9 +246,40 @@ impl<'a> Matcher<'a> {
     /// Every (rule, node) pair that matches, in the engine's fixed order.
     pub fn find(&self, target: &Target) -> Vec<Match> {
         let mut out = Vec::new();
+        // The nodes of each op type, in write order: a rule whose pattern names its ops (an
+        // `op:` predicate at the top, which must hold for the pattern to) tries those only.
+        let mut by_op: HashMap<&str, Vec<(usize, NodeId)>> = HashMap::new();
+        for (i, &n) in self.graph.order.iter().enumerate() {
+            by_op
+                .entry(self.graph.node(n).op_type.as_str())
+                .or_default()
+                .push((i, n));
+        }
+        let mut candidates: Vec<(usize, NodeId)> = Vec::new();
         for (ri, rule) in target.rules.iter().enumerate() {
             self.linked.borrow_mut().clear();
-            for &n in &self.graph.order {
+            let ops = rule.pattern.preds.iter().find_map(|p| match &p.kind {
+                PredKind::Op(ops) => Some(ops),
+                _ => None,
+            });
+            let nodes: &[(usize, NodeId)] = match ops {
+                Some(ops) => {
+                    candidates.clear();
+                    let mut seen: Vec<&str> = Vec::new();
+                    for op in ops {
+                        if !seen.contains(&op.as_str()) {
+                            seen.push(op);
+                            candidates.extend(by_op.get(op.as_str()).into_iter().flatten());
+                        }
+                    }
+                    candidates.sort_unstable_by_key(|&(i, _)| i);
+                    &candidates
+                }
+                None => &[],
+            };
+            let all = ops.is_none().then(|| self.graph.order.iter().copied());
+            let some = ops.is_some().then(|| nodes.iter().map(|&(_, n)| n));
+            for n in all.into_iter().flatten().chain(some.into_iter().flatten()) {
                 let mut caps = Vec::new();
                 if self.pattern(&rule.pattern, n, false, &mut caps).t == Tri::T {
                     out.push(Match {
