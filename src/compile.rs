@@ -223,10 +223,10 @@ fn first_external(m: &ModelProto) -> Option<String> {
     }
     fn nodes(ns: &[crate::proto::NodeProto]) -> Option<String> {
         ns.iter().flat_map(|n| &n.attribute).find_map(|a| {
-            a.t.as_ref()
+            a.t.as_deref()
                 .and_then(tensor)
                 .or_else(|| a.tensors.iter().find_map(tensor))
-                .or_else(|| a.g.as_ref().and_then(graph))
+                .or_else(|| a.g.as_deref().and_then(graph))
                 .or_else(|| a.graphs.iter().find_map(graph))
         })
     }

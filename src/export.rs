@@ -40,7 +40,7 @@ fn value_info(g: &Graph, v: ValueId, proto: &ValueInfoProto) -> ValueInfoProto {
 
 fn export_attribute(a: &Attribute) -> AttributeProto {
     let mut p = a.proto.clone();
-    p.g = a.g.as_ref().map(|g| export_graph(g));
+    p.g = a.g.as_ref().map(|g| Box::new(export_graph(g)));
     p.graphs = a.graphs.iter().map(export_graph).collect();
     p
 }

@@ -326,7 +326,7 @@ impl Ctx<'_> {
                 let aname = ap.name.clone().unwrap_or_default();
                 check_attribute(&ap)
                     .map_err(|m| err(format!("{label}: attribute '{aname}' {m}")))?;
-                for t in ap.t.iter().chain(ap.tensors.iter()) {
+                for t in ap.t.as_deref().into_iter().chain(ap.tensors.iter()) {
                     self.check_tensor(t)
                         .map_err(|m| err(format!("{label}: attribute '{aname}': tensor {m}")))?;
                 }
@@ -358,7 +358,7 @@ impl Ctx<'_> {
                     Ok(sub)
                 };
                 let g_single = match single {
-                    Some(sg) => Some(Box::new(import_sub(sg)?)),
+                    Some(sg) => Some(Box::new(import_sub(*sg)?)),
                     None => None,
                 };
                 for sg in many {

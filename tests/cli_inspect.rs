@@ -90,7 +90,7 @@ fn inspect_json_counts_subgraphs() {
         iff.attribute.push(AttributeProto {
             name: Some(name.into()),
             r#type: Some(AttributeType::Graph as i32),
-            g: Some(g),
+            g: Some(Box::new(g)),
             ..Default::default()
         });
     }

@@ -304,7 +304,7 @@ fn if_reading_outer_values(n: usize) -> onnx_safeify::proto::ModelProto {
         iff.attribute.push(AttributeProto {
             name: Some(b.into()),
             r#type: Some(5),
-            g: Some(branch.clone()),
+            g: Some(Box::new(branch.clone())),
             ..Default::default()
         });
     }

@@ -330,13 +330,13 @@ fn subgraph_reads_undefined_outer_value() {
     ifn.attribute.push(AttributeProto {
         name: Some("then_branch".into()),
         r#type: Some(AttributeType::Graph as i32),
-        g: Some(then_branch.clone()),
+        g: Some(Box::new(then_branch.clone())),
         ..Default::default()
     });
     ifn.attribute.push(AttributeProto {
         name: Some("else_branch".into()),
         r#type: Some(AttributeType::Graph as i32),
-        g: Some(then_branch),
+        g: Some(Box::new(then_branch)),
         ..Default::default()
     });
     g.node = vec![

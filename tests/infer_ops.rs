@@ -91,7 +91,7 @@ fn astr(name: &str, v: &str) -> AttributeProto {
 fn at(name: &str, t: TensorProto) -> AttributeProto {
     AttributeProto {
         name: Some(name.into()),
-        t: Some(t),
+        t: Some(Box::new(t)),
         r#type: Some(AttributeType::Tensor as i32),
         ..Default::default()
     }
@@ -742,7 +742,7 @@ fn nested_if(depth: usize) -> GraphProto {
         let sub = nested_if(depth - 1);
         let attr = |name: &str| AttributeProto {
             name: Some(name.into()),
-            g: Some(sub.clone()),
+            g: Some(Box::new(sub.clone())),
             r#type: Some(AttributeType::Graph as i32),
             ..Default::default()
         };

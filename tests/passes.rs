@@ -40,7 +40,7 @@ fn graph_attr(name: &str, g: GraphProto) -> AttributeProto {
     AttributeProto {
         name: Some(name.into()),
         r#type: Some(AttributeType::Graph as i32),
-        g: Some(g),
+        g: Some(Box::new(g)),
         ..Default::default()
     }
 }

@@ -61,7 +61,7 @@ fn all_tensors(m: &ModelProto) -> Vec<&TensorProto> {
     v.extend(g.initializer.iter());
     for n in &g.node {
         for a in &n.attribute {
-            v.extend(a.t.iter());
+            v.extend(a.t.as_deref());
             v.extend(a.tensors.iter());
         }
     }

@@ -230,7 +230,7 @@ impl<'a, 'e> Ctx<'a, 'e> {
         Some(self.attr(name)?.floats.as_slice())
     }
     pub fn attr_t(&self, name: &str) -> Option<&'a TensorProto> {
-        self.attr(name)?.t.as_ref()
+        self.attr(name)?.t.as_deref()
     }
     /// A subgraph attribute (the branches of `If`, the body of `Loop`/`Scan`).
     pub fn attr_g(&self, name: &str) -> Option<&'a Graph> {

@@ -114,7 +114,7 @@ fn for_each_tensor_mut(
         }
         for n in &mut g.node {
             for a in &mut n.attribute {
-                for t in a.t.iter_mut().chain(a.tensors.iter_mut()) {
+                for t in a.t.as_deref_mut().into_iter().chain(a.tensors.iter_mut()) {
                     f(t)?;
                 }
                 if let Some(sg) = a.g.as_mut() {

@@ -128,7 +128,7 @@ fn attr_value(a: &Attribute) -> String {
             "{:?}",
             String::from_utf8_lossy(p.s.as_deref().unwrap_or(&[]))
         ),
-        4 => p.t.as_ref().map(tensor_summary).unwrap_or_default(),
+        4 => p.t.as_deref().map(tensor_summary).unwrap_or_default(),
         5 => "<graph>".to_string(),
         6 => format!("{:?}", p.floats),
         7 => format!("{:?}", p.ints),
@@ -150,7 +150,7 @@ fn attr_value(a: &Attribute) -> String {
         10 => format!("<{} graphs>", a.graphs.len()),
         11 => "<sparse tensor>".to_string(),
         12 => format!("<{} sparse tensors>", p.sparse_tensors.len()),
-        13 => format!("type {}", type_string(p.tp.as_ref())),
+        13 => format!("type {}", type_string(p.tp.as_deref())),
         14 => format!("<{} types>", p.type_protos.len()),
         _ => "<untyped>".to_string(),
     }

@@ -18,7 +18,7 @@ pub fn constant_tensor(g: &Graph, v: ValueId) -> Option<&TensorProto> {
         Origin::Node { node, .. } => {
             let n = g.node(node);
             if n.op_type == "Constant" && n.domain().is_empty() {
-                n.attr("value").and_then(|a| a.proto.t.as_ref())
+                n.attr("value").and_then(|a| a.proto.t.as_deref())
             } else {
                 None
             }
@@ -133,7 +133,7 @@ pub fn const_tensor(g: &Graph, v: ValueId) -> Option<TensorProto> {
             }
             let a = nd.attributes.first()?;
             match a.name() {
-                "value" => a.proto.t.clone(),
+                "value" => a.proto.t.as_deref().cloned(),
                 "value_ints" => Some(TensorProto {
                     dims: vec![a.proto.ints.len() as i64],
                     data_type: Some(dtype::INT64),

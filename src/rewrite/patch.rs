@@ -59,7 +59,7 @@ impl AttrValue {
             }
             AttrValue::Tensor(t) => {
                 a.r#type = Some(AttributeType::Tensor as i32);
-                a.t = Some((**t).clone());
+                a.t = Some(t.clone());
             }
         }
         a
@@ -370,7 +370,7 @@ impl Patch {
                         Err(_) => Graph::default(),
                     }
                 };
-                let g1 = single.map(|gp| Box::new(import(gp)));
+                let g1 = single.map(|gp| Box::new(import(*gp)));
                 let gs = many.into_iter().map(&mut import).collect();
                 node.attributes.push(Attribute {
                     proto,
@@ -491,7 +491,7 @@ impl Patch {
                 .collect();
             for nn in &self.nodes {
                 for a in &nn.attributes {
-                    for gp in a.g.iter().chain(a.graphs.iter()) {
+                    for gp in a.g.as_deref().into_iter().chain(a.graphs.iter()) {
                         if let Err(e) =
                             crate::import::import_subgraph(gp.clone(), &scope, &self.origin)
                         {

@@ -400,7 +400,7 @@ fn scan_per_sample(
     let body_attr = AttributeProto {
         name: Some("body".into()),
         r#type: Some(AttributeType::Graph as i32),
-        g: Some(body),
+        g: Some(Box::new(body)),
         ..Default::default()
     };
     let attrs = vec![body_attr, AttrValue::Int(1).to_proto("num_scan_inputs")];
