@@ -3,10 +3,19 @@
 //! written where the value is used; payloads are shared (`Bytes`), never copied.
 
 use crate::ir::{Attribute, Graph, Model, ValueId};
-use crate::proto::{AttributeProto, GraphProto, ModelProto, NodeProto, ValueInfoProto};
+use crate::proto::{
+    AttributeProto, GraphProto, ModelProto, NodeProto, TensorProto, ValueInfoProto,
+};
 
 /// Build the protobuf message of a model.
 pub fn export_model(m: &Model) -> ModelProto {
+    ModelProto {
+        graph: Some(export_graph(&m.graph)),
+        ..export_model_without_graph(m)
+    }
+}
+
+fn export_model_without_graph(m: &Model) -> ModelProto {
     ModelProto {
         ir_version: m.ir_version,
         producer_name: m.producer_name.clone(),
@@ -14,7 +23,7 @@ pub fn export_model(m: &Model) -> ModelProto {
         domain: m.domain.clone(),
         model_version: m.model_version,
         doc_string: m.doc_string.clone(),
-        graph: Some(export_graph(&m.graph)),
+        graph: None,
         opset_import: m.opset_import.clone(),
         metadata_props: m.metadata_props.clone(),
         training_info: m.training_info.clone(),
@@ -64,16 +73,61 @@ pub fn export_node(g: &Graph, id: crate::ir::NodeId) -> NodeProto {
 
 /// Build the protobuf message of one graph (recursively for subgraphs).
 pub fn export_graph(g: &Graph) -> GraphProto {
-    let node = g.order.iter().map(|&id| export_node(g, id)).collect();
-    let initializer = g
-        .initializers
-        .iter()
-        .map(|i| {
-            let mut t = i.tensor.clone();
-            t.name = Some(g.value_name(i.value).to_string());
-            t
-        })
-        .collect();
+    GraphProto {
+        node: g.order.iter().map(|&id| export_node(g, id)).collect(),
+        initializer: g
+            .initializers
+            .iter()
+            .map(|i| export_initializer(g, i))
+            .collect(),
+        ..graph_shell(g)
+    }
+}
+
+fn export_initializer(g: &Graph, i: &crate::ir::Initializer) -> TensorProto {
+    let mut t = i.tensor.clone();
+    t.name = Some(g.value_name(i.value).to_string());
+    t
+}
+
+/// A model's message whose main graph's nodes and initializers are exported one at a time,
+/// as the writer asks for them ([`crate::io::save::save_streamed`]): the whole message is
+/// never held beside the IR.
+pub struct Streamed<'a> {
+    model: &'a Model,
+    shell: ModelProto,
+}
+
+impl<'a> Streamed<'a> {
+    pub fn new(model: &'a Model) -> Self {
+        let shell = ModelProto {
+            graph: Some(graph_shell(&model.graph)),
+            ..export_model_without_graph(model)
+        };
+        Streamed { model, shell }
+    }
+}
+
+impl crate::io::save::GraphSource for Streamed<'_> {
+    fn shell(&self) -> &ModelProto {
+        &self.shell
+    }
+    fn nodes(&self, each: &mut dyn FnMut(&NodeProto)) {
+        let g = &self.model.graph;
+        for &id in &g.order {
+            each(&export_node(g, id));
+        }
+    }
+    fn initializers(&self, each: &mut dyn FnMut(&TensorProto)) {
+        let g = &self.model.graph;
+        for i in &g.initializers {
+            each(&export_initializer(g, i));
+        }
+    }
+}
+
+/// A graph's message without its nodes and initializers.
+fn graph_shell(g: &Graph) -> GraphProto {
     let sparse_initializer = g
         .sparse_initializers
         .iter()
@@ -86,9 +140,9 @@ pub fn export_graph(g: &Graph) -> GraphProto {
         })
         .collect();
     GraphProto {
-        node,
+        node: Vec::new(),
+        initializer: Vec::new(),
         name: g.name.clone(),
-        initializer,
         doc_string: g.doc_string.clone(),
         input: g
             .inputs

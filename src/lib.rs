@@ -175,6 +175,7 @@ pub fn load_bytes(bytes: impl Into<bytes::Bytes>, name: &Path) -> Result<Documen
     let data: bytes::Bytes = bytes.into();
     let proto = io::load::decode_model(data.clone()).map_err(|e| e.in_file(name))?;
     let external = io::ExternalData::new(name).map_err(|e| e.in_file(name))?;
+    let external_used = io::save::has_external(&proto);
     let model = import::import_model(proto, Some(&external)).map_err(|e| e.in_file(name))?;
     let source = io::LoadedModel {
         path: name.to_path_buf(),
@@ -182,6 +183,7 @@ pub fn load_bytes(bytes: impl Into<bytes::Bytes>, name: &Path) -> Result<Documen
         bytes: bytes::Bytes::new(),
         proto: Default::default(),
         external,
+        external_used,
         original: data,
         unknown: Default::default(),
     };
@@ -203,7 +205,6 @@ pub fn save_with(
     out: &Path,
     early: Option<io::EarlyCopy>,
 ) -> Result<io::SaveSummary> {
-    let proto = export::export_model(&doc.model);
     let unknown = doc.source.unknown()?;
     let opts = io::SaveOptions {
         protect: vec![doc.source.path.clone()],
@@ -213,30 +214,46 @@ pub fn save_with(
         doc.source.bytes.clone(),
         doc.source.path.clone(),
     )];
-    let verbatim = unchanged_with_unknown_fields(doc, &proto)?;
-    if let Some(early) = early {
-        let original = &doc.source.original;
-        let same = verbatim
-            || (opts.carry.is_none()
-                && !original.is_empty()
-                && !io::save::has_external(&proto)
-                && io::save::encodes_as(&proto, original));
-        if same {
-            io::save::check_output_path(out, &opts)?;
-            if early.finish(original.len() as u64, out)? {
-                return Ok(io::SaveSummary {
-                    path: out.to_path_buf(),
-                    bytes: original.len() as u64,
-                    external_file: None,
-                    external_bytes: 0,
-                });
+    let original = &doc.source.original;
+    if opts.carry.is_none() && !doc.source.external_used {
+        // The common case: the nodes and initializers are exported as they are written.
+        let src = export::Streamed::new(&doc.model);
+        if let Some(early) = early {
+            if !original.is_empty() && io::save::encodes_as(&src, original) {
+                if let Some(s) = use_early_copy(early, out, &opts, original.len() as u64)? {
+                    return Ok(s);
+                }
             }
         }
+        return io::save::save_streamed(&src, out, sources, &opts);
     }
-    if verbatim {
-        return io::save::save_verbatim(&doc.source.original, out, sources, &opts);
+    let proto = export::export_model(&doc.model);
+    if unchanged_with_unknown_fields(doc, &proto)? {
+        if let Some(early) = early {
+            if let Some(s) = use_early_copy(early, out, &opts, original.len() as u64)? {
+                return Ok(s);
+            }
+        }
+        return io::save::save_verbatim(original, out, sources, &opts);
     }
     io::save_model(proto, out, Some(&doc.source.external), sources, &opts)
+}
+
+/// The output is the input's `len` bytes: the early copy becomes it (`None` when the copy is
+/// not whole; the caller writes the output itself).
+fn use_early_copy(
+    early: io::EarlyCopy,
+    out: &Path,
+    opts: &io::SaveOptions,
+    len: u64,
+) -> Result<Option<io::SaveSummary>> {
+    io::save::check_output_path(out, opts)?;
+    Ok(early.finish(len, out)?.then(|| io::SaveSummary {
+        path: out.to_path_buf(),
+        bytes: len,
+        external_file: None,
+        external_bytes: 0,
+    }))
 }
 
 /// Does `proto`, the export of `doc`, hold exactly what its input held, which has fields the

@@ -100,8 +100,12 @@ const EAGER_FLOATS: usize = 16;
 /// copy) and, once asked for, what [`from_tensor`] makes of them.
 #[derive(Debug, Clone)]
 pub(crate) struct Lazy {
-    tensor: TensorProto,
-    decoded: std::cell::OnceCell<Option<ConstTensor>>,
+    dtype: i32,
+    dims: Box<[i64]>,
+    /// The payload: a slice of the file's map (a reference count, not a copy).
+    raw: bytes::Bytes,
+    /// Boxed: most are never decoded, and an empty slot is one word.
+    decoded: std::cell::OnceCell<Option<Box<ConstTensor>>>,
 }
 
 impl Lazy {
@@ -118,26 +122,31 @@ impl Lazy {
             return None;
         }
         Some(Lazy {
-            tensor: TensorProto {
-                dims: t.dims.clone(),
-                data_type: Some(dtype),
-                raw_data: Some(raw.clone()),
-                ..Default::default()
-            },
+            dtype,
+            dims: t.dims.clone().into_boxed_slice(),
+            raw: raw.clone(),
             decoded: std::cell::OnceCell::new(),
         })
     }
     pub fn dtype(&self) -> i32 {
-        self.tensor.data_type.unwrap_or(0)
+        self.dtype
     }
     pub fn dims(&self) -> &[i64] {
-        &self.tensor.dims
+        &self.dims
     }
     /// The contents, decoded on first use (exactly what `from_tensor` gives).
     pub fn get(&self) -> Option<&ConstTensor> {
         self.decoded
-            .get_or_init(|| from_tensor(&self.tensor))
-            .as_ref()
+            .get_or_init(|| {
+                let t = TensorProto {
+                    dims: self.dims.to_vec(),
+                    data_type: Some(self.dtype),
+                    raw_data: Some(self.raw.clone()),
+                    ..Default::default()
+                };
+                from_tensor(&t).map(Box::new)
+            })
+            .as_deref()
     }
 }
 

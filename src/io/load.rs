@@ -21,6 +21,9 @@ pub struct LoadedModel {
     pub proto: ModelProto,
     /// Resolver for external data, confined to the model's folder.
     pub external: ExternalData,
+    /// Whether any tensor of the model as read keeps its data in an external file (rewrites
+    /// never make one: without, the output has none either).
+    pub external_used: bool,
     /// The model file's bytes as read (mapped, or in memory for a model given as bytes).
     pub original: Bytes,
     /// The fields the schema does not define, and where they lie: scanned on first use (by
@@ -77,6 +80,7 @@ pub fn load_model(path: &Path) -> Result<LoadedModel> {
         path: path.to_path_buf(),
         original: bytes.clone(),
         bytes,
+        external_used: crate::io::save::has_external(&proto),
         proto,
         external,
         unknown: OnceLock::new(),

@@ -15,7 +15,7 @@ use prost::Message;
 use crate::error::{Error, ErrorKind, Result};
 use crate::io::external::{external_ref, is_external, ExternalData};
 use crate::io::unknown::{dropped_error, varint_len, Carry, Found, Msg, Part};
-use crate::proto::{GraphProto, ModelProto, StringStringEntryProto, TensorProto};
+use crate::proto::{GraphProto, ModelProto, NodeProto, StringStringEntryProto, TensorProto};
 
 /// Payloads at least this big are written straight from their source, not via the encoder.
 const STREAM_THRESHOLD: usize = 64 * 1024;
@@ -140,13 +140,26 @@ fn for_each_tensor_mut(
 
 /// Does any tensor of the model keep its data in an external file?
 pub fn has_external(m: &ModelProto) -> bool {
-    let mut m = m.clone();
-    let mut found = false;
-    let _ = for_each_tensor_mut(&mut m, &mut |t| {
-        found |= is_external(t);
-        Ok(())
-    });
-    found
+    // The tensors `for_each_tensor_mut` visits, read only.
+    fn graph(g: &GraphProto) -> bool {
+        g.initializer.iter().any(is_external)
+            || g.sparse_initializer
+                .iter()
+                .any(|s| s.values.iter().chain(s.indices.iter()).any(is_external))
+            || g.node.iter().flat_map(|n| &n.attribute).any(|a| {
+                a.t.as_deref()
+                    .into_iter()
+                    .chain(a.tensors.iter())
+                    .any(is_external)
+                    || a.g.as_deref().is_some_and(graph)
+                    || a.graphs.iter().any(graph)
+            })
+    }
+    m.graph.as_ref().is_some_and(graph)
+        || m.training_info
+            .iter()
+            .flat_map(|ti| ti.initialization.iter().chain(ti.algorithm.iter()))
+            .any(graph)
 }
 
 /// The output may be neither one of the protected inputs nor a folder.
@@ -291,16 +304,7 @@ pub fn save_model(
         (Some(tmp), pos)
     };
 
-    let (tmp, file) = TempFile::create(out)?;
-    let mut w = Sink::new(file, sources);
-    // As long as the output repeats the input model (sources[0]) from its first byte, it is
-    // copied file to file: an unchanged model is one copy of the whole file.
-    w.match_from_start(0);
-    write_model_planned(&mut w, &proto, &plan)
-        .and_then(|_| w.flush())
-        .map_err(|e| Error::io(out, "cannot write output", e))?;
-    let written = w.written();
-    drop(w);
+    let (tmp, written) = write_temp(out, sources, |w| write_model_planned(w, &proto, &plan))?;
     if let Some(d) = data_tmp {
         d.persist(&data_path)?;
     }
@@ -311,6 +315,101 @@ pub fn save_model(
         external_file: (external_bytes > 0).then_some(data_path),
         external_bytes,
     })
+}
+
+/// Write a model file beside `out` (not yet moved into place): returns it and its length. As
+/// long as the output repeats the input model (`sources[0]`) from its first byte, it is copied
+/// file to file: an unchanged model is one copy of the whole file.
+fn write_temp(
+    out: &Path,
+    sources: Vec<Source>,
+    write: impl FnOnce(&mut Sink) -> std::io::Result<()>,
+) -> Result<(TempFile, u64)> {
+    let (tmp, file) = TempFile::create(out)?;
+    let mut w = Sink::new(file, sources);
+    w.match_from_start(0);
+    write(&mut w)
+        .and_then(|_| w.flush())
+        .map_err(|e| Error::io(out, "cannot write output", e))?;
+    Ok((tmp, w.written()))
+}
+
+/// A model's message whose main graph's nodes and initializers are produced one at a time
+/// (exported from the IR as they are written), so that the whole message is never held.
+pub trait GraphSource {
+    /// The model's message, its main graph without nodes and initializers.
+    fn shell(&self) -> &ModelProto;
+    /// The main graph's nodes, in order.
+    fn nodes(&self, each: &mut dyn FnMut(&NodeProto));
+    /// The main graph's initializers, in order.
+    fn initializers(&self, each: &mut dyn FnMut(&TensorProto));
+}
+
+/// Save a model given as a [`GraphSource`] that holds neither external data nor fields to
+/// carry (the callers' condition; the bytes are those [`save_model`] writes for the whole
+/// message).
+pub fn save_streamed(
+    src: &dyn GraphSource,
+    out: &Path,
+    sources: Vec<Source>,
+    opts: &SaveOptions,
+) -> Result<SaveSummary> {
+    check_output_path(out, opts)?;
+    let (tmp, written) = write_temp(out, sources, |w| write_model_streamed(w, src))?;
+    tmp.persist(out)?;
+    Ok(SaveSummary {
+        path: out.to_path_buf(),
+        bytes: written,
+        external_file: None,
+        external_bytes: 0,
+    })
+}
+
+/// The encoding of `proto.encode_to_vec()` for the model of `src`: the nodes are encoded
+/// first (the graph's length prefix needs their size; encoded, a node takes a fraction of its
+/// message's memory), the initializers are measured, then written with their payloads.
+fn write_model_streamed<W: PayloadWrite>(w: &mut W, src: &dyn GraphSource) -> std::io::Result<()> {
+    let m = src.shell();
+    let mut scratch = Vec::with_capacity(1 << 16);
+    put_message(w, &mut scratch, &model_head(m))?;
+    if let Some(g) = &m.graph {
+        let mut nodes = Vec::new();
+        src.nodes(&mut |n| prost::encoding::message::encode(1, n, &mut nodes));
+        let mut inits = 0usize;
+        src.initializers(&mut |t| {
+            let l = t.encoded_len();
+            inits += prost::encoding::key_len(5) + varint_len(l as u64) + l;
+        });
+        put_len_key(w, 7, nodes.len() + g.encoded_len() + inits)?;
+        w.write_all(&nodes)?;
+        drop(nodes);
+        if let Some(name) = &g.name {
+            scratch.clear();
+            prost::encoding::string::encode(2, name, &mut scratch);
+            w.write_all(&scratch)?;
+        }
+        let mut result = Ok(());
+        src.initializers(&mut |t| {
+            if result.is_ok() {
+                result = put_len_key(w, 5, t.encoded_len())
+                    .and_then(|_| write_tensor(w, &mut scratch, t));
+            }
+        });
+        result?;
+        put_message(w, &mut scratch, &graph_tail(g))?;
+    }
+    put_message(w, &mut scratch, &model_tail(m))
+}
+
+/// Would [`save_streamed`] write exactly `original` for `src`? The encoding stops at the first
+/// byte that differs.
+pub(crate) fn encodes_as(src: &dyn GraphSource, original: &[u8]) -> bool {
+    let mut w = SameAs {
+        expected: original,
+        pos: 0,
+        same: true,
+    };
+    write_model_streamed(&mut w, src).is_ok() && w.same && w.pos == original.len()
 }
 
 /// Save `bytes`, a whole model file as read (a slice of one of `sources` when it was mapped),
@@ -528,19 +627,6 @@ impl PayloadWrite for SameAs<'_> {
         }
         self.write_all(b)
     }
-}
-
-/// Would [`save_model`] write exactly `original` for `proto` (which holds no external data and
-/// no carried fields)? The encoding stops at the first byte that differs.
-pub(crate) fn encodes_as(proto: &ModelProto, original: &[u8]) -> bool {
-    let mut w = SameAs {
-        expected: original,
-        pos: 0,
-        same: true,
-    };
-    write_model_planned(&mut w, proto, &Plan::default()).is_ok()
-        && w.same
-        && w.pos == original.len()
 }
 
 fn put_len_key(w: &mut impl Write, tag: u32, len: usize) -> std::io::Result<()> {
