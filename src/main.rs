@@ -9,5 +9,5 @@ use std::process::ExitCode;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    ExitCode::from(onnx_safeify::cli::run(std::env::args_os()))
+    ExitCode::from(onnx_safeify::cli::run_then_exit(std::env::args_os()))
 }
