@@ -5,11 +5,15 @@
 # (anonymous) memory per tool, and each tool's wall/cpu as a multiple of cp's (or Python's).
 #   scripts/bench.sh [--peers] [--big] [--callgrind]
 #     --peers      add onnxsim and onnxslim on the 326 MB model (slow)
-#     --big        also the 1.3 GB variant of the 326 MB model (written once by
-#                  tools/bench_big_model.py into $CACHE/bench/; ~4 GB of memory while Python writes it)
+#     --big        also two ~1.3 GB variants of the 326 MB model, written once by
+#                  tools/bench_big_model.py into $CACHE/bench/ (~4 GB of memory while Python writes
+#                  them): "deep", 4x the blocks (21,000 nodes), and "wide", 4x the bytes with the
+#                  same 5,250 nodes (640 channels)
 #     --callgrind  the instruction count (valgrind's Ir) of the pin-every-Add compile of the
 #                  50,000-node chain: a repeatable figure where wall time is noisy
-# RUNS (default 7) sets the counted runs per tool.
+# RUNS (default 7) sets the counted runs per tool. BEFORE=PATH adds the same commands run with
+# another build of onnx-safeify (named "...-before"), interleaved in the same runs: a before/after
+# table from one run.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CACHE="${ONNX_SAFEIFY_CACHE:-$HOME/.cache/onnx-safeify}"
@@ -45,39 +49,60 @@ rules:
 EOF
 bench() { "$PY" tools/bench_roundtrip.py --runs "${RUNS:-7}" "$@"; }
 # `check` exits 1 when it has findings; its report goes to {out}.
-check() { echo "$BIN check {model} --target $1 >{out}; test \$? -le 1"; }
+check() { echo "$1 check {model} --target $2 >{out}; test \$? -le 1"; }
 
+# `cmds NAME COMMAND`: --cmd arguments for this build, and for the BEFORE build when given
+# (COMMAND names the binary as @BIN@).
+cmds() {
+  CMDS+=(--cmd "$1=${2//@BIN@/$BIN}")
+  if [ -n "${BEFORE:-}" ]; then CMDS+=(--cmd "$1-before=${2//@BIN@/$BEFORE}"); fi
+}
 big_models=("$SYN/syn_mobilenet_dw_300mb.onnx")
 if [ "$BIG" = 1 ]; then
+  mkdir -p "$CACHE/bench"
   B="$CACHE/bench/syn_mobilenet_dw_1300mb.onnx"
   if [ ! -s "$B" ]; then
-    mkdir -p "$CACHE/bench"
     "$PY" tools/bench_big_model.py "$B.tmp" --blocks 3000 && mv "$B.tmp" "$B"
   fi
-  big_models+=("$B")
+  W="$CACHE/bench/syn_mobilenet_dw_1300mb_wide.onnx"
+  if [ ! -s "$W" ]; then
+    "$PY" tools/bench_big_model.py "$W.tmp" --blocks 750 --channels 640 && mv "$W.tmp" "$W"
+  fi
+  big_models+=("$B" "$W")
 fi
 for m in "${big_models[@]}"; do
   echo "== $(basename "$m"): cp, Python onnx, onnx-safeify --target none / rx580 / pin every Add"
-  bench --bin "$BIN" --model "$m" "${PEERS[@]}" --ratio-to cp \
-    --cmd 'cp=cp {model} {out}' \
-    --cmd "rx580=$BIN {model} --target rx580 -o {out} >/dev/null" \
-    --cmd "pin-add=$BIN {model} --target $TMP/pin-add.yaml -o {out} >/dev/null"
+  CMDS=(--cmd 'cp=cp {model} {out}')
+  cmds none "@BIN@ {model} --target none -o {out} >/dev/null"
+  cmds rx580 "@BIN@ {model} --target rx580 -o {out} >/dev/null"
+  cmds pin-add "@BIN@ {model} --target $TMP/pin-add.yaml -o {out} >/dev/null"
+  bench --model "$m" "${PEERS[@]}" --ratio-to cp "${CMDS[@]}"
   PEERS=()
 done
-echo "== syn_50k_nodes.onnx: Python onnx, onnx-safeify --target none / pin every Add / check rx580"
-bench --bin "$BIN" --model "$SYN/syn_50k_nodes.onnx" --ratio-to onnx \
-  --cmd "pin-add=$BIN {model} --target $TMP/pin-add.yaml -o {out} >/dev/null" \
-  --cmd "check-rx580=$(check rx580)"
+echo "== syn_50k_nodes.onnx: Python onnx, onnx-safeify pin every Add / check rx580"
+CMDS=()
+cmds pin-add "@BIN@ {model} --target $TMP/pin-add.yaml -o {out} >/dev/null"
+cmds check-rx580 "$(check @BIN@ rx580)"
+bench --model "$SYN/syn_50k_nodes.onnx" --ratio-to onnx "${CMDS[@]}"
 echo "== PP-OCRv4 det: check and compile, --target rx580"
-bench --model "$DET" --ratio-to onnx \
-  --cmd "check-rx580=$(check rx580)" \
-  --cmd "compile-rx580=$BIN {model} --target rx580 -o {out} >/dev/null"
+CMDS=()
+cmds check-rx580 "$(check @BIN@ rx580)"
+cmds compile-rx580 "@BIN@ {model} --target rx580 -o {out} >/dev/null"
+bench --model "$DET" --ratio-to onnx "${CMDS[@]}"
 if [ "$CALLGRIND" = 1 ]; then
-  echo "== instructions (callgrind Ir): syn_50k_nodes.onnx, pin every Add"
-  valgrind --tool=callgrind --callgrind-out-file="$TMP/cg.out" \
-    "$BIN" "$SYN/syn_50k_nodes.onnx" --target "$TMP/pin-add.yaml" -o "$TMP/cg.onnx" \
-    >/dev/null 2>"$TMP/cg.log"
-  awk '/^(summary|totals):/ {print "Ir", $2; exit}' "$TMP/cg.out"
+  # `ir BIN MODEL TARGET`: the instruction count of one compile.
+  ir() {
+    valgrind --tool=callgrind --callgrind-out-file="$TMP/cg.out" \
+      "$1" "$2" --target "$3" -o "$TMP/cg.onnx" >/dev/null 2>"$TMP/cg.log"
+    awk '/^(summary|totals):/ {print $2; exit}' "$TMP/cg.out"
+  }
+  echo "== instructions (callgrind Ir)"
+  for w in "syn_50k_nodes.onnx $TMP/pin-add.yaml" "syn_mobilenet_dw_300mb.onnx rx580"; do
+    set -- $w
+    line="$1 --target $(basename "$2"): Ir $(ir "$BIN" "$SYN/$1" "$2")"
+    if [ -n "${BEFORE:-}" ]; then line="$line (before: $(ir "$BEFORE" "$SYN/$1" "$2"))"; fi
+    echo "$line"
+  done
 fi
 echo "== in-process phases (load / import / export / save)"
 cargo bench --locked --bench phases -- "$SYN/syn_mobilenet_dw_300mb.onnx" "$SYN/syn_50k_nodes.onnx"

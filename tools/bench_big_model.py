@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """Write a larger variant of the corpus's synthetic depthwise model, for memory-scaling benchmarks.
 
-    python tools/bench_big_model.py OUT.onnx [--blocks 3000]
+    python tools/bench_big_model.py OUT.onnx [--blocks 3000] [--channels 320]
 
 The same block as ``syn_mobilenet_dw_300mb.onnx`` (the corpus generator's ``mobilenet_dw``:
 depthwise 3x3 Conv, BatchNormalization, Clip, pointwise 1x1 Conv, BatchNormalization, Clip, Add;
 320 channels, ~431 KB of weights per block), repeated ``--blocks`` times: 3,000 blocks make
-21,000 nodes and ~1.3 GB, still one protobuf file (under the 2 GB limit). Deterministic.
+21,000 nodes and ~1.3 GB, still one protobuf file (under the 2 GB limit). ``--channels 640
+--blocks 750`` makes the other ~1.3 GB variant: the same 5,250 nodes as the corpus model, with
+four times its bytes (memory that grows with bytes, not nodes, shows there). Deterministic.
 """
 
 import argparse
@@ -60,8 +62,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out")
     ap.add_argument("--blocks", type=int, default=3000)
+    ap.add_argument("--channels", type=int, default=320)
     a = ap.parse_args()
-    mobilenet_dw(a.out, blocks=a.blocks)
+    mobilenet_dw(a.out, C=a.channels, blocks=a.blocks)
 
 
 if __name__ == "__main__":

@@ -59,7 +59,19 @@ pub fn decode_model(bytes: Bytes) -> Result<ModelProto> {
             "the file is empty, not an ONNX model",
         ));
     }
-    ModelProto::decode(bytes).map_err(|e| {
+    // prost grows repeated fields one element at a time; a graph of 50,000 nodes then copies
+    // its node vector a dozen times over (most of a `check`'s time went to that). Counted first,
+    // the vectors are allocated once (a failed allocation just leaves them to grow).
+    let mut m = ModelProto::default();
+    if let Some((nodes, inits)) = crate::io::unknown::graph_counts(&bytes) {
+        if nodes + inits > 0 {
+            let mut g = crate::proto::GraphProto::default();
+            let _ = g.node.try_reserve_exact(nodes);
+            let _ = g.initializer.try_reserve_exact(inits);
+            m.graph = Some(g);
+        }
+    }
+    m.merge(bytes).map(|_| m).map_err(|e| {
         Error::new(
             ErrorKind::Decode,
             format!("not a valid ONNX model (protobuf decode failed: {e})"),
