@@ -949,6 +949,35 @@ mod tests {
     }
 
     #[test]
+    fn graph_counts_reads_every_graph_field() {
+        use crate::proto::{GraphProto, ModelProto, NodeProto, TensorProto};
+        use prost::Message;
+        let g = |nodes: usize, inits: usize| GraphProto {
+            node: vec![NodeProto::default(); nodes],
+            initializer: vec![TensorProto::default(); inits],
+            name: Some("g".into()),
+            ..Default::default()
+        };
+        let m = ModelProto {
+            ir_version: Some(8),
+            graph: Some(g(3, 2)),
+            ..Default::default()
+        };
+        let bytes = m.encode_to_vec();
+        assert_eq!(graph_counts(&bytes), Some((3, 2)));
+        // A second `graph` field merges into the first: its entries count too.
+        let mut twice = bytes.clone();
+        twice.extend(len_field(7, &g(1, 4).encode_to_vec()));
+        assert_eq!(graph_counts(&twice), Some((4, 6)));
+        let decoded = ModelProto::decode(twice.as_slice()).unwrap();
+        let graph = decoded.graph.unwrap();
+        assert_eq!((graph.node.len(), graph.initializer.len()), (4, 6));
+        // Truncated: no count (the decoder reports the error).
+        assert_eq!(graph_counts(&bytes[..bytes.len() - 1]), None);
+        assert_eq!(graph_counts(&[]), Some((0, 0)));
+    }
+
+    #[test]
     fn finds_unknown_fields_at_depth_with_paths() {
         // node: name 'n1', op_type 'Relu', unknown varint field 99 = 7
         let mut node = len_field(3, b"n1");
