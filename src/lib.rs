@@ -248,12 +248,9 @@ fn use_early_copy(
     len: u64,
 ) -> Result<Option<io::SaveSummary>> {
     io::save::check_output_path(out, opts)?;
-    Ok(early.finish(len, out)?.then(|| io::SaveSummary {
-        path: out.to_path_buf(),
-        bytes: len,
-        external_file: None,
-        external_bytes: 0,
-    }))
+    Ok(early
+        .finish(len, out)?
+        .then(|| io::SaveSummary::one_file(out, len)))
 }
 
 /// Does `proto`, the export of `doc`, hold exactly what its input held, which has fields the

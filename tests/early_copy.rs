@@ -11,6 +11,16 @@ use onnx_safeify::io::EarlyCopy;
 use onnx_safeify::proto::ModelProto;
 use prost::Message;
 
+/// `onnx-safeify MODEL --target none [-o OUT]`.
+fn compile_none(model: &Path, out: Option<&Path>) -> std::process::Output {
+    let mut c = Command::new(common::bin());
+    c.arg(model).args(["--target", "none"]);
+    if let Some(o) = out {
+        c.arg("-o").arg(o);
+    }
+    c.output().unwrap()
+}
+
 /// The names in a folder, sorted.
 fn listing(dir: &Path) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(dir)
@@ -75,11 +85,7 @@ fn an_input_in_another_encoding_is_written_as_usual() {
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("in.onnx");
     std::fs::write(&src, reordered_sample()).unwrap();
-    let st = Command::new(common::bin())
-        .args([src.to_str().unwrap(), "--target", "none", "-o"])
-        .arg(dir.path().join("out.onnx"))
-        .output()
-        .unwrap();
+    let st = compile_none(&src, Some(&dir.path().join("out.onnx")));
     assert!(
         st.status.success(),
         "{}",
@@ -97,10 +103,7 @@ fn the_cli_leaves_only_the_output() {
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("in.onnx");
     std::fs::copy(common::sample(), &src).unwrap();
-    let st = Command::new(common::bin())
-        .args([src.to_str().unwrap(), "--target", "none"])
-        .output()
-        .unwrap();
+    let st = compile_none(&src, None);
     assert!(
         st.status.success(),
         "{}",
@@ -120,11 +123,7 @@ fn refusals_leave_the_input_and_no_copy() {
     std::fs::copy(common::sample(), &src).unwrap();
     let before = std::fs::read(&src).unwrap();
     // The output would replace the input.
-    let st = Command::new(common::bin())
-        .args([src.to_str().unwrap(), "--target", "none", "-o"])
-        .arg(&src)
-        .output()
-        .unwrap();
+    let st = compile_none(&src, Some(&src));
     assert_eq!(
         st.status.code(),
         Some(2),
@@ -133,11 +132,7 @@ fn refusals_leave_the_input_and_no_copy() {
     );
     assert!(String::from_utf8_lossy(&st.stderr).contains("refusing to overwrite the input"));
     // The output is a folder.
-    let st = Command::new(common::bin())
-        .args([src.to_str().unwrap(), "--target", "none", "-o"])
-        .arg(dir.path())
-        .output()
-        .unwrap();
+    let st = compile_none(&src, Some(dir.path()));
     assert_eq!(
         st.status.code(),
         Some(2),
@@ -145,11 +140,7 @@ fn refusals_leave_the_input_and_no_copy() {
         String::from_utf8_lossy(&st.stderr)
     );
     // The output's folder does not exist: the copy cannot start, the save says why.
-    let st = Command::new(common::bin())
-        .args([src.to_str().unwrap(), "--target", "none", "-o"])
-        .arg(dir.path().join("missing/out.onnx"))
-        .output()
-        .unwrap();
+    let st = compile_none(&src, Some(&dir.path().join("missing/out.onnx")));
     assert_eq!(
         st.status.code(),
         Some(2),
@@ -167,11 +158,7 @@ fn a_broken_input_leaves_no_copy() {
     let mut bytes = std::fs::read(common::sample()).unwrap();
     bytes.truncate(bytes.len() / 2);
     std::fs::write(&src, &bytes).unwrap();
-    let st = Command::new(common::bin())
-        .args([src.to_str().unwrap(), "--target", "none", "-o"])
-        .arg(dir.path().join("out.onnx"))
-        .output()
-        .unwrap();
+    let st = compile_none(&src, Some(&dir.path().join("out.onnx")));
     assert_eq!(
         st.status.code(),
         Some(2),

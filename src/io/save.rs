@@ -43,6 +43,18 @@ pub struct SaveSummary {
     pub external_bytes: u64,
 }
 
+impl SaveSummary {
+    /// A model written to `path` as one file of `bytes` bytes (no external data).
+    pub fn one_file(path: &Path, bytes: u64) -> Self {
+        SaveSummary {
+            path: path.to_path_buf(),
+            bytes,
+            external_file: None,
+            external_bytes: 0,
+        }
+    }
+}
+
 /// Is `a` the same file as `b` (or would writing `a` replace `b`)?
 fn same_file(a: &Path, b: &Path) -> bool {
     match (a.canonicalize(), b.canonicalize()) {
@@ -357,12 +369,7 @@ pub fn save_streamed(
     check_output_path(out, opts)?;
     let (tmp, written) = write_temp(out, sources, |w| write_model_streamed(w, src))?;
     tmp.persist(out)?;
-    Ok(SaveSummary {
-        path: out.to_path_buf(),
-        bytes: written,
-        external_file: None,
-        external_bytes: 0,
-    })
+    Ok(SaveSummary::one_file(out, written))
 }
 
 /// The encoding of `proto.encode_to_vec()` for the model of `src`: the nodes are encoded
@@ -421,20 +428,9 @@ pub fn save_verbatim(
     opts: &SaveOptions,
 ) -> Result<SaveSummary> {
     check_output_path(out, opts)?;
-    let (tmp, file) = TempFile::create(out)?;
-    let mut w = Sink::new(file, sources);
-    w.write_payload(bytes)
-        .and_then(|_| w.flush())
-        .map_err(|e| Error::io(out, "cannot write output", e))?;
-    let written = w.written();
-    drop(w);
+    let (tmp, written) = write_temp(out, sources, |w| w.write_payload(bytes))?;
     tmp.persist(out)?;
-    Ok(SaveSummary {
-        path: out.to_path_buf(),
-        bytes: written,
-        external_file: None,
-        external_bytes: 0,
-    })
+    Ok(SaveSummary::one_file(out, written))
 }
 
 /// A writer that can also take large payloads by reference, so that payloads that are slices
