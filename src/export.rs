@@ -118,10 +118,10 @@ impl crate::io::save::GraphSource for Streamed<'_> {
             each(&export_node(g, id));
         }
     }
-    fn initializers(&self, each: &mut dyn FnMut(&TensorProto)) {
+    fn initializers(&self, each: &mut dyn FnMut(&TensorProto, &str)) {
         let g = &self.model.graph;
         for i in &g.initializers {
-            each(&export_initializer(g, i));
+            each(&i.tensor, g.value_name(i.value));
         }
     }
 }

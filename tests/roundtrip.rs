@@ -260,3 +260,54 @@ print("ok", len(ta), ext)
         .collect();
     assert_eq!(names.len(), 2, "{names:?}");
 }
+
+/// The streamed writer names each initializer after its value: when a value was renamed (as
+/// rewrites do for names that bodies read), the bytes are those of the whole exported message.
+#[test]
+fn renamed_initializers_stream_as_the_whole_message_encodes() {
+    let dir = tempfile::tempdir().unwrap();
+    // A large initializer (its payload is streamed from the file) and two small ones.
+    let n = 20_000;
+    let big: Vec<f32> = (0..n).map(|i| i as f32).collect();
+    let graph = onnx_safeify::proto::GraphProto {
+        node: vec![
+            common::node("Add", "a", &["x", "big"], &["y"]),
+            common::node("Add", "b", &["y", "s1"], &["z"]),
+            common::node("Add", "c", &["z", "s2"], &["out"]),
+        ],
+        name: Some("g".into()),
+        initializer: vec![
+            common::float_init("big", &[n], &big),
+            common::float_init("s1", &[1], &[1.0]),
+            common::float_init("s2", &[1], &[2.0]),
+        ],
+        input: vec![common::vi("x", &[n])],
+        output: vec![common::vi("out", &[n])],
+        ..Default::default()
+    };
+    let src = dir.path().join("in.onnx");
+    std::fs::write(&src, common::encode(&common::model(graph))).unwrap();
+    let mut doc = onnx_safeify::load(&src).unwrap();
+    let g = &mut doc.model.graph;
+    let inits: Vec<_> = g.initializers.iter().map(|i| i.value).collect();
+    // Every other initializer renamed (big and s2): both the copied and the unchanged paths
+    // are written, for a streamed payload and for a small tensor.
+    for v in inits.iter().step_by(2) {
+        let name = format!("{}_renamed", g.value_name(*v));
+        g.values[v.index()].name = name;
+    }
+    let out = dir.path().join("out.onnx");
+    onnx_safeify::save(&doc, &out).unwrap();
+    let whole = onnx_safeify::export::export_model(&doc.model).encode_to_vec();
+    let written = std::fs::read(&out).unwrap();
+    assert_eq!(written, whole);
+    let m = ModelProto::decode(written.as_slice()).unwrap();
+    let renamed = m
+        .graph
+        .unwrap()
+        .initializer
+        .iter()
+        .filter(|t| t.name.as_deref().unwrap_or("").ends_with("_renamed"))
+        .count();
+    assert_eq!(renamed, inits.len().div_ceil(2));
+}

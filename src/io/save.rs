@@ -353,8 +353,9 @@ pub trait GraphSource {
     fn shell(&self) -> &ModelProto;
     /// The main graph's nodes, in order.
     fn nodes(&self, each: &mut dyn FnMut(&NodeProto));
-    /// The main graph's initializers, in order.
-    fn initializers(&self, each: &mut dyn FnMut(&TensorProto));
+    /// The main graph's initializers, in order, each with the name it is written under (which
+    /// replaces the tensor's own `name`).
+    fn initializers(&self, each: &mut dyn FnMut(&TensorProto, &str));
 }
 
 /// Save a model given as a [`GraphSource`] that holds neither external data nor fields to
@@ -383,8 +384,8 @@ fn write_model_streamed<W: PayloadWrite>(w: &mut W, src: &dyn GraphSource) -> st
         let mut nodes = Vec::new();
         src.nodes(&mut |n| prost::encoding::message::encode(1, n, &mut nodes));
         let mut inits = 0usize;
-        src.initializers(&mut |t| {
-            let l = t.encoded_len();
+        src.initializers(&mut |t, name| {
+            let l = named_len(t, name);
             inits += prost::encoding::key_len(5) + varint_len(l as u64) + l;
         });
         put_len_key(w, 7, nodes.len() + g.encoded_len() + inits)?;
@@ -396,10 +397,10 @@ fn write_model_streamed<W: PayloadWrite>(w: &mut W, src: &dyn GraphSource) -> st
             w.write_all(&scratch)?;
         }
         let mut result = Ok(());
-        src.initializers(&mut |t| {
+        src.initializers(&mut |t, name| {
             if result.is_ok() {
-                result = put_len_key(w, 5, t.encoded_len())
-                    .and_then(|_| write_tensor(w, &mut scratch, t));
+                result = put_len_key(w, 5, named_len(t, name))
+                    .and_then(|_| write_named_tensor(w, &mut scratch, t, name));
             }
         });
         result?;
@@ -937,6 +938,40 @@ fn write_graph_planned<W: PayloadWrite>(
         }
     }
     w.write_all(&plan.tail)
+}
+
+/// The encoded length of `t` with `name` in its `name` field (8).
+fn named_len(t: &TensorProto, name: &str) -> usize {
+    let field = |s: Option<&str>| {
+        s.map_or(0, |s| {
+            prost::encoding::key_len(8) + varint_len(s.len() as u64) + s.len()
+        })
+    };
+    t.encoded_len() - field(t.name.as_deref()) + field(Some(name))
+}
+
+/// [`write_tensor`] with `name` in its `name` field; the tensor is copied only when its own
+/// name differs (a value renamed by a rewrite), and then without its payload when streamed.
+fn write_named_tensor<W: PayloadWrite>(
+    w: &mut W,
+    scratch: &mut Vec<u8>,
+    t: &TensorProto,
+    name: &str,
+) -> std::io::Result<()> {
+    if t.name.as_deref() == Some(name) {
+        return write_tensor(w, scratch, t);
+    }
+    let renamed = |t: TensorProto| TensorProto {
+        name: Some(name.to_string()),
+        ..t
+    };
+    let Some(raw) = streamed_raw(t) else {
+        return put_message(w, scratch, &renamed(t.clone()));
+    };
+    put_message(w, scratch, &renamed(tensor_head(t)))?;
+    put_len_key(w, 9, raw.len())?;
+    w.write_payload(raw)?;
+    put_message(w, scratch, &tensor_tail(t))
 }
 
 fn write_tensor<W: PayloadWrite>(

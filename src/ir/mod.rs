@@ -376,15 +376,7 @@ impl Graph {
                 .and_then(|node| node.inputs.get(slot as usize))
                 .is_some_and(|i| *i == Some(v))
         };
-        let producer = match self.values[v.index()].origin {
-            Origin::Node { node, .. }
-                if self.nodes.contains_node(node) && !self.unlinked.contains(&v) =>
-            {
-                Some(node)
-            }
-            _ => None,
-        };
-        let mut out: Vec<(NodeId, u32)> = match producer {
+        let mut out: Vec<(NodeId, u32)> = match self.linked_producer(v) {
             Some(p) => self
                 .nodes
                 .edges_directed(p, Direction::Outgoing)
@@ -408,20 +400,12 @@ impl Graph {
     /// through the producer's implicit edges like [`Graph::readers`], or by a scan of the
     /// write order for values without a linked producer.
     pub fn implicit_readers(&self, v: ValueId) -> Vec<NodeId> {
-        let producer = match self.values[v.index()].origin {
-            Origin::Node { node, .. }
-                if self.nodes.contains_node(node) && !self.unlinked.contains(&v) =>
-            {
-                Some(node)
-            }
-            _ => None,
-        };
         let reads = |n: NodeId| {
             self.nodes
                 .node_weight(n)
                 .is_some_and(|node| node.implicit_inputs.contains(&v))
         };
-        let mut out: Vec<NodeId> = match producer {
+        let mut out: Vec<NodeId> = match self.linked_producer(v) {
             Some(p) => self
                 .nodes
                 .edges_directed(p, Direction::Outgoing)
@@ -439,6 +423,19 @@ impl Graph {
             scan
         });
         out
+    }
+
+    /// The node that produces `v` when its outgoing edges are complete for `v` (see
+    /// [`Graph::readers`]); `None` for values without one, or read before it existed.
+    fn linked_producer(&self, v: ValueId) -> Option<NodeId> {
+        match self.values[v.index()].origin {
+            Origin::Node { node, .. }
+                if self.nodes.contains_node(node) && !self.unlinked.contains(&v) =>
+            {
+                Some(node)
+            }
+            _ => None,
+        }
     }
 
     fn scan_readers(&self, v: ValueId) -> Vec<(NodeId, u32)> {

@@ -262,24 +262,18 @@ impl<'a> Matcher<'a> {
                 PredKind::Op(ops) => Some(ops),
                 _ => None,
             });
-            let nodes: &[(usize, NodeId)] = match ops {
+            candidates.clear();
+            match ops {
                 Some(ops) => {
-                    candidates.clear();
-                    let mut seen: Vec<&str> = Vec::new();
                     for op in ops {
-                        if !seen.contains(&op.as_str()) {
-                            seen.push(op);
-                            candidates.extend(by_op.get(op.as_str()).into_iter().flatten());
-                        }
+                        candidates.extend(by_op.get(op.as_str()).into_iter().flatten());
                     }
-                    candidates.sort_unstable_by_key(|&(i, _)| i);
-                    &candidates
+                    candidates.sort_unstable();
+                    candidates.dedup();
                 }
-                None => &[],
-            };
-            let all = ops.is_none().then(|| self.graph.order.iter().copied());
-            let some = ops.is_some().then(|| nodes.iter().map(|&(_, n)| n));
-            for n in all.into_iter().flatten().chain(some.into_iter().flatten()) {
+                None => candidates.extend(self.graph.order.iter().copied().enumerate()),
+            }
+            for &(_, n) in &candidates {
                 let mut caps = Vec::new();
                 if self.pattern(&rule.pattern, n, false, &mut caps).t == Tri::T {
                     out.push(Match {
