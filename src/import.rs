@@ -93,6 +93,14 @@ fn node_label(n: &NodeProto, index: usize) -> String {
     }
 }
 
+/// [`node_label`] of a node already imported (`index`: its position in the file).
+fn ir_node_label(n: &Node, index: usize) -> String {
+    match n.name.as_deref() {
+        Some(name) if !name.is_empty() => format!("node '{name}' ({})", n.op_type),
+        _ => format!("node #{index} ({})", n.op_type),
+    }
+}
+
 impl Ctx<'_> {
     /// Import one graph. Returns the graph and the names it reads from enclosing scopes.
     fn import_graph(
@@ -222,10 +230,13 @@ impl Ctx<'_> {
 
         // Pass 1: nodes and the values they produce, so later nodes may be read before
         // their producer appears in the file.
-        let mut pending: Vec<(NodeId, Vec<String>, Vec<AttributeProto>, String)> =
+        // (A node's label for messages is made only when there is an error to report.)
+        let mut pending: Vec<(NodeId, Vec<String>, Vec<AttributeProto>)> =
             Vec::with_capacity(node_protos.len());
         for (index, np) in node_protos.into_iter().enumerate() {
-            let label = node_label(&np, index);
+            if np.op_type.as_deref().is_none_or(str::is_empty) {
+                return Err(err(format!("{} has no op_type", node_label(&np, index))));
+            }
             let NodeProto {
                 input,
                 output,
@@ -238,10 +249,7 @@ impl Ctx<'_> {
                 metadata_props,
                 device_configurations,
             } = np;
-            let op_type = match op_type {
-                Some(o) if !o.is_empty() => o,
-                _ => return Err(err(format!("{label} has no op_type"))),
-            };
+            let op_type = op_type.unwrap_or_default();
             let node = Node {
                 name,
                 op_type,
@@ -280,7 +288,8 @@ impl Ctx<'_> {
                         _ => "another definition".to_string(),
                     };
                     return Err(err(format!(
-                        "{label} produces '{o}', which is already produced by {by}"
+                        "{} produces '{o}', which is already produced by {by}",
+                        ir_node_label(&g.nodes[id], index)
                     )));
                 }
                 let v = g.add_value(
@@ -294,7 +303,7 @@ impl Ctx<'_> {
                 outputs.push(Some(v));
             }
             g.nodes[id].outputs = outputs;
-            pending.push((id, input, attribute, label));
+            pending.push((id, input, attribute));
         }
 
         // Pass 2: resolve inputs (locally, else in enclosing scopes) and import subgraphs.
@@ -317,8 +326,9 @@ impl Ctx<'_> {
                 None
             }
         };
-        let mut edges: Vec<(ValueId, NodeId, u32)> = Vec::new();
-        for (id, input, attribute, label) in pending {
+        let mut edges: Vec<(ValueId, NodeId, u32)> = Vec::with_capacity(n_edges);
+        for (index, (id, input, attribute)) in pending.into_iter().enumerate() {
+            let label = |g: &Graph| ir_node_label(&g.nodes[id], index);
             let mut inputs = Vec::with_capacity(input.len());
             for (slot, name) in input.into_iter().enumerate() {
                 if name.is_empty() {
@@ -328,7 +338,9 @@ impl Ctx<'_> {
                 let v = match defined.get(&name) {
                     Some(&v) => v,
                     None => resolve_outer(&name, &mut g, &mut outer_refs, &mut outer_ids)
-                        .ok_or_else(|| err(format!("{label}: input '{name}' is not defined")))?,
+                        .ok_or_else(|| {
+                            err(format!("{}: input '{name}' is not defined", label(&g)))
+                        })?,
                 };
                 edges.push((v, id, slot as u32));
                 inputs.push(Some(v));
@@ -337,14 +349,27 @@ impl Ctx<'_> {
             let mut implicit: Vec<ValueId> = Vec::new();
             let mut implicit_seen: HashSet<ValueId> = HashSet::new();
             for mut ap in attribute {
-                let aname = ap.name.clone().unwrap_or_default();
+                let aname = || ap.name.as_deref().unwrap_or("");
                 check_attribute(&ap)
-                    .map_err(|m| err(format!("{label}: attribute '{aname}' {m}")))?;
+                    .map_err(|m| err(format!("{}: attribute '{}' {m}", label(&g), aname())))?;
                 for t in ap.t.as_deref().into_iter().chain(ap.tensors.iter()) {
-                    self.check_tensor(t)
-                        .map_err(|m| err(format!("{label}: attribute '{aname}': tensor {m}")))?;
+                    self.check_tensor(t).map_err(|m| {
+                        err(format!(
+                            "{}: attribute '{}': tensor {m}",
+                            label(&g),
+                            aname()
+                        ))
+                    })?;
                 }
-                let sub_path = format!("{here} > {label} > attribute '{aname}'");
+                if ap.g.is_none() && ap.graphs.is_empty() {
+                    attributes.push(Attribute {
+                        proto: ap,
+                        g: None,
+                        graphs: Vec::new(),
+                    });
+                    continue;
+                }
+                let sub_path = format!("{here} > {} > attribute '{}'", label(&g), aname());
                 let mut sub_graphs = Vec::new();
                 let single = ap.g.take();
                 let many = std::mem::take(&mut ap.graphs);
@@ -481,7 +506,7 @@ pub fn check_attribute(a: &AttributeProto) -> std::result::Result<(), String> {
     if a.name.as_deref().unwrap_or("").is_empty() {
         return Err("has no name".to_string());
     }
-    let present: Vec<(i32, &str)> = [
+    let fields = [
         (1, "f", a.f.is_some()),
         (2, "i", a.i.is_some()),
         (3, "s", a.s.is_some()),
@@ -496,11 +521,9 @@ pub fn check_attribute(a: &AttributeProto) -> std::result::Result<(), String> {
         (12, "sparse_tensors", !a.sparse_tensors.is_empty()),
         (13, "tp", a.tp.is_some()),
         (14, "type_protos", !a.type_protos.is_empty()),
-    ]
-    .into_iter()
-    .filter(|p| p.2)
-    .map(|p| (p.0, p.1))
-    .collect();
+    ];
+    // The fields present, as (field number, name); no allocation (this runs per attribute).
+    let present = || fields.iter().filter(|p| p.2).map(|p| (p.0, p.1));
     let ty = a.r#type.unwrap_or(0);
     if !(0..=14).contains(&ty) {
         return Err(format!("has unknown type {ty}"));
@@ -526,7 +549,7 @@ pub fn check_attribute(a: &AttributeProto) -> std::result::Result<(), String> {
     };
     if a.ref_attr_name.as_deref().is_some_and(|r| !r.is_empty()) {
         // A reference to a function's attribute: the value comes from the caller.
-        if let Some((_, f)) = present.iter().find(|p| p.0 != ty) {
+        if let Some((_, f)) = present().find(|p| p.0 != ty) {
             return Err(format!(
                 "refers to attribute '{}' but also carries '{f}'",
                 a.ref_attr_name.as_deref().unwrap_or("")
@@ -535,20 +558,20 @@ pub fn check_attribute(a: &AttributeProto) -> std::result::Result<(), String> {
         return Ok(());
     }
     if ty == 0 {
-        return match present.len() {
+        return match present().count() {
             0 => Err("has no type and no value".to_string()),
             1 => Ok(()),
             _ => Err(format!(
                 "has no type and several values ({})",
-                present.iter().map(|p| p.1).collect::<Vec<_>>().join(", ")
+                present().map(|p| p.1).collect::<Vec<_>>().join(", ")
             )),
         };
     }
-    if let Some((_, f)) = present.iter().find(|p| p.0 != ty) {
+    if let Some((_, f)) = present().find(|p| p.0 != ty) {
         return Err(format!("has type {} but carries '{f}'", type_name(ty)));
     }
     let is_list = matches!(ty, 6..=10 | 12 | 14);
-    if !is_list && present.is_empty() {
+    if !is_list && present().next().is_none() {
         return Err(format!("has type {} but no value", type_name(ty)));
     }
     Ok(())
