@@ -321,6 +321,16 @@ impl Graph {
         candidate
     }
 
+    /// Room for `nodes` more nodes, `edges` more edges and `values` more values, so that a
+    /// batch of patches grows each table once instead of doubling it (a copy of the whole
+    /// node table each time, and twice the memory touched).
+    pub fn reserve(&mut self, nodes: usize, edges: usize, values: usize) {
+        self.nodes.reserve_nodes(nodes);
+        self.nodes.reserve_edges(edges);
+        self.order.reserve(nodes);
+        self.values.reserve(values);
+    }
+
     /// Insert a node into the graph (after `after` in the write order, or at the end), with
     /// edges from the producers of its inputs. Its outputs' origins are set to it.
     pub fn insert_node(&mut self, node: Node, after: Option<NodeId>) -> NodeId {

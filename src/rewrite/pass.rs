@@ -420,6 +420,20 @@ pub fn apply_plans(g: &mut Graph, plans: Vec<Planned>) -> Vec<Outcome> {
     let mut out = Vec::with_capacity(plans.len());
     let mut value_map: std::collections::HashMap<crate::ir::ValueId, crate::ir::ValueId> =
         Default::default();
+    let (mut nodes, mut edges, mut values, mut inits) = (0, 0, 0, 0);
+    for step in plans
+        .iter()
+        .filter_map(|p| p.outcome.as_ref().ok())
+        .flatten()
+    {
+        let p = &step.patch;
+        nodes += p.nodes.len();
+        edges += p.nodes.iter().map(|n| n.inputs.len()).sum::<usize>();
+        values += p.values.len();
+        inits += p.initializers.len();
+    }
+    g.reserve(nodes, edges, values);
+    g.initializers.reserve(inits);
     for plan in plans {
         let Planned {
             covers,
