@@ -4,8 +4,12 @@
 
 use std::collections::{HashMap, HashSet};
 
+use bytes::Bytes;
+use prost::Message as _;
+
 use crate::error::{Error, Result};
 use crate::io::external::{external_ref, is_external, ExternalData};
+use crate::io::load::decode_error;
 use crate::ir::{
     Attribute, Edge, Graph, Initializer, Model, Node, NodeId, Origin, SparseInitializer, ValueId,
     ValueInfo, IMPLICIT_SLOT,
@@ -19,6 +23,18 @@ pub const MAX_GRAPH_DEPTH: usize = 32;
 
 /// Import a decoded model. `external` resolves external data (checked, not read).
 pub fn import_model(proto: ModelProto, external: Option<&ExternalData>) -> Result<Model> {
+    import_model_with_nodes(proto, &[], external)
+}
+
+/// [`import_model`] for a model decoded by [`crate::io::load::decode_model_split`]: the main
+/// graph's nodes are those of `proto` followed by `nodes`, each decoded when the importer
+/// reaches it. A model that the full decoder refuses is refused here the same way: when the
+/// import fails, a node that does not decode is the error reported.
+pub fn import_model_with_nodes(
+    proto: ModelProto,
+    nodes: &[Bytes],
+    external: Option<&ExternalData>,
+) -> Result<Model> {
     let ModelProto {
         ir_version,
         producer_name,
@@ -35,7 +51,12 @@ pub fn import_model(proto: ModelProto, external: Option<&ExternalData>) -> Resul
     } = proto;
     let graph = graph.ok_or_else(|| Error::invalid("the model has no graph"))?;
     let ctx = Ctx { external };
-    let (graph, outer) = ctx.import_graph(graph, &[], 0, "")?;
+    let (graph, outer) = ctx.import_graph(graph, nodes, &[], 0, "").map_err(|e| {
+        nodes
+            .iter()
+            .find_map(|b| NodeProto::decode(b.clone()).err())
+            .map_or(e, decode_error)
+    })?;
     if let Some(name) = outer.first() {
         return Err(Error::invalid(format!(
             "main graph: input '{name}' is not defined"
@@ -65,7 +86,7 @@ pub fn import_subgraph(
     path: &str,
 ) -> Result<(Graph, Vec<String>)> {
     let ctx = Ctx { external: None };
-    ctx.import_graph(gp, &[outer], 1, path)
+    ctx.import_graph(gp, &[], &[outer], 1, path)
 }
 
 struct Ctx<'a> {
@@ -102,10 +123,12 @@ fn ir_node_label(n: &Node, index: usize) -> String {
 }
 
 impl Ctx<'_> {
-    /// Import one graph. Returns the graph and the names it reads from enclosing scopes.
+    /// Import one graph, whose nodes are those of `gp` followed by `more_nodes` (still
+    /// encoded). Returns the graph and the names it reads from enclosing scopes.
     fn import_graph(
         &self,
         gp: GraphProto,
+        more_nodes: &[Bytes],
         scopes: &Scopes<'_>,
         depth: usize,
         path: &str,
@@ -131,12 +154,15 @@ impl Ctx<'_> {
         } = gp;
         // Sizes known up front: the tables are allocated once instead of growing by doubling
         // (which copies them and touches twice the memory on a graph of 50,000 nodes).
-        let n_nodes = node_protos.len();
-        let n_edges: usize = node_protos.iter().map(|n| n.input.len()).sum();
+        // (Nodes still encoded are counted as two inputs and one output each.)
+        let n_nodes = node_protos.len() + more_nodes.len();
+        let n_edges: usize =
+            node_protos.iter().map(|n| n.input.len()).sum::<usize>() + 2 * more_nodes.len();
         let n_values = input.len()
             + initializer.len()
             + sparse_initializer.len()
-            + node_protos.iter().map(|n| n.output.len()).sum::<usize>();
+            + node_protos.iter().map(|n| n.output.len()).sum::<usize>()
+            + more_nodes.len();
         let mut g = Graph {
             name,
             doc_string,
@@ -232,8 +258,12 @@ impl Ctx<'_> {
         // their producer appears in the file.
         // (A node's label for messages is made only when there is an error to report.)
         let mut pending: Vec<(NodeId, Vec<String>, Vec<AttributeProto>)> =
-            Vec::with_capacity(node_protos.len());
-        for (index, np) in node_protos.into_iter().enumerate() {
+            Vec::with_capacity(n_nodes);
+        let decoded = more_nodes
+            .iter()
+            .map(|b| NodeProto::decode(b.clone()).map_err(decode_error));
+        for (index, np) in node_protos.into_iter().map(Ok).chain(decoded).enumerate() {
+            let np = np?;
             if np.op_type.as_deref().is_none_or(str::is_empty) {
                 return Err(err(format!("{} has no op_type", node_label(&np, index))));
             }
@@ -376,7 +406,8 @@ impl Ctx<'_> {
                 let mut inner_scopes: Vec<&HashMap<String, ValueId>> = scopes.to_vec();
                 inner_scopes.push(&defined);
                 let mut import_sub = |sg: GraphProto| -> Result<Graph> {
-                    let (sub, refs) = self.import_graph(sg, &inner_scopes, depth + 1, &sub_path)?;
+                    let (sub, refs) =
+                        self.import_graph(sg, &[], &inner_scopes, depth + 1, &sub_path)?;
                     for r in refs {
                         let v = match defined.get(&r) {
                             Some(&v) => v,

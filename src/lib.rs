@@ -162,9 +162,12 @@ pub struct Document {
 
 /// Load and import a model file.
 pub fn load(path: &Path) -> Result<Document> {
-    let mut source = io::load_model(path)?;
+    let (mut source, nodes) = io::load::load_model_split(path)?;
     let proto = std::mem::take(&mut source.proto);
-    let model = import::import_model(proto, Some(&source.external)).map_err(|e| e.in_file(path))?;
+    let model = import::import_model_with_nodes(proto, &nodes, Some(&source.external))
+        .map_err(|e| e.in_file(path))?;
+    // The nodes were not decoded when `external_used` was worked out: their tensors count too.
+    source.external_used |= !nodes.is_empty() && io::save::graph_has_external(&model.graph);
     Ok(Document { model, source })
 }
 

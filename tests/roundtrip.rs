@@ -311,3 +311,147 @@ fn renamed_initializers_stream_as_the_whole_message_encodes() {
         .count();
     assert_eq!(renamed, inits.len().div_ceil(2));
 }
+
+/// The importer decodes the main graph's nodes one at a time (`decode_model_split`); the model
+/// it builds is the one built from the whole decoded message, for the sample, every corpus
+/// model, and a file whose graph comes in two pieces with nodes after initializers.
+#[test]
+fn nodes_decoded_one_at_a_time_import_as_the_whole_message() {
+    use onnx_safeify::{export, import, io};
+    let same = |label: &str, bytes: Vec<u8>| {
+        let bytes = bytes::Bytes::from(bytes);
+        let whole = io::load::decode_model(bytes.clone()).unwrap();
+        // Compared as encodings: a NaN in a tensor never equals itself.
+        let whole = export::export_model(&import::import_model(whole, None).unwrap());
+        let whole = whole.encode_to_vec();
+        let (proto, nodes) = io::load::decode_model_split(bytes).unwrap();
+        assert!(proto.graph.as_ref().is_none_or(|g| g.node.is_empty()));
+        let split = import::import_model_with_nodes(proto, &nodes, None).unwrap();
+        assert!(
+            export::export_model(&split).encode_to_vec() == whole,
+            "{label}"
+        );
+    };
+    same("sample", std::fs::read(common::sample()).unwrap());
+    // Graph field 7 twice: the second brings a node, an initializer and another node.
+    let mut a = common::tiny_graph();
+    let first = common::encode(&common::model(a.clone()));
+    a.node.clear();
+    let out = a.output[0].name.clone().unwrap();
+    let second = onnx_safeify::proto::GraphProto {
+        node: vec![common::node("Add", "more", &[&out, "k"], &["out2"])],
+        initializer: vec![common::float_init("k", &[1], &[3.0])],
+        ..Default::default()
+    };
+    let mut g2 = second.encode_to_vec();
+    g2.extend(
+        onnx_safeify::proto::GraphProto {
+            node: vec![common::node("Relu", "last", &["out2"], &["out3"])],
+            ..Default::default()
+        }
+        .encode_to_vec(),
+    );
+    let mut two = first.clone();
+    prost::encoding::encode_key(7, prost::encoding::WireType::LengthDelimited, &mut two);
+    prost::encoding::encode_varint(g2.len() as u64, &mut two);
+    two.extend(&g2);
+    same("graph in two pieces", two);
+    if let Some(corpus) = common::corpus() {
+        let files = common::onnx_files(&corpus);
+        for f in &files {
+            same(&f.display().to_string(), std::fs::read(f).unwrap());
+        }
+        eprintln!("{} corpus models compared", files.len());
+    }
+}
+
+/// A node that does not decode is the error, as with the whole message decoded first, even
+/// when an earlier node is invalid too (it produces a value twice).
+#[test]
+fn a_node_that_does_not_decode_is_the_error_reported() {
+    let mut g = common::tiny_graph();
+    let dup = g.node[0].output[0].clone();
+    g.node.push(common::node("Relu", "again", &[&dup], &[&dup]));
+    let mut bytes = common::encode(&common::model(g));
+    // A second graph field holding a node whose first key has wire type 7 (there is none).
+    let bad_graph = [0x0a, 0x01, 0x0f];
+    prost::encoding::encode_key(7, prost::encoding::WireType::LengthDelimited, &mut bytes);
+    prost::encoding::encode_varint(bad_graph.len() as u64, &mut bytes);
+    bytes.extend(bad_graph);
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("bad.onnx");
+    std::fs::write(&f, &bytes).unwrap();
+    let e = onnx_safeify::load(&f).unwrap_err();
+    assert_eq!(e.kind, onnx_safeify::ErrorKind::Decode, "{e}");
+    let whole = onnx_safeify::load_bytes(bytes, &f).unwrap_err();
+    assert_eq!(whole.kind, onnx_safeify::ErrorKind::Decode, "{whole}");
+    // Without the broken node, the duplicate is what is reported.
+    let mut g = common::tiny_graph();
+    g.node.push(common::node("Relu", "again", &[&dup], &[&dup]));
+    std::fs::write(&f, common::encode(&common::model(g))).unwrap();
+    let e = onnx_safeify::load(&f).unwrap_err();
+    assert!(e.to_string().contains("already produced"), "{e}");
+}
+
+/// A `Constant` node's tensor with its data in an external file: the model counts as using
+/// external data although its nodes were decoded after the rest, and the output keeps it.
+#[test]
+fn a_constant_with_external_data_is_seen_and_kept() {
+    use onnx_safeify::proto::{AttributeProto, StringStringEntryProto, TensorProto};
+    let dir = tempfile::tempdir().unwrap();
+    let (src, out) = (dir.path().join("src"), dir.path().join("out"));
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::create_dir_all(&out).unwrap();
+    let values: Vec<u8> = (0..64u32).flat_map(|i| (i as f32).to_le_bytes()).collect();
+    std::fs::write(src.join("w.bin"), &values).unwrap();
+    let entry = |k: &str, v: &str| StringStringEntryProto {
+        key: Some(k.into()),
+        value: Some(v.into()),
+    };
+    let t = TensorProto {
+        dims: vec![64],
+        data_type: Some(1),
+        data_location: Some(1),
+        external_data: vec![
+            entry("location", "w.bin"),
+            entry("offset", "0"),
+            entry("length", "256"),
+        ],
+        ..Default::default()
+    };
+    let mut c = common::node("Constant", "c", &[], &["w"]);
+    c.attribute.push(AttributeProto {
+        name: Some("value".into()),
+        r#type: Some(4),
+        t: Some(Box::new(t)),
+        ..Default::default()
+    });
+    let graph = onnx_safeify::proto::GraphProto {
+        node: vec![c, common::node("Add", "a", &["x", "w"], &["y"])],
+        name: Some("g".into()),
+        input: vec![common::vi("x", &[64])],
+        output: vec![common::vi("y", &[64])],
+        ..Default::default()
+    };
+    std::fs::write(src.join("m.onnx"), common::encode(&common::model(graph))).unwrap();
+    let doc = onnx_safeify::load(&src.join("m.onnx")).unwrap();
+    assert!(doc.source.external_used);
+    let written = out.join("m.onnx");
+    onnx_safeify::save(&doc, &written).unwrap();
+    let back = onnx_safeify::io::load_model(&written).unwrap();
+    let node = &back.proto.graph.as_ref().unwrap().node[0];
+    let t = node.attribute[0].t.as_deref().unwrap();
+    assert_eq!(
+        t.data_location,
+        Some(1),
+        "the Constant's data is no longer external"
+    );
+    let loc = t
+        .external_data
+        .iter()
+        .find(|e| e.key.as_deref() == Some("location"))
+        .and_then(|e| e.value.clone())
+        .unwrap();
+    let data = std::fs::read(out.join(loc)).unwrap();
+    assert!(data.windows(values.len()).any(|w| w == values.as_slice()));
+}

@@ -174,6 +174,26 @@ pub fn has_external(m: &ModelProto) -> bool {
             .any(graph)
 }
 
+/// Does any tensor of an imported graph (initializers, attribute tensors, bodies at any
+/// depth) keep its data in an external file?
+pub fn graph_has_external(g: &crate::ir::Graph) -> bool {
+    g.initializers.iter().any(|i| is_external(&i.tensor))
+        || g.sparse_initializers.iter().any(|s| {
+            let t = &s.tensor;
+            t.values.iter().chain(t.indices.iter()).any(is_external)
+        })
+        || g.nodes.node_weights().flat_map(|n| &n.attributes).any(|a| {
+            a.proto
+                .t
+                .as_deref()
+                .into_iter()
+                .chain(a.proto.tensors.iter())
+                .any(is_external)
+                || a.g.as_deref().is_some_and(graph_has_external)
+                || a.graphs.iter().any(graph_has_external)
+        })
+}
+
 /// The output may be neither one of the protected inputs nor a folder.
 pub(crate) fn check_output_path(out: &Path, opts: &SaveOptions) -> Result<()> {
     for p in &opts.protect {

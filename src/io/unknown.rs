@@ -315,6 +315,72 @@ pub(crate) fn graph_counts(model: &[u8]) -> Option<(usize, usize)> {
     Some((nodes, inits))
 }
 
+/// How to decode a model with its main graph's nodes left encoded (see
+/// [`crate::io::load::decode_model_split`]): byte ranges of the file, in file order.
+#[derive(Debug, Default)]
+pub(crate) struct SplitPlan {
+    /// Runs of the model's fields other than `graph` (7).
+    pub model: Vec<std::ops::Range<usize>>,
+    /// Runs of the `graph` fields' own fields other than `node` (1); empty with no graph.
+    pub graph: Vec<std::ops::Range<usize>>,
+    /// Whether the model has a `graph` field at all.
+    pub has_graph: bool,
+    /// Each node's message, without its key and length.
+    pub nodes: Vec<std::ops::Range<usize>>,
+    /// How many initializers (field 5) the graph holds.
+    pub initializers: usize,
+}
+
+/// The [`SplitPlan`] of a model file, read from the wire without decoding. `None` when the
+/// bytes are malformed or a field has an unexpected wire type: the full decoder then says how.
+pub(crate) fn split_plan(model: &[u8]) -> Option<SplitPlan> {
+    // Adds `r` to `runs`, joined to the last run when they touch.
+    fn push(runs: &mut Vec<std::ops::Range<usize>>, r: std::ops::Range<usize>) {
+        match runs.last_mut() {
+            Some(last) if last.end == r.start => last.end = r.end,
+            _ => runs.push(r),
+        }
+    }
+    let mut plan = SplitPlan::default();
+    let mut r = Reader::new(model);
+    while !r.done() {
+        let start = r.pos;
+        let (number, wire) = r.key().ok()?;
+        if number != 7 {
+            r.skip(number, wire, 0).ok()?;
+            push(&mut plan.model, start..r.pos);
+            continue;
+        }
+        if wire != LEN {
+            return None;
+        }
+        plan.has_graph = true;
+        let n = usize::try_from(r.varint().ok()?).ok()?;
+        let base = r.pos;
+        let mut g = Reader::new(r.take(n).ok()?);
+        while !g.done() {
+            let start = g.pos;
+            let (number, wire) = g.key().ok()?;
+            if number == 1 {
+                if wire != LEN {
+                    return None;
+                }
+                let len = usize::try_from(g.varint().ok()?).ok()?;
+                let at = g.pos;
+                g.take(len).ok()?;
+                plan.nodes.push(base + at..base + at + len);
+                continue;
+            }
+            if (number, wire) == (5, LEN) {
+                plan.initializers += 1;
+            }
+            g.skip(number, wire, 0).ok()?;
+            push(&mut plan.graph, base + start..base + g.pos);
+        }
+    }
+    Some(plan)
+}
+
 /// A cursor over protobuf wire data. Every read is bounds-checked.
 struct Reader<'a> {
     buf: &'a [u8],
