@@ -11,8 +11,8 @@ use crate::error::{Error, Result};
 use crate::io::external::{external_ref, is_external, ExternalData};
 use crate::io::load::decode_error;
 use crate::ir::{
-    Attribute, Edge, Graph, Initializer, Model, Node, NodeId, Origin, SparseInitializer, ValueId,
-    ValueInfo, IMPLICIT_SLOT,
+    name_hash, Attribute, Edge, Graph, Initializer, Model, Node, NodeId, Origin, SparseInitializer,
+    Value, ValueId, ValueInfo, IMPLICIT_SLOT,
 };
 use crate::proto::{AttributeProto, GraphProto, ModelProto, NodeProto, TensorProto};
 use crate::tensor::{check_tensor, raw_size};
@@ -86,7 +86,7 @@ pub fn import_subgraph(
     path: &str,
 ) -> Result<(Graph, Vec<String>)> {
     let ctx = Ctx { external: None };
-    ctx.import_graph(gp, &[], &[outer], 1, path)
+    ctx.import_graph(gp, &[], &[Scope::Map(outer)], 1, path)
 }
 
 struct Ctx<'a> {
@@ -94,7 +94,80 @@ struct Ctx<'a> {
 }
 
 /// Names visible from enclosing graphs, innermost last.
-type Scopes<'s> = [&'s HashMap<String, ValueId>];
+type Scopes<'s> = [Scope<'s>];
+
+/// The names of an enclosing graph: a map given by the caller, or those of a graph being
+/// imported.
+#[derive(Clone, Copy)]
+enum Scope<'s> {
+    Map(&'s HashMap<String, ValueId>),
+    Graph(&'s Names, &'s [Value]),
+}
+
+impl Scope<'_> {
+    fn contains(&self, name: &str) -> bool {
+        match self {
+            Scope::Map(m) => m.contains_key(name),
+            Scope::Graph(names, values) => names.get(name, values).is_some(),
+        }
+    }
+}
+
+/// The values of a graph being imported, by name. Keyed by the hash [`Graph::taken_names`]
+/// records, and checked against the value's own name, so no name is copied. A name whose
+/// hash is that of another name (possible, never seen) is kept apart, by name. Both maps
+/// hash their keys with the standard library's randomly keyed hasher, as every map keyed by
+/// data from the file does.
+#[derive(Default)]
+struct Names {
+    by_hash: HashMap<u64, ValueId>,
+    clashes: HashMap<String, ValueId>,
+}
+
+impl Names {
+    fn with_capacity(n: usize) -> Self {
+        Names {
+            by_hash: HashMap::with_capacity(n),
+            clashes: HashMap::new(),
+        }
+    }
+    fn get(&self, name: &str, values: &[Value]) -> Option<ValueId> {
+        self.get_hashed(name, name_hash(name), values)
+    }
+    fn get_hashed(&self, name: &str, hash: u64, values: &[Value]) -> Option<ValueId> {
+        // A name in `clashes` has its hash in `by_hash` too.
+        let &v = self.by_hash.get(&hash)?;
+        if values[v.index()].name == name {
+            Some(v)
+        } else {
+            self.clashes.get(name).copied()
+        }
+    }
+    /// Record `v`, whose name hashes to `hash`, as the value of that name.
+    fn insert(&mut self, hash: u64, v: ValueId, values: &[Value]) {
+        use std::collections::hash_map::Entry;
+        match self.by_hash.entry(hash) {
+            Entry::Vacant(e) => {
+                e.insert(v);
+            }
+            Entry::Occupied(mut e) => {
+                let name = &values[v.index()].name;
+                if values[e.get().index()].name == *name {
+                    e.insert(v);
+                } else {
+                    self.clashes.insert(name.clone(), v);
+                }
+            }
+        }
+    }
+    /// A new value of this name in `g`, recorded here.
+    fn add(&mut self, g: &mut Graph, name: String, origin: Origin) -> ValueId {
+        let h = name_hash(&name);
+        let v = g.add_value_hashed(name, h, origin);
+        self.insert(h, v, &g.values);
+        v
+    }
+}
 
 fn graph_label(g: &GraphProto, path: &str) -> String {
     let name = g.name.as_deref().unwrap_or("");
@@ -175,7 +248,7 @@ impl Ctx<'_> {
         };
         g.taken_names.reserve(n_nodes + n_values);
         g.initializers.reserve_exact(initializer.len());
-        let mut defined: HashMap<String, ValueId> = HashMap::with_capacity(n_values);
+        let mut defined = Names::with_capacity(n_values);
 
         // Graph inputs.
         for (i, vi) in input.into_iter().enumerate() {
@@ -183,11 +256,10 @@ impl Ctx<'_> {
             if name.is_empty() {
                 return Err(err(format!("graph input #{i} has no name")));
             }
-            if defined.contains_key(&name) {
+            if defined.get(&name, &g.values).is_some() {
                 return Err(err(format!("graph input '{name}' is declared twice")));
             }
-            let v = g.add_value(name.clone(), Origin::Input);
-            defined.insert(name, v);
+            let v = defined.add(&mut g, name, Origin::Input);
             g.inputs.push(ValueInfo {
                 value: v,
                 proto: vi,
@@ -195,26 +267,32 @@ impl Ctx<'_> {
         }
 
         // Dense initializers (an initializer may share its name with a graph input).
-        let mut init_seen: HashMap<String, ()> =
-            HashMap::with_capacity(initializer.len() + sparse_initializer.len());
+        // Which values have an initializer already (by value index).
+        let mut has_init: Vec<bool> = Vec::new();
+        let mut init_value = |g: &mut Graph, defined: &mut Names, name: String| {
+            let v = match defined.get(&name, &g.values) {
+                Some(v) => v,
+                None => defined.add(g, name, Origin::Initializer),
+            };
+            if has_init.len() <= v.index() {
+                has_init.resize(v.index() + 1, false);
+            }
+            // `None`: a second initializer of this name.
+            let seen = std::mem::replace(&mut has_init[v.index()], true);
+            (!seen).then_some(v)
+        };
         for (i, t) in initializer.into_iter().enumerate() {
             let name = t.name.clone().unwrap_or_default();
             if name.is_empty() {
                 return Err(err(format!("initializer #{i} has no name")));
             }
-            if init_seen.insert(name.clone(), ()).is_some() {
+            let Some(v) = init_value(&mut g, &mut defined, name) else {
+                let name = t.name.as_deref().unwrap_or("");
                 return Err(err(format!("two initializers are named '{name}'")));
-            }
+            };
+            let name = t.name.as_deref().unwrap_or("");
             self.check_tensor(&t)
                 .map_err(|m| err(format!("initializer '{name}' {m}")))?;
-            let v = match defined.get(&name) {
-                Some(&v) => v,
-                None => {
-                    let v = g.add_value(name.clone(), Origin::Initializer);
-                    defined.insert(name, v);
-                    v
-                }
-            };
             g.initializers.push(Initializer {
                 value: v,
                 tensor: t,
@@ -229,9 +307,9 @@ impl Ctx<'_> {
             if name.is_empty() {
                 return Err(err(format!("sparse initializer #{i} has no name")));
             }
-            if init_seen.insert(name.clone(), ()).is_some() {
+            let Some(v) = init_value(&mut g, &mut defined, name.clone()) else {
                 return Err(err(format!("two initializers are named '{name}'")));
-            }
+            };
             for (what, t) in [("values", &st.values), ("indices", &st.indices)] {
                 if let Some(t) = t {
                     self.check_tensor(t)
@@ -240,14 +318,6 @@ impl Ctx<'_> {
             }
             crate::tensor::element_count(&st.dims)
                 .map_err(|m| err(format!("sparse initializer '{name}' {m}")))?;
-            let v = match defined.get(&name) {
-                Some(&v) => v,
-                None => {
-                    let v = g.add_value(name.clone(), Origin::Initializer);
-                    defined.insert(name, v);
-                    v
-                }
-            };
             g.sparse_initializers.push(SparseInitializer {
                 value: v,
                 tensor: st,
@@ -304,7 +374,8 @@ impl Ctx<'_> {
                     outputs.push(None);
                     continue;
                 }
-                if let Some(&prev) = defined.get(&o) {
+                let hash = name_hash(&o);
+                if let Some(prev) = defined.get_hashed(&o, hash, &g.values) {
                     let by = match g.values[prev.index()].origin {
                         Origin::Input => "a graph input".to_string(),
                         Origin::Initializer => "an initializer".to_string(),
@@ -322,14 +393,15 @@ impl Ctx<'_> {
                         ir_node_label(&g.nodes[id], index)
                     )));
                 }
-                let v = g.add_value(
-                    o.clone(),
+                let v = g.add_value_hashed(
+                    o,
+                    hash,
                     Origin::Node {
                         node: id,
                         slot: slot as u32,
                     },
                 );
-                defined.insert(o, v);
+                defined.insert(hash, v, &g.values);
                 outputs.push(Some(v));
             }
             g.nodes[id].outputs = outputs;
@@ -347,7 +419,7 @@ impl Ctx<'_> {
             if let Some(&v) = outer_ids.get(name) {
                 return Some(v);
             }
-            if scopes.iter().rev().any(|s| s.contains_key(name)) {
+            if scopes.iter().rev().any(|s| s.contains(name)) {
                 let v = g.add_value(name.to_string(), Origin::OuterScope);
                 outer_ids.insert(name.to_string(), v);
                 outer_refs.push(name.to_string());
@@ -365,8 +437,8 @@ impl Ctx<'_> {
                     inputs.push(None);
                     continue;
                 }
-                let v = match defined.get(&name) {
-                    Some(&v) => v,
+                let v = match defined.get(&name, &g.values) {
+                    Some(v) => v,
                     None => resolve_outer(&name, &mut g, &mut outer_refs, &mut outer_ids)
                         .ok_or_else(|| {
                             err(format!("{}: input '{name}' is not defined", label(&g)))
@@ -403,14 +475,14 @@ impl Ctx<'_> {
                 let mut sub_graphs = Vec::new();
                 let single = ap.g.take();
                 let many = std::mem::take(&mut ap.graphs);
-                let mut inner_scopes: Vec<&HashMap<String, ValueId>> = scopes.to_vec();
-                inner_scopes.push(&defined);
                 let mut import_sub = |sg: GraphProto| -> Result<Graph> {
+                    let mut inner_scopes: Vec<Scope<'_>> = scopes.to_vec();
+                    inner_scopes.push(Scope::Graph(&defined, &g.values));
                     let (sub, refs) =
                         self.import_graph(sg, &[], &inner_scopes, depth + 1, &sub_path)?;
                     for r in refs {
-                        let v = match defined.get(&r) {
-                            Some(&v) => v,
+                        let v = match defined.get(&r, &g.values) {
+                            Some(v) => v,
                             None => match outer_ids.get(&r) {
                                 Some(&v) => v,
                                 None => {
@@ -460,8 +532,8 @@ impl Ctx<'_> {
             if name.is_empty() {
                 return Err(err(format!("graph output #{i} has no name")));
             }
-            let v = match defined.get(&name) {
-                Some(&v) => v,
+            let v = match defined.get(&name, &g.values) {
+                Some(v) => v,
                 None => resolve_outer(&name, &mut g, &mut outer_refs, &mut outer_ids)
                     .ok_or_else(|| {
                         err(format!(
@@ -481,13 +553,12 @@ impl Ctx<'_> {
             if name.is_empty() {
                 return Err(err(format!("value_info #{i} has no name")));
             }
-            let v = match defined.get(&name).or_else(|| outer_ids.get(&name)) {
-                Some(&v) => v,
-                None => {
-                    let v = g.add_value(name.clone(), Origin::Unbound);
-                    defined.insert(name, v);
-                    v
-                }
+            let v = match defined
+                .get(&name, &g.values)
+                .or_else(|| outer_ids.get(&name).copied())
+            {
+                Some(v) => v,
+                None => defined.add(&mut g, name, Origin::Unbound),
             };
             g.value_info.push(ValueInfo {
                 value: v,
@@ -629,4 +700,38 @@ pub fn version_warnings(model: &Model) -> Vec<String> {
         ));
     }
     out
+}
+
+#[cfg(test)]
+mod names_tests {
+    use super::*;
+
+    /// Two names whose hashes are equal (forced here; real ones are 64-bit hashes) are told
+    /// apart by name, whichever comes first.
+    #[test]
+    fn names_with_one_hash_are_kept_apart() {
+        let mut g = Graph::default();
+        let mut names = Names::default();
+        let h = 42;
+        let a = g.add_value_hashed("a".into(), h, Origin::Input);
+        names.insert(h, a, &g.values);
+        let b = g.add_value_hashed("b".into(), h, Origin::Input);
+        names.insert(h, b, &g.values);
+        assert_eq!(names.get_hashed("a", h, &g.values), Some(a));
+        assert_eq!(names.get_hashed("b", h, &g.values), Some(b));
+        assert_eq!(names.get_hashed("c", h, &g.values), None);
+        assert_eq!(names.get_hashed("a", h + 1, &g.values), None);
+        // The same name again: the newer value, as a map's insert.
+        let a2 = g.add_value_hashed("a".into(), h, Origin::Unbound);
+        names.insert(h, a2, &g.values);
+        assert_eq!(names.get_hashed("a", h, &g.values), Some(a2));
+        let b2 = g.add_value_hashed("b".into(), h, Origin::Unbound);
+        names.insert(h, b2, &g.values);
+        assert_eq!(names.get_hashed("b", h, &g.values), Some(b2));
+        // Real hashes.
+        let c = names.add(&mut g, "c".into(), Origin::Input);
+        assert_eq!(names.get("c", &g.values), Some(c));
+        assert!(Scope::Graph(&names, &g.values).contains("c"));
+        assert!(!Scope::Graph(&names, &g.values).contains("d"));
+    }
 }

@@ -218,7 +218,9 @@ impl std::fmt::Debug for InitIndex {
     }
 }
 
-fn name_hash(s: &str) -> u64 {
+/// The hash of a name that [`Graph::taken_names`] records (a fixed key: the same on every
+/// run, so fresh names never depend on the run).
+pub(crate) fn name_hash(s: &str) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
     s.hash(&mut h);
@@ -278,8 +280,14 @@ impl Graph {
     /// Add a value with a given name and origin; the caller keeps names unique
     /// (see [`Graph::fresh_name`]).
     pub fn add_value(&mut self, name: String, origin: Origin) -> ValueId {
+        let h = name_hash(&name);
+        self.add_value_hashed(name, h, origin)
+    }
+
+    /// [`Graph::add_value`], given the name's [`name_hash`].
+    pub(crate) fn add_value_hashed(&mut self, name: String, hash: u64, origin: Origin) -> ValueId {
         let id = ValueId(self.values.len() as u32);
-        self.taken_names.insert(name_hash(&name));
+        self.taken_names.insert(hash);
         self.values.push(Value { name, origin });
         id
     }
