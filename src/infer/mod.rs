@@ -640,6 +640,8 @@ pub(crate) fn infer_scoped(
         names: Default::default(),
         budget,
     };
+    // The opset of the last node's domain (nodes of one domain follow each other).
+    let mut opset_of: Option<(&str, Option<i64>)> = None;
     for id in order {
         let Some(node) = graph.nodes.node_weight(id) else {
             continue;
@@ -648,8 +650,12 @@ pub(crate) fn infer_scoped(
         if opts.declarations_only && !is_constant_node {
             continue;
         }
-        let opset = model.opset(node.domain());
-        let outs = match ops.get(&(node.domain(), node.op_type.as_str())) {
+        let domain = node.domain();
+        let opset = match opset_of {
+            Some((d, v)) if d == domain => v,
+            _ => opset_of.insert((domain, model.opset(domain))).1,
+        };
+        let outs = match ops.get(&(domain, node.op_type.as_str())) {
             Some(f) => {
                 let c = ctx::Ctx::new(node, opset, &facts, &env);
                 f(&c)
