@@ -171,7 +171,8 @@ impl<'t> Driver<'t> {
                     self.keep_facts(cx);
                     continue;
                 }
-                drop(cx);
+                // `apply` keeps these facts when the plans only pin.
+                self.keep_facts(cx);
                 let done = self.apply(
                     &mut model.graph,
                     plans.into_iter().map(|p| (ri, p)).collect(),
@@ -269,8 +270,16 @@ impl<'t> Driver<'t> {
         if plans.is_empty() {
             return Vec::new();
         }
-        // Patches and fallback pins change the graph: the facts kept are no longer current.
-        self.facts.set(None);
+        // Patches change the graph: the facts kept are no longer current. Unless every patch
+        // only sets node metadata and frees nothing (pins; a refused plan's fallback is a pin
+        // too): no fact depends on metadata, so they stay current.
+        let pins_only = plans.iter().all(|(_, p)| {
+            p.frees.is_empty()
+                && p.outcome
+                    .as_ref()
+                    .map_or(true, |steps| steps.iter().all(|s| s.patch.only_annotates()))
+        });
+        let kept = self.facts.take().filter(|_| pins_only);
         let rules: Vec<usize> = plans.iter().map(|(r, _)| *r).collect();
         let outcomes = apply_plans(g, plans.into_iter().map(|(_, p)| p).collect());
         let mut applied: Vec<(usize, Applied)> = Vec::new();
@@ -354,6 +363,7 @@ impl<'t> Driver<'t> {
                 self.fell_back_now = true;
             }
         }
+        self.facts.set(kept);
         applied.sort_by_key(|(at, _)| *at);
         refused.sort_by_key(|(at, _)| *at);
         self.report

@@ -130,6 +130,17 @@ impl Patch {
         }
     }
 
+    /// Whether applying this patch only sets metadata on existing nodes (a pin): the graph's
+    /// nodes, values, edges and initializers stay as they were.
+    pub fn only_annotates(&self) -> bool {
+        self.values.is_empty()
+            && self.initializers.is_empty()
+            && self.nodes.is_empty()
+            && self.remove.is_empty()
+            && self.replace.is_empty()
+            && self.repoint.is_empty()
+    }
+
     /// A new value; `hint` becomes part of its name.
     pub fn value(&mut self, hint: &str) -> PValue {
         self.values.push(NewValue {
