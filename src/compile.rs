@@ -123,6 +123,9 @@ pub fn compile_document(
     allow_unsafe: bool,
     model: &Path,
 ) -> Result<Compiled> {
+    // Writing the result needs the input's fields that the schema does not define: another
+    // core looks for them while this one rewrites.
+    doc.source.unknown.start(doc.source.original.clone());
     // An NCHWc region whose block size the shapes leave open: try the sizes on ONNX Runtime.
     let probe = crate::nchwc_probe::resolve(doc, target, opts);
     let resolved;

@@ -26,17 +26,45 @@ pub struct LoadedModel {
     pub external_used: bool,
     /// The model file's bytes as read (mapped, or in memory for a model given as bytes).
     pub original: Bytes,
-    /// The fields the schema does not define, and where they lie: scanned on first use (by
-    /// [`LoadedModel::unknown`]), since only writing needs them.
-    pub unknown: OnceLock<Result<Arc<Carry>>>,
+    /// The fields the schema does not define, and where they lie (see [`UnknownScan`]).
+    pub unknown: UnknownScan,
+}
+
+/// The scan of the input for fields the schema does not define ([`scan`]): only writing needs
+/// it, so it runs on first use ([`LoadedModel::unknown`]), or on another thread from when the
+/// model is read ([`UnknownScan::start`]), while the model is imported and rewritten.
+#[derive(Debug, Default)]
+pub struct UnknownScan {
+    done: OnceLock<Result<Arc<Carry>>>,
+    running: std::sync::Mutex<Option<std::thread::JoinHandle<Result<Carry>>>>,
+}
+
+impl UnknownScan {
+    /// Scan `bytes` on a thread of its own, unless the scan ran or runs already (on first use
+    /// instead, if no thread can be made).
+    pub fn start(&self, bytes: Bytes) {
+        let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
+        if self.done.get().is_some() || running.is_some() {
+            return;
+        }
+        *running = std::thread::Builder::new()
+            .name("unknown-fields".into())
+            .spawn(move || scan(&bytes))
+            .ok();
+    }
 }
 
 impl LoadedModel {
-    /// The fields of the input that the schema does not define (scanned once, on first use).
+    /// The fields of the input that the schema does not define (scanned once).
     pub fn unknown(&self) -> Result<Arc<Carry>> {
-        self.unknown
+        let u = &self.unknown;
+        u.done
             .get_or_init(|| {
-                scan(&self.original)
+                let running = u.running.lock().unwrap_or_else(|e| e.into_inner()).take();
+                // (A scan that panicked is run again here, where the panic is reported.)
+                let found = running.and_then(|h| h.join().ok());
+                found
+                    .unwrap_or_else(|| scan(&self.original))
                     .map(Arc::new)
                     .map_err(|e| e.in_file(&self.path))
             })
@@ -143,7 +171,41 @@ pub fn load_model_split(path: &Path) -> Result<(LoadedModel, Vec<Bytes>)> {
         external_used: crate::io::save::has_external(&proto),
         proto,
         external,
-        unknown: OnceLock::new(),
+        unknown: UnknownScan::default(),
     };
     Ok((loaded, nodes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A model with a field the schema does not define (number 99, a varint).
+    fn with_unknown() -> Bytes {
+        let mut b = ModelProto {
+            ir_version: Some(8),
+            graph: Some(Default::default()),
+            ..Default::default()
+        }
+        .encode_to_vec();
+        b.extend([0x98, 0x06, 0x05]); // key (99 << 3 | 0), value 5
+        Bytes::from(b)
+    }
+
+    /// The scan on another thread finds what the scan on first use finds, once.
+    #[test]
+    fn the_background_scan_finds_what_the_scan_on_first_use_finds() {
+        let bytes = with_unknown();
+        let path = Path::new("m.onnx");
+        let direct = crate::load_bytes(bytes.clone(), path).unwrap();
+        let found = direct.source.unknown().unwrap().list();
+        assert_eq!(found.len(), 1);
+        let early = crate::load_bytes(bytes.clone(), path).unwrap();
+        early.source.unknown.start(bytes.clone());
+        early.source.unknown.start(bytes.clone()); // running already: no second thread
+        assert_eq!(early.source.unknown().unwrap().list(), found);
+        early.source.unknown.start(bytes); // done already: nothing to start
+        assert!(early.source.unknown.running.lock().unwrap().is_none());
+        assert_eq!(early.source.unknown().unwrap().list(), found);
+    }
 }
