@@ -71,6 +71,94 @@ pub fn export_node(g: &Graph, id: crate::ir::NodeId) -> NodeProto {
     }
 }
 
+/// Append node `id` to `buf` as its graph's field 1: the bytes prost writes for
+/// [`export_node`]'s message, without building it (each of its names would be a copy). A node
+/// with a subgraph goes through the message.
+pub fn encode_node_field(g: &Graph, id: crate::ir::NodeId, buf: &mut Vec<u8>) {
+    use prost::encoding::{encode_key, encode_varint, encoded_len_varint, key_len, WireType};
+    use prost::Message as _;
+    let n = &g.nodes[id];
+    let has_graph = |a: &Attribute| {
+        a.g.is_some() || !a.graphs.is_empty() || a.proto.g.is_some() || !a.proto.graphs.is_empty()
+    };
+    if n.attributes.iter().any(has_graph) {
+        prost::encoding::message::encode(1, &export_node(g, id), buf);
+        return;
+    }
+    let name_of = |v: &Option<ValueId>| v.map_or("", |v| g.value_name(v));
+    // The fields in tag order, as prost writes them: (tag, text) for strings, then messages.
+    let strings = |f: &mut dyn FnMut(u32, &str)| {
+        for v in &n.inputs {
+            f(1, name_of(v));
+        }
+        for v in &n.outputs {
+            f(2, name_of(v));
+        }
+        if let Some(s) = &n.name {
+            f(3, s);
+        }
+        f(4, &n.op_type);
+    };
+    let tail_strings = |f: &mut dyn FnMut(u32, &str)| {
+        for (tag, s) in [(6, &n.doc_string), (7, &n.domain), (8, &n.overload)] {
+            if let Some(s) = s {
+                f(tag, s);
+            }
+        }
+    };
+    let str_len = |tag: u32, s: &str| key_len(tag) + encoded_len_varint(s.len() as u64) + s.len();
+    let msg_len = |tag: u32, l: usize| key_len(tag) + encoded_len_varint(l as u64) + l;
+    let mut len = 0usize;
+    strings(&mut |t, s| len += str_len(t, s));
+    len += n
+        .attributes
+        .iter()
+        .map(|a| msg_len(5, a.proto.encoded_len()))
+        .sum::<usize>();
+    tail_strings(&mut |t, s| len += str_len(t, s));
+    len += n
+        .metadata_props
+        .iter()
+        .map(|m| msg_len(9, m.encoded_len()))
+        .sum::<usize>();
+    len += n
+        .device_configurations
+        .iter()
+        .map(|d| msg_len(10, d.encoded_len()))
+        .sum::<usize>();
+
+    encode_key(1, WireType::LengthDelimited, buf);
+    encode_varint(len as u64, buf);
+    let start = buf.len();
+    buf.reserve(len);
+    let mut put = |tag: u32, s: &str| {
+        encode_key(tag, WireType::LengthDelimited, buf);
+        encode_varint(s.len() as u64, buf);
+        buf.extend_from_slice(s.as_bytes());
+    };
+    strings(&mut put);
+    for a in &n.attributes {
+        prost::encoding::message::encode(5, &a.proto, buf);
+    }
+    tail_strings(&mut |t, s| {
+        encode_key(t, WireType::LengthDelimited, buf);
+        encode_varint(s.len() as u64, buf);
+        buf.extend_from_slice(s.as_bytes());
+    });
+    for m in &n.metadata_props {
+        prost::encoding::message::encode(9, m, buf);
+    }
+    for d in &n.device_configurations {
+        prost::encoding::message::encode(10, d, buf);
+    }
+    debug_assert_eq!(buf.len() - start, len);
+    debug_assert_eq!(
+        buf[start..],
+        export_node(g, id).encode_to_vec()[..],
+        "node {id:?} encodes unlike its message"
+    );
+}
+
 /// Build the protobuf message of one graph (recursively for subgraphs).
 pub fn export_graph(g: &Graph) -> GraphProto {
     GraphProto {
@@ -112,10 +200,10 @@ impl crate::io::save::GraphSource for Streamed<'_> {
     fn shell(&self) -> &ModelProto {
         &self.shell
     }
-    fn nodes(&self, each: &mut dyn FnMut(&NodeProto)) {
+    fn encode_nodes(&self, buf: &mut Vec<u8>) {
         let g = &self.model.graph;
         for &id in &g.order {
-            each(&export_node(g, id));
+            encode_node_field(g, id, buf);
         }
     }
     fn initializers(&self, each: &mut dyn FnMut(&TensorProto, &str)) {

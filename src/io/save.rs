@@ -15,7 +15,7 @@ use prost::Message;
 use crate::error::{Error, ErrorKind, Result};
 use crate::io::external::{external_ref, is_external, ExternalData};
 use crate::io::unknown::{dropped_error, varint_len, Carry, Found, Msg, Part};
-use crate::proto::{GraphProto, ModelProto, NodeProto, StringStringEntryProto, TensorProto};
+use crate::proto::{GraphProto, ModelProto, StringStringEntryProto, TensorProto};
 
 /// Payloads at least this big are written straight from their source, not via the encoder.
 const STREAM_THRESHOLD: usize = 64 * 1024;
@@ -371,8 +371,9 @@ fn write_temp(
 pub trait GraphSource {
     /// The model's message, its main graph without nodes and initializers.
     fn shell(&self) -> &ModelProto;
-    /// The main graph's nodes, in order.
-    fn nodes(&self, each: &mut dyn FnMut(&NodeProto));
+    /// Append the main graph's nodes, in order, to `buf`, each encoded as the graph's field 1
+    /// (key, length, message).
+    fn encode_nodes(&self, buf: &mut Vec<u8>);
     /// The main graph's initializers, in order, each with the name it is written under (which
     /// replaces the tensor's own `name`).
     fn initializers(&self, each: &mut dyn FnMut(&TensorProto, &str));
@@ -402,7 +403,7 @@ fn write_model_streamed<W: PayloadWrite>(w: &mut W, src: &dyn GraphSource) -> st
     put_message(w, &mut scratch, &model_head(m))?;
     if let Some(g) = &m.graph {
         let mut nodes = Vec::new();
-        src.nodes(&mut |n| prost::encoding::message::encode(1, n, &mut nodes));
+        src.encode_nodes(&mut nodes);
         let mut inits = 0usize;
         src.initializers(&mut |t, name| {
             let l = named_len(t, name);
