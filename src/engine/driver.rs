@@ -9,7 +9,7 @@ use super::{
     Options, Report,
 };
 use crate::analysis::Sizes;
-use crate::ir::{Graph, Model, NodeId, ValueId};
+use crate::ir::{Graph, Model, NodeId};
 use crate::rewrite::cpu::LAYER_ANN_KEY;
 use crate::rewrite::pass::{
     apply_plans, rules_by_pass, Cause, Cx, OuterFacts, Pending, Planned, Schedule, Summary,
@@ -34,7 +34,7 @@ pub(super) struct Driver<'t> {
     pub opsets: Opsets,
     pub report: Report,
     stuck: HashSet<(usize, NodeId)>,
-    used_before: HashSet<ValueId>,
+    used_before: super::output::UsedValues,
     /// A fallback changed the graph since the flag was last taken.
     fell_back_now: bool,
     /// For a body: what its enclosing scopes know of the values it reads by name.

@@ -7,21 +7,38 @@ use std::collections::HashSet;
 use crate::ir::{Graph, Model, NodeId, ValueId};
 use crate::rules::schema::Target;
 
-/// Values read by some node (or its subgraphs) or given out as graph outputs.
-pub(crate) fn used_values(g: &Graph) -> HashSet<ValueId> {
-    let mut used: HashSet<ValueId> = g.outputs.iter().map(|o| o.value).collect();
+/// Values read by some node (or its subgraphs) or given out as graph outputs: one flag per
+/// value of the graph, by index.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct UsedValues(Vec<bool>);
+
+impl UsedValues {
+    pub(crate) fn contains(&self, v: &ValueId) -> bool {
+        self.0.get(v.index()).copied().unwrap_or(false)
+    }
+}
+
+/// The values `g` uses (see [`UsedValues`]).
+pub(crate) fn used_values(g: &Graph) -> UsedValues {
+    let mut used = vec![false; g.values.len()];
+    let mut mark = |v: ValueId| {
+        if let Some(u) = used.get_mut(v.index()) {
+            *u = true;
+        }
+    };
+    g.outputs.iter().for_each(|o| mark(o.value));
     for &n in &g.order {
         let node = g.node(n);
-        used.extend(node.inputs.iter().flatten().copied());
-        used.extend(node.implicit_inputs.iter().copied());
+        node.inputs.iter().flatten().for_each(|&v| mark(v));
+        node.implicit_inputs.iter().for_each(|&v| mark(v));
     }
-    used
+    UsedValues(used)
 }
 
 /// Remove weights the rewrites orphaned: `Constant` nodes and initializers whose values were
 /// used before the compile and are used by nothing now (e.g. a split Conv's full weight).
 /// Constants that were already unused are left alone, so untouched parts stay as they were.
-pub(crate) fn prune_orphans(g: &mut Graph, used_before: &HashSet<ValueId>) {
+pub(crate) fn prune_orphans(g: &mut Graph, used_before: &UsedValues) {
     let used = used_values(g);
     let orphan = |v: &ValueId| used_before.contains(v) && !used.contains(v);
     let dead: Vec<NodeId> = g
