@@ -2,6 +2,7 @@
 //! precise errors (undefined inputs, two producers of one name, cycles, tensors whose shape
 //! disagrees with their data, attributes whose type disagrees with their payload, nesting).
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 
 use bytes::Bytes;
@@ -178,16 +179,102 @@ fn graph_label(g: &GraphProto, path: &str) -> String {
     }
 }
 
-fn node_label(n: &NodeProto, index: usize) -> String {
+fn parts_label(n: &NodeParts, index: usize) -> String {
+    let op = n.op_type.as_deref().unwrap_or("?");
     match n.name.as_deref() {
-        Some(name) if !name.is_empty() => {
-            format!("node '{name}' ({})", n.op_type.as_deref().unwrap_or("?"))
-        }
-        _ => format!("node #{index} ({})", n.op_type.as_deref().unwrap_or("?")),
+        Some(name) if !name.is_empty() => format!("node '{name}' ({op})"),
+        _ => format!("node #{index} ({op})"),
     }
 }
 
-/// [`node_label`] of a node already imported (`index`: its position in the file).
+/// A node's fields as the importer takes them: from a decoded message, or read straight from
+/// the node's encoding ([`read_node`]), its input and output names then slices of the file.
+struct NodeParts<'a> {
+    input: Vec<Cow<'a, str>>,
+    output: Vec<Cow<'a, str>>,
+    name: Option<String>,
+    op_type: Option<String>,
+    attribute: Vec<AttributeProto>,
+    doc_string: Option<String>,
+    domain: Option<String>,
+    overload: Option<String>,
+    metadata_props: Vec<crate::proto::StringStringEntryProto>,
+    device_configurations: Vec<crate::proto::NodeDeviceConfigurationProto>,
+}
+
+impl From<NodeProto> for NodeParts<'_> {
+    fn from(n: NodeProto) -> Self {
+        NodeParts {
+            input: n.input.into_iter().map(Cow::Owned).collect(),
+            output: n.output.into_iter().map(Cow::Owned).collect(),
+            name: n.name,
+            op_type: n.op_type,
+            attribute: n.attribute,
+            doc_string: n.doc_string,
+            domain: n.domain,
+            overload: n.overload,
+            metadata_props: n.metadata_props,
+            device_configurations: n.device_configurations,
+        }
+    }
+}
+
+/// A node's fields read from its encoding `b` without copying its input and output names (a
+/// graph of 50,000 nodes reads 150,000 of them). The fields are read as the protobuf decoder
+/// reads them (a repeated field's occurrences in order, a later singular one replacing an
+/// earlier one, unknown fields skipped) and messages (attributes, metadata) are decoded by it.
+/// `None` for anything else (a known field of another wire type, a name that is not UTF-8,
+/// malformed bytes): the caller then leaves the node to the decoder, which says what is wrong.
+fn read_node(b: &Bytes) -> Option<NodeParts<'_>> {
+    use crate::io::unknown::{Reader, LEN};
+    let mut p = NodeParts {
+        input: Vec::with_capacity(2),
+        output: Vec::with_capacity(1),
+        name: None,
+        op_type: None,
+        attribute: Vec::new(),
+        doc_string: None,
+        domain: None,
+        overload: None,
+        metadata_props: Vec::new(),
+        device_configurations: Vec::new(),
+    };
+    let mut r = Reader::new(b);
+    while !r.done() {
+        let (number, wire) = r.key().ok()?;
+        if !(1..=10).contains(&number) {
+            r.skip(number, wire, 0).ok()?;
+            continue;
+        }
+        if wire != LEN {
+            return None;
+        }
+        let n = usize::try_from(r.varint().ok()?).ok()?;
+        let field = r.take(n).ok()?;
+        let text = || std::str::from_utf8(field).ok();
+        match number {
+            1 => p.input.push(Cow::Borrowed(text()?)),
+            2 => p.output.push(Cow::Borrowed(text()?)),
+            3 => p.name = Some(text()?.to_string()),
+            4 => p.op_type = Some(text()?.to_string()),
+            6 => p.doc_string = Some(text()?.to_string()),
+            7 => p.domain = Some(text()?.to_string()),
+            8 => p.overload = Some(text()?.to_string()),
+            5 => p
+                .attribute
+                .push(AttributeProto::decode(b.slice_ref(field)).ok()?),
+            9 => p
+                .metadata_props
+                .push(prost::Message::decode(b.slice_ref(field)).ok()?),
+            _ => p
+                .device_configurations
+                .push(prost::Message::decode(b.slice_ref(field)).ok()?),
+        }
+    }
+    Some(p)
+}
+
+/// [`parts_label`] of a node already imported (`index`: its position in the file).
 fn ir_node_label(n: &Node, index: usize) -> String {
     match n.name.as_deref() {
         Some(name) if !name.is_empty() => format!("node '{name}' ({})", n.op_type),
@@ -327,17 +414,21 @@ impl Ctx<'_> {
         // Pass 1: nodes and the values they produce, so later nodes may be read before
         // their producer appears in the file.
         // (A node's label for messages is made only when there is an error to report.)
-        let mut pending: Vec<(NodeId, Vec<String>, Vec<AttributeProto>)> =
+        let mut pending: Vec<(NodeId, Vec<Cow<str>>, Vec<AttributeProto>)> =
             Vec::with_capacity(n_nodes);
-        let decoded = more_nodes
-            .iter()
-            .map(|b| NodeProto::decode(b.clone()).map_err(decode_error));
-        for (index, np) in node_protos.into_iter().map(Ok).chain(decoded).enumerate() {
+        let decoded = more_nodes.iter().map(|b| match read_node(b) {
+            Some(parts) => Ok(parts),
+            None => NodeProto::decode(b.clone())
+                .map(NodeParts::from)
+                .map_err(decode_error),
+        });
+        let given = node_protos.into_iter().map(|n| Ok(NodeParts::from(n)));
+        for (index, np) in given.chain(decoded).enumerate() {
             let np = np?;
             if np.op_type.as_deref().is_none_or(str::is_empty) {
-                return Err(err(format!("{} has no op_type", node_label(&np, index))));
+                return Err(err(format!("{} has no op_type", parts_label(&np, index))));
             }
-            let NodeProto {
+            let NodeParts {
                 input,
                 output,
                 name,
@@ -394,7 +485,7 @@ impl Ctx<'_> {
                     )));
                 }
                 let v = g.add_value_hashed(
-                    o,
+                    o.into_owned(),
                     hash,
                     Origin::Node {
                         node: id,
@@ -705,6 +796,82 @@ pub fn version_warnings(model: &Model) -> Vec<String> {
 #[cfg(test)]
 mod names_tests {
     use super::*;
+
+    fn to_proto(p: NodeParts) -> NodeProto {
+        NodeProto {
+            input: p.input.into_iter().map(Cow::into_owned).collect(),
+            output: p.output.into_iter().map(Cow::into_owned).collect(),
+            name: p.name,
+            op_type: p.op_type,
+            attribute: p.attribute,
+            doc_string: p.doc_string,
+            domain: p.domain,
+            overload: p.overload,
+            metadata_props: p.metadata_props,
+            device_configurations: p.device_configurations,
+        }
+    }
+
+    /// A node read from the wire is the node the decoder makes; what the reader does not take
+    /// (wrong wire types, names that are not UTF-8) the decoder refuses.
+    #[test]
+    fn nodes_read_from_the_wire_are_the_decoders() {
+        use prost::encoding::{encode_key, encode_varint, WireType};
+        let full = NodeProto {
+            input: vec!["x".into(), String::new(), "w".into()],
+            output: vec!["y".into(), "z".into()],
+            name: Some("n".into()),
+            op_type: Some("Conv".into()),
+            attribute: vec![AttributeProto {
+                name: Some("group".into()),
+                r#type: Some(2),
+                i: Some(4),
+                ..Default::default()
+            }],
+            doc_string: Some("d".into()),
+            domain: Some("com.example".into()),
+            overload: Some("o".into()),
+            metadata_props: vec![crate::proto::StringStringEntryProto {
+                key: Some("k".into()),
+                value: Some("v".into()),
+            }],
+            device_configurations: vec![Default::default()],
+        };
+        let mut cases: Vec<Vec<u8>> = vec![full.encode_to_vec(), Vec::new()];
+        // A later name replaces an earlier one; unknown fields of every wire type are skipped.
+        let mut b = full.encode_to_vec();
+        prost::encoding::string::encode(3, &"second".to_string(), &mut b);
+        encode_key(99, WireType::Varint, &mut b);
+        encode_varint(7, &mut b);
+        encode_key(98, WireType::ThirtyTwoBit, &mut b);
+        b.extend([0; 4]);
+        encode_key(97, WireType::SixtyFourBit, &mut b);
+        b.extend([0; 8]);
+        encode_key(96, WireType::LengthDelimited, &mut b);
+        encode_varint(2, &mut b);
+        b.extend([1, 2]);
+        encode_key(95, WireType::StartGroup, &mut b);
+        encode_key(95, WireType::EndGroup, &mut b);
+        cases.push(b);
+        for case in &cases {
+            let bytes = Bytes::from(case.clone());
+            let read = read_node(&bytes).expect("a well-formed node is read");
+            assert_eq!(to_proto(read), NodeProto::decode(bytes.clone()).unwrap());
+        }
+        // An input as a varint; a name that is not UTF-8: not read, and refused by the decoder.
+        let mut varint_input = Vec::new();
+        encode_key(1, WireType::Varint, &mut varint_input);
+        encode_varint(3, &mut varint_input);
+        let mut not_utf8 = Vec::new();
+        encode_key(1, WireType::LengthDelimited, &mut not_utf8);
+        encode_varint(1, &mut not_utf8);
+        not_utf8.push(0xff);
+        for bad in [varint_input, not_utf8, vec![0x0a, 0x05, b'x']] {
+            let bytes = Bytes::from(bad);
+            assert!(read_node(&bytes).is_none());
+            assert!(NodeProto::decode(bytes).is_err());
+        }
+    }
 
     /// Two names whose hashes are equal (forced here; real ones are 64-bit hashes) are told
     /// apart by name, whichever comes first.

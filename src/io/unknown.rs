@@ -181,7 +181,7 @@ fn field(m: Msg, n: u32) -> Option<Kind> {
 /// The protobuf wire types.
 const VARINT: u8 = 0;
 const I64: u8 = 1;
-const LEN: u8 = 2;
+pub(crate) const LEN: u8 = 2;
 const SGROUP: u8 = 3;
 const EGROUP: u8 = 4;
 const I32: u8 = 5;
@@ -382,7 +382,7 @@ pub(crate) fn split_plan(model: &[u8]) -> Option<SplitPlan> {
 }
 
 /// A cursor over protobuf wire data. Every read is bounds-checked.
-struct Reader<'a> {
+pub(crate) struct Reader<'a> {
     buf: &'a [u8],
     pos: usize,
 }
@@ -395,13 +395,13 @@ fn malformed(at: usize, what: &str) -> Error {
 }
 
 impl<'a> Reader<'a> {
-    fn new(buf: &'a [u8]) -> Self {
+    pub(crate) fn new(buf: &'a [u8]) -> Self {
         Reader { buf, pos: 0 }
     }
-    fn done(&self) -> bool {
+    pub(crate) fn done(&self) -> bool {
         self.pos >= self.buf.len()
     }
-    fn varint(&mut self) -> Result<u64> {
+    pub(crate) fn varint(&mut self) -> Result<u64> {
         if let Some(&b) = self.buf.get(self.pos) {
             if b < 0x80 {
                 self.pos += 1;
@@ -425,7 +425,7 @@ impl<'a> Reader<'a> {
         }
         Err(malformed(start, "varint longer than 10 bytes"))
     }
-    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
+    pub(crate) fn take(&mut self, n: usize) -> Result<&'a [u8]> {
         let start = self.pos;
         match start.checked_add(n) {
             Some(end) if end <= self.buf.len() => {
@@ -436,7 +436,7 @@ impl<'a> Reader<'a> {
         }
     }
     /// A field key: (number, wire type).
-    fn key(&mut self) -> Result<(u32, u8)> {
+    pub(crate) fn key(&mut self) -> Result<(u32, u8)> {
         let at = self.pos;
         let k = self.varint()?;
         let wire = (k & 7) as u8;
@@ -451,7 +451,7 @@ impl<'a> Reader<'a> {
     }
     /// Skip a value of this wire type (the key was read). Groups are skipped up to their end,
     /// at most `depth` levels deep.
-    fn skip(&mut self, number: u32, wire: u8, depth: usize) -> Result<()> {
+    pub(crate) fn skip(&mut self, number: u32, wire: u8, depth: usize) -> Result<()> {
         match wire {
             VARINT => self.varint().map(|_| ()),
             I64 => self.take(8).map(|_| ()),
