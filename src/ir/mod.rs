@@ -9,6 +9,7 @@ pub mod hash;
 pub mod scope;
 
 use std::collections::HashMap;
+use std::sync::atomic::Ordering::Relaxed;
 
 use petgraph::stable_graph::{NodeIndex, StableGraph};
 use petgraph::visit::{EdgeRef, IntoEdgeReferences};
@@ -178,7 +179,13 @@ pub struct Graph {
     pub(crate) taken_names: std::collections::HashSet<u64>,
     /// For each base given to [`Graph::fresh_name`], the suffix it last returned: every lower
     /// one is taken (names are never freed), so the next search starts there, not at 1.
-    pub(crate) name_suffixes: HashMap<String, u64>,
+    /// Keyed by the base's [`name_hash`]: two bases of one hash (never seen) share a counter,
+    /// which only makes one of them skip suffixes that were free (names stay unique, and the
+    /// same on every run).
+    pub(crate) name_suffixes: HashMap<u64, u64>,
+    /// Where in `order` the last node looked up by [`Graph::position`] was: rewrites go through
+    /// the graph in order, so the next lookup starts there.
+    pub(crate) order_hint: OrderHint,
     /// Where each value's initializer is (see [`InitIndex`]).
     pub(crate) init_index: InitIndex,
     /// Values a node was connected to while they had no producer node (a patch re-points a
@@ -195,6 +202,17 @@ pub struct Graph {
 /// linear search, which rebuilds the index when it finds what the index lacked. A mutex, not a
 /// `RefCell`: `Graph` stays `Sync` and unwind-safe (a poisoned lock is just taken over: the
 /// index is replaced whole, and checked on every use).
+/// A place in a graph's write order (see [`Graph::position`]); atomic so that `Graph` stays
+/// `Sync`. Only a starting point: any value gives the same answers.
+#[derive(Debug, Default)]
+pub(crate) struct OrderHint(std::sync::atomic::AtomicUsize);
+
+impl Clone for OrderHint {
+    fn clone(&self) -> Self {
+        OrderHint(self.0.load(Relaxed).into())
+    }
+}
+
 #[derive(Default)]
 pub(crate) struct InitIndex(std::sync::Mutex<Vec<u32>>);
 
@@ -306,7 +324,8 @@ impl Graph {
     /// A value or node name not used in this graph, derived from `base`; reserved on return.
     pub fn fresh_name(&mut self, base: &str) -> String {
         use std::fmt::Write as _;
-        let mut i = self.name_suffixes.get(base).copied().unwrap_or(0);
+        let base_hash = name_hash(base);
+        let mut i = self.name_suffixes.get(&base_hash).copied().unwrap_or(0);
         let mut candidate = String::with_capacity(base.len() + 4);
         candidate.push_str(base);
         if i > 0 {
@@ -319,12 +338,7 @@ impl Graph {
             let _ = write!(candidate, "_{i}");
             h = name_hash(&candidate);
         }
-        match self.name_suffixes.get_mut(base) {
-            Some(s) => *s = i,
-            None => {
-                self.name_suffixes.insert(base.to_string(), i);
-            }
-        }
+        self.name_suffixes.insert(base_hash, i);
         self.taken_names.insert(h);
         candidate
     }
@@ -363,7 +377,7 @@ impl Graph {
             self.connect(v, id, IMPLICIT_SLOT);
         }
         let pos = after
-            .and_then(|a| self.order.iter().position(|&n| n == a))
+            .and_then(|a| self.position(a))
             .map(|p| p + 1)
             .unwrap_or(self.order.len());
         self.order.insert(pos, id);
@@ -477,8 +491,25 @@ impl Graph {
                 self.values[v.index()].origin = Origin::Unbound;
             }
         }
-        self.order.retain(|&x| x != n);
+        if let Some(at) = self.position(n) {
+            self.order.remove(at);
+        }
         Some(node)
+    }
+
+    /// Where node `n` is in the write order: searched from where the last lookup found its
+    /// node, forwards, then from the start (the same answer as a search from the start: a node
+    /// is in the order once).
+    pub fn position(&self, n: NodeId) -> Option<usize> {
+        let hint = self.order_hint.0.load(Relaxed).min(self.order.len());
+        let (head, tail) = self.order.split_at(hint);
+        let at = tail
+            .iter()
+            .position(|&m| m == n)
+            .map(|i| hint + i)
+            .or_else(|| head.iter().position(|&m| m == n))?;
+        self.order_hint.0.store(at, Relaxed);
+        Some(at)
     }
 
     /// Replace input `slot` of node `n` with `v`, keeping edges in step.
@@ -620,5 +651,51 @@ impl Graph {
         for sg in scope::graphs(self) {
             f(sg.graph, depth + sg.path.depth());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `position` finds a node wherever the last lookup left off, and removal keeps the rest
+    /// of the order as it was.
+    #[test]
+    fn positions_in_the_order_from_any_hint() {
+        let mut g = Graph::default();
+        let ids: Vec<NodeId> = (0..6)
+            .map(|i| {
+                let node = Node {
+                    name: Some(format!("n{i}")),
+                    op_type: "Relu".into(),
+                    domain: None,
+                    overload: None,
+                    inputs: Vec::new(),
+                    outputs: Vec::new(),
+                    implicit_inputs: Vec::new(),
+                    attributes: Vec::new(),
+                    doc_string: None,
+                    metadata_props: Vec::new(),
+                    device_configurations: Vec::new(),
+                };
+                g.insert_node(node, None)
+            })
+            .collect();
+        for &start in &[0usize, 3, 5, 99] {
+            for (i, &n) in ids.iter().enumerate() {
+                g.order_hint.0.store(start, Relaxed);
+                assert_eq!(g.position(n), Some(i));
+            }
+        }
+        g.remove_node(ids[4]);
+        g.remove_node(ids[1]);
+        assert_eq!(g.order, [ids[0], ids[2], ids[3], ids[5]]);
+        assert_eq!(g.position(ids[1]), None);
+        // Fresh names: a base's suffixes go on from the last one.
+        g.reserve_name("n0");
+        assert_eq!(g.fresh_name("n0"), "n0_1");
+        assert_eq!(g.fresh_name("n0"), "n0_2");
+        assert_eq!(g.fresh_name("m"), "m");
+        assert_eq!(g.fresh_name("m"), "m_1");
     }
 }

@@ -285,7 +285,7 @@ impl Patch {
         let anchor_pos = anchor
             .filter(|_| !nodes.is_empty())
             .or_else(|| remove.first().copied().filter(|_| !nodes.is_empty()))
-            .and_then(|a| g.order.iter().position(|&n| n == a));
+            .and_then(|a| g.position(a));
 
         // Re-point uses before removing nodes, so graph outputs keep their names: when an old
         // value is a graph output, the new value takes over its name.
