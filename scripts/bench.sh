@@ -9,8 +9,9 @@
 #                  tools/bench_big_model.py into $CACHE/bench/ (~4 GB of memory while Python writes
 #                  them): "deep", 4x the blocks (21,000 nodes), and "wide", 4x the bytes with the
 #                  same 5,250 nodes (640 channels)
-#     --callgrind  the instruction count (valgrind's Ir) of the pin-every-Add compile of the
-#                  50,000-node chain: a repeatable figure where wall time is noisy
+#     --callgrind  instruction counts (valgrind's Ir): the pin-every-Add compile and the rx580
+#                  `check` of the 50,000-node chain, the rx580 compile of the 326 MB model (a
+#                  repeatable figure where wall time is noisy)
 # RUNS (default 7) sets the counted runs per tool. BEFORE=PATH adds the same commands run with
 # another build of onnx-safeify (named "...-before"), interleaved in the same runs: a before/after
 # table from one run.
@@ -90,17 +91,22 @@ cmds check-rx580 "$(check @BIN@ rx580)"
 cmds compile-rx580 "@BIN@ {model} --target rx580 -o {out} >/dev/null"
 bench --model "$DET" --ratio-to onnx "${CMDS[@]}"
 if [ "$CALLGRIND" = 1 ]; then
-  # `ir BIN MODEL TARGET`: the instruction count of one compile.
+  # `ir BIN MODEL TARGET [check]`: the instruction count of one compile (or one `check`).
   ir() {
-    valgrind --tool=callgrind --callgrind-out-file="$TMP/cg.out" \
-      "$1" "$2" --target "$3" -o "$TMP/cg.onnx" >/dev/null 2>"$TMP/cg.log"
+    local cmd=("$1" "$2" --target "$3" -o "$TMP/cg.onnx")
+    if [ "${4:-}" = check ]; then cmd=("$1" check "$2" --target "$3"); fi
+    valgrind --tool=callgrind --callgrind-out-file="$TMP/cg.out" "${cmd[@]}" \
+      >/dev/null 2>"$TMP/cg.log" || true
     awk '/^(summary|totals):/ {print $2; exit}' "$TMP/cg.out"
   }
   echo "== instructions (callgrind Ir)"
-  for w in "syn_50k_nodes.onnx $TMP/pin-add.yaml" "syn_mobilenet_dw_300mb.onnx rx580"; do
+  for w in "syn_50k_nodes.onnx $TMP/pin-add.yaml" "syn_50k_nodes.onnx rx580 check" \
+    "syn_mobilenet_dw_300mb.onnx rx580"; do
     set -- $w
-    line="$1 --target $(basename "$2"): Ir $(ir "$BIN" "$SYN/$1" "$2")"
-    if [ -n "${BEFORE:-}" ]; then line="$line (before: $(ir "$BEFORE" "$SYN/$1" "$2"))"; fi
+    line="${3:-compile} $1 --target $(basename "$2"): Ir $(ir "$BIN" "$SYN/$1" "$2" "${3:-}")"
+    if [ -n "${BEFORE:-}" ]; then
+      line="$line (before: $(ir "$BEFORE" "$SYN/$1" "$2" "${3:-}"))"
+    fi
     echo "$line"
   done
 fi
