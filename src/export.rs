@@ -127,24 +127,20 @@ pub fn encode_node_field(g: &Graph, id: crate::ir::NodeId, buf: &mut Vec<u8>) {
         .map(|d| msg_len(10, d.encoded_len()))
         .sum::<usize>();
 
+    fn put(buf: &mut Vec<u8>, tag: u32, s: &str) {
+        encode_key(tag, WireType::LengthDelimited, buf);
+        encode_varint(s.len() as u64, buf);
+        buf.extend_from_slice(s.as_bytes());
+    }
     encode_key(1, WireType::LengthDelimited, buf);
     encode_varint(len as u64, buf);
     let start = buf.len();
     buf.reserve(len);
-    let mut put = |tag: u32, s: &str| {
-        encode_key(tag, WireType::LengthDelimited, buf);
-        encode_varint(s.len() as u64, buf);
-        buf.extend_from_slice(s.as_bytes());
-    };
-    strings(&mut put);
+    strings(&mut |t, s| put(buf, t, s));
     for a in &n.attributes {
         prost::encoding::message::encode(5, &a.proto, buf);
     }
-    tail_strings(&mut |t, s| {
-        encode_key(t, WireType::LengthDelimited, buf);
-        encode_varint(s.len() as u64, buf);
-        buf.extend_from_slice(s.as_bytes());
-    });
+    tail_strings(&mut |t, s| put(buf, t, s));
     for m in &n.metadata_props {
         prost::encoding::message::encode(9, m, buf);
     }

@@ -179,9 +179,9 @@ fn graph_label(g: &GraphProto, path: &str) -> String {
     }
 }
 
-fn parts_label(n: &NodeParts, index: usize) -> String {
-    let op = n.op_type.as_deref().unwrap_or("?");
-    match n.name.as_deref() {
+/// How messages name a node: by its name, else by its position in the file (`index`).
+fn node_label(name: Option<&str>, op: &str, index: usize) -> String {
+    match name {
         Some(name) if !name.is_empty() => format!("node '{name}' ({op})"),
         _ => format!("node #{index} ({op})"),
     }
@@ -274,12 +274,9 @@ fn read_node(b: &Bytes) -> Option<NodeParts<'_>> {
     Some(p)
 }
 
-/// [`parts_label`] of a node already imported (`index`: its position in the file).
+/// [`node_label`] of a node already imported.
 fn ir_node_label(n: &Node, index: usize) -> String {
-    match n.name.as_deref() {
-        Some(name) if !name.is_empty() => format!("node '{name}' ({})", n.op_type),
-        _ => format!("node #{index} ({})", n.op_type),
-    }
+    node_label(n.name.as_deref(), &n.op_type, index)
 }
 
 impl Ctx<'_> {
@@ -426,7 +423,9 @@ impl Ctx<'_> {
         for (index, np) in given.chain(decoded).enumerate() {
             let np = np?;
             if np.op_type.as_deref().is_none_or(str::is_empty) {
-                return Err(err(format!("{} has no op_type", parts_label(&np, index))));
+                let op = np.op_type.as_deref().unwrap_or("?");
+                let label = node_label(np.name.as_deref(), op, index);
+                return Err(err(format!("{label} has no op_type")));
             }
             let NodeParts {
                 input,

@@ -289,30 +289,10 @@ impl Carry {
 }
 
 /// How many nodes and initializers the model's main graph holds (fields 1 and 5 of every
-/// `graph` field, 7), read from the wire without decoding: the decoder's vectors are then
-/// allocated once. `None` when the bytes are malformed (the decoder says how).
+/// `graph` field, 7), read from the wire without decoding (see [`split_plan`]): the decoder's
+/// vectors are then allocated once. `None` when the bytes are malformed (the decoder says how).
 pub(crate) fn graph_counts(model: &[u8]) -> Option<(usize, usize)> {
-    let mut r = Reader::new(model);
-    let (mut nodes, mut inits) = (0usize, 0usize);
-    while !r.done() {
-        let (number, wire) = r.key().ok()?;
-        if number != 7 || wire != LEN {
-            r.skip(number, wire, 0).ok()?;
-            continue;
-        }
-        let n = usize::try_from(r.varint().ok()?).ok()?;
-        let mut g = Reader::new(r.take(n).ok()?);
-        while !g.done() {
-            let (number, wire) = g.key().ok()?;
-            match (number, wire) {
-                (1, LEN) => nodes += 1,
-                (5, LEN) => inits += 1,
-                _ => {}
-            }
-            g.skip(number, wire, 0).ok()?;
-        }
-    }
-    Some((nodes, inits))
+    split_plan(model).map(|p| (p.nodes.len(), p.initializers))
 }
 
 /// How to decode a model with its main graph's nodes left encoded (see
