@@ -63,11 +63,11 @@ pub fn export_node(g: &Graph, id: crate::ir::NodeId) -> NodeProto {
         name: n.name.clone(),
         op_type: Some(n.op_type.clone()),
         attribute: n.attributes.iter().map(export_attribute).collect(),
-        doc_string: n.doc_string.clone(),
+        doc_string: n.doc_string().map(str::to_string),
         domain: n.domain.clone(),
-        overload: n.overload.clone(),
+        overload: n.overload().map(str::to_string),
         metadata_props: n.metadata_props.clone(),
-        device_configurations: n.device_configurations.clone(),
+        device_configurations: n.device_configurations().to_vec(),
     }
 }
 
@@ -100,7 +100,11 @@ pub fn encode_node_field(g: &Graph, id: crate::ir::NodeId, buf: &mut Vec<u8>) {
         f(4, &n.op_type);
     };
     let tail_strings = |f: &mut dyn FnMut(u32, &str)| {
-        for (tag, s) in [(6, &n.doc_string), (7, &n.domain), (8, &n.overload)] {
+        for (tag, s) in [
+            (6, n.doc_string()),
+            (7, n.domain.as_deref()),
+            (8, n.overload()),
+        ] {
             if let Some(s) = s {
                 f(tag, s);
             }
@@ -122,7 +126,7 @@ pub fn encode_node_field(g: &Graph, id: crate::ir::NodeId, buf: &mut Vec<u8>) {
         .map(|m| msg_len(9, m.encoded_len()))
         .sum::<usize>();
     len += n
-        .device_configurations
+        .device_configurations()
         .iter()
         .map(|d| msg_len(10, d.encoded_len()))
         .sum::<usize>();
@@ -144,7 +148,7 @@ pub fn encode_node_field(g: &Graph, id: crate::ir::NodeId, buf: &mut Vec<u8>) {
     for m in &n.metadata_props {
         prost::encoding::message::encode(9, m, buf);
     }
-    for d in &n.device_configurations {
+    for d in n.device_configurations() {
         prost::encoding::message::encode(10, d, buf);
     }
     debug_assert_eq!(buf.len() - start, len);

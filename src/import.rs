@@ -444,14 +444,12 @@ impl Ctx<'_> {
                 name,
                 op_type,
                 domain,
-                overload,
                 inputs: Vec::with_capacity(input.len()),
                 outputs: Vec::with_capacity(output.len()),
                 implicit_inputs: Vec::new(),
                 attributes: Vec::new(),
-                doc_string,
                 metadata_props,
-                device_configurations,
+                rare: crate::ir::NodeRare::boxed(doc_string, overload, device_configurations),
             };
             if let Some(n) = node.name.as_deref() {
                 g.reserve_name(n);

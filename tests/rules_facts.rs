@@ -71,9 +71,6 @@ impl Builder {
         let n = self.g.insert_node(
             Node {
                 name: Some(name.to_string()),
-                op_type: op.to_string(),
-                domain: None,
-                overload: None,
                 inputs: inputs.to_vec(),
                 outputs: outs.iter().map(|&v| Some(v)).collect(),
                 implicit_inputs: vec![],
@@ -85,9 +82,7 @@ impl Builder {
                         graphs: vec![],
                     })
                     .collect(),
-                doc_string: None,
-                metadata_props: vec![],
-                device_configurations: vec![],
+                ..Node::new(op)
             },
             None,
         );
@@ -130,7 +125,7 @@ fn k(d: i64) -> FactDim {
 }
 
 fn sym(s: &str) -> FactDim {
-    FactDim::Sym(s.to_string())
+    FactDim::Sym(s.into())
 }
 
 struct Net {

@@ -41,8 +41,9 @@ pub use table::known_ops;
 pub enum Dim {
     /// A fixed size (never negative).
     Known(i64),
-    /// A named size that is only known at run time (`dim_param`).
-    Sym(String),
+    /// A named size that is only known at run time (`dim_param`), shared by the shapes that
+    /// copy it (a clone is a count, not a copy of the name).
+    Sym(std::sync::Arc<str>),
     /// Nothing is known.
     Unknown,
 }
@@ -185,7 +186,8 @@ pub struct Facts {
     /// A fast hash: the keys are value indices (see `crate::ir::hash`).
     lazy: crate::ir::hash::FastMap<usize, consts::Lazy>,
     constant: Vec<bool>,
-    data: Vec<Option<Vec<Dim>>>,
+    /// [`Facts::shape_data`], for the few values that hold shape computations (by index).
+    data: crate::ir::hash::FastMap<usize, Vec<Dim>>,
     conflicts: Vec<Conflict>,
     /// Read by a node, a body (by name) or as a graph output.
     used: Vec<bool>,
@@ -225,7 +227,7 @@ impl Facts {
     /// computation holds, e.g. `[N, 64, -1]` for `Concat(Gather(Shape(x), 0), [64], [-1])`.
     /// A `Known` element is a plain integer value (which may be negative).
     pub fn shape_data(&self, v: ValueId) -> Option<&[Dim]> {
-        self.data.get(v.index()).and_then(Option::as_deref)
+        self.data.get(&v.index()).map(Vec::as_slice)
     }
     /// Declarations that inference contradicted (the declarations were kept).
     pub fn conflicts(&self) -> &[Conflict] {
@@ -278,7 +280,6 @@ impl Facts {
             infos: vec![TensorInfo::default(); n],
             consts: vec![None; n],
             constant: vec![false; n],
-            data: vec![None; n],
             used: vec![false; n],
             read_by_body: vec![false; n],
             blocked: vec![false; n],
@@ -294,7 +295,6 @@ impl Facts {
             self.infos.resize(n, TensorInfo::default());
             self.consts.resize(n, None);
             self.constant.resize(n, false);
-            self.data.resize(n, None);
             self.used.resize(n, false);
             self.read_by_body.resize(n, false);
             self.blocked.resize(n, false);
@@ -613,7 +613,9 @@ pub(crate) fn infer_scoped(
                 facts.set(id, seed.info, declared[i].as_ref());
                 facts.constant[i] = seed.constant;
                 facts.consts[i] = seed.konst.map(Box::new);
-                facts.data[i] = seed.data;
+                if let Some(d) = seed.data {
+                    facts.data.insert(i, d);
+                }
             }
         }
     }
@@ -761,7 +763,10 @@ impl Facts {
             })
         });
         self.consts[v.index()] = konst.map(Box::new);
-        self.data[v.index()] = data;
+        match data {
+            Some(d) => self.data.insert(v.index(), d),
+            None => self.data.remove(&v.index()),
+        };
     }
 }
 
@@ -782,7 +787,7 @@ fn declared_info(p: &ValueInfoProto, overrides: &HashMap<String, i64>) -> Option
                     Some(&v) => dims::known_dim(v),
                     // "?" is what several exporters write for "no name": no symbol at all.
                     None if name.is_empty() || name == "?" => Dim::Unknown,
-                    None => Dim::Sym(name.clone()),
+                    None => Dim::Sym(name.as_str().into()),
                 },
                 None => Dim::Unknown,
             })

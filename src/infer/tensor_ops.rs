@@ -67,7 +67,7 @@ fn factor(d: &[Dim]) -> Option<(i64, Vec<&str>)> {
     for x in d {
         match x {
             Dim::Known(v) => k = k.checked_mul(*v)?,
-            Dim::Sym(s) => syms.push(s.as_str()),
+            Dim::Sym(s) => syms.push(&**s),
             Dim::Unknown => return None,
         }
     }
@@ -93,7 +93,7 @@ fn solve_infer_dim(input: &[Dim], others: &[Dim]) -> Dim {
     }
     match isyms.as_slice() {
         [] if ik % ok == 0 => Dim::Known(ik / ok),
-        [s] if ik == ok => Dim::Sym(s.to_string()),
+        [s] if ik == ok => Dim::Sym((*s).into()),
         _ => Dim::Unknown,
     }
 }

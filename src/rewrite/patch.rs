@@ -352,14 +352,12 @@ impl Patch {
                 } else {
                     Some(nn.domain)
                 },
-                overload: None,
                 inputs: nn.inputs.iter().map(|i| i.map(resolve)).collect(),
                 outputs: nn.outputs.iter().map(|o| Some(resolve(*o))).collect(),
                 implicit_inputs: Vec::new(),
                 attributes: Vec::with_capacity(nn.attributes.len()),
-                doc_string: None,
                 metadata_props: Vec::new(),
-                device_configurations: Vec::new(),
+                rare: None,
             };
             let mut implicit: Vec<ValueId> = Vec::new();
             for mut proto in nn.attributes {

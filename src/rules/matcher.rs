@@ -922,7 +922,7 @@ fn dims_match(pats: &[DimPat], dims: &[FactDim]) -> (Tri, String) {
             },
             DimPat::Sym(name) => match (d, name) {
                 (FactDim::Sym(s), Some(want)) => (
-                    if s == want { Tri::T } else { Tri::F },
+                    if **s == **want { Tri::T } else { Tri::F },
                     format!("dimension {i} is {s}, needs symbol {want}"),
                 ),
                 (FactDim::Sym(_), None) => (Tri::T, String::new()),
