@@ -423,7 +423,9 @@ fn tensor_type(
             .map(|d| tensor_shape_proto::Dimension {
                 value: match d {
                     Dim::Known(k) => Some(tensor_shape_proto::dimension::Value::DimValue(*k)),
-                    Dim::Sym(s) => Some(tensor_shape_proto::dimension::Value::DimParam(s.to_string())),
+                    Dim::Sym(s) => Some(tensor_shape_proto::dimension::Value::DimParam(
+                        s.to_string(),
+                    )),
                     Dim::Unknown => None,
                 },
                 denotation: None,

@@ -186,7 +186,7 @@ impl<'t> Driver<'t> {
         changed
     }
 
-    /// The structure is stable: graph-wide passes (barrier cuts), one patch at a time, each
+    /// The structure is stable: graph-wide passes (barrier cuts), in batches of patches, each
     /// planned on the graph the last one left. Returns how many applied.
     pub fn settle(&mut self, model: &mut Model, matches: &[Match]) -> usize {
         let mut settled = 0usize;
@@ -201,18 +201,19 @@ impl<'t> Driver<'t> {
             while n <= 100_000 {
                 let first_new = model.graph.values.len();
                 let cx = self.cx(model);
-                let next = pass.next(&cx, &rules);
-                let Some((ri, plan)) = next else {
+                let plans = pass.next(&cx, &rules);
+                if plans.is_empty() {
                     // Nothing changed since these facts: the next round starts from them.
                     self.keep_facts(cx);
                     break;
-                };
+                }
                 let facts = cx.into_facts();
-                let ok = plan.outcome.is_ok();
-                if self.apply(&mut model.graph, vec![(ri, plan)]).is_empty() || !ok {
+                let ok = plans.iter().all(|(_, p)| p.outcome.is_ok());
+                let applied = self.apply(&mut model.graph, plans).len();
+                if applied == 0 || !ok {
                     break;
                 }
-                n += 1;
+                n += applied;
                 let carried = facts.filter(|_| pass.keeps_facts()).and_then(|mut f| {
                     let opts = self.sizes.infer_options();
                     f.extend_with_new_nodes(model, &model.graph, &opts, first_new)

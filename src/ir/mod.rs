@@ -372,22 +372,19 @@ impl Graph {
     /// A value or node name not used in this graph, derived from `base`; reserved on return.
     pub fn fresh_name(&mut self, base: &str) -> String {
         use std::fmt::Write as _;
-        let base_hash = name_hash(base);
-        let mut i = self.name_suffixes.get(&base_hash).copied().unwrap_or(0);
+        // One lookup per table: the suffix counter through its entry, and a candidate is
+        // reserved by the insert that finds it free.
+        let suffix = self.name_suffixes.entry(name_hash(base)).or_insert(0);
         let mut candidate = String::with_capacity(base.len() + 4);
         candidate.push_str(base);
-        if i > 0 {
-            let _ = write!(candidate, "_{i}");
+        if *suffix > 0 {
+            let _ = write!(candidate, "_{suffix}");
         }
-        let mut h = name_hash(&candidate);
-        while self.taken_names.contains(&h) {
-            i += 1;
+        while !self.taken_names.insert(name_hash(&candidate)) {
+            *suffix += 1;
             candidate.truncate(base.len());
-            let _ = write!(candidate, "_{i}");
-            h = name_hash(&candidate);
+            let _ = write!(candidate, "_{suffix}");
         }
-        self.name_suffixes.insert(base_hash, i);
-        self.taken_names.insert(h);
         candidate
     }
 

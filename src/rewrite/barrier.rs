@@ -254,21 +254,35 @@ pub fn over_budget(g: &Graph, s: &Facts, budget: u64) -> Result<bool, String> {
     Ok(pieces(g, s)?.iter().any(|p| p.over(budget) && p.nodes > 1))
 }
 
-/// Build the patch for the first cut needed, or `None` when every piece fits. Apply it and
-/// call again until `None` (each cut changes the live values of the next).
-pub fn next_cut(
+/// The patches for every cut needed, in order, or none when every piece fits. Each cut is
+/// planned on the graph as the cuts before it leave it, from one layout: a cut before position
+/// i re-points every GPU reader at or after i of the values it crosses to their CPU no-ops, so
+/// those values stop being GPU-live from i on (the live counts are lowered to match), and the
+/// next cut crosses only values computed at or after i. Applied in order, the patches are the
+/// cuts that planning one cut at a time on a fresh layout after each would make.
+pub fn cuts(
     g: &Graph,
     s: &Facts,
     budget: u64,
     rule: &str,
     annotation: &str,
     opset: i64,
-) -> Result<Option<Patch>, String> {
+) -> Result<Vec<Patch>, String> {
     let l = layout(g)?;
+    let mut out = Vec::new();
     let mut acc = 0u64;
     let mut count = 0usize;
+    // Values the cuts so far took off the GPU from here on: `lowered` of them are counted in
+    // `gpu_live` at this position, and `ends[j]` of those stop being counted at position j.
+    let mut lowered = 0usize;
+    let mut ends = vec![0usize; l.topo.len() + 2];
+    let mut from = 0usize;
     for (i, &n) in l.topo.iter().enumerate() {
-        if i > 0 && l.gpu_live[i] == 0 {
+        lowered -= ends[i];
+        // Every value lowered is one `gpu_live[i]` counts (it is live from its producer to
+        // its last GPU reader, and was lowered only from a cut in between).
+        debug_assert!(l.gpu_live[i] >= lowered);
+        if i > 0 && l.gpu_live[i].saturating_sub(lowered) == 0 {
             acc = 0;
             count = 0;
         }
@@ -280,12 +294,20 @@ pub fn next_cut(
         let w = work(g, n, s);
         let over = w.is_none_or(|w| acc.saturating_add(w) > budget);
         if count > 0 && over {
-            return Ok(Some(cut_before(g, &l, i, rule, annotation, s, opset)));
+            let (patch, last_reads) = cut_before(g, &l, from, i, rule, annotation, s, opset);
+            out.push(patch);
+            for q in last_reads {
+                lowered += 1;
+                ends[q + 1] += 1;
+            }
+            from = i;
+            acc = 0;
+            count = 0;
         }
         acc = w.map_or(u64::MAX, |w| acc.saturating_add(w));
         count += 1;
     }
-    Ok(None)
+    Ok(out)
 }
 
 /// Can `Max` pass this element type through at this opset (ONNX Max-8: float types;
@@ -301,30 +323,40 @@ fn max_takes(dtype: Option<i32>, opset: i64) -> bool {
     }
 }
 
+/// The cut before position `i` of the layout: a CPU no-op for each GPU value computed in
+/// `topo[from..i]` and read on the GPU at or after `i`, and those readers re-pointed to it
+/// (values computed before `from` were cut off at `from` already). Also gives, per value
+/// crossed, the position of its last GPU reader.
+#[allow(clippy::too_many_arguments)]
 fn cut_before(
     g: &Graph,
     l: &Layout,
+    from: usize,
     i: usize,
     rule: &str,
     annotation: &str,
     s: &Facts,
     opset: i64,
-) -> Patch {
+) -> (Patch, Vec<usize>) {
     let consumers = &l.consumers;
     let at = l.topo[i];
     let mut p = Patch::new(rule, g.node(at).name(), Some(at));
     let mut crossing: Vec<ValueId> = Vec::new();
-    for &n in &l.topo[..i] {
+    let mut last_reads = Vec::new();
+    for &n in &l.topo[from..i] {
         if l.kinds.skip(n) {
             continue;
         }
         for v in g.node(n).outputs.iter().flatten() {
-            let later_gpu = consumers
+            let last_gpu = consumers
                 .of(*v)
                 .iter()
-                .any(|(c, _)| !l.kinds.cpu(*c) && l.pos.get(c).is_some_and(|q| q >= i));
-            if later_gpu {
+                .filter(|(c, _)| !l.kinds.cpu(*c))
+                .filter_map(|(c, _)| l.pos.get(c))
+                .max();
+            if let Some(q) = last_gpu.filter(|&q| q >= i) {
                 crossing.push(*v);
+                last_reads.push(q);
             }
         }
     }
@@ -354,7 +386,7 @@ fn cut_before(
             }
         }
     }
-    p
+    (p, last_reads)
 }
 
 /// The smallest budget among the barrier rules in `rules`, with its rule (ties: the first).
@@ -393,9 +425,11 @@ impl Pass for BarrierPass {
             _ => Vec::new(),
         }
     }
-    fn next(&self, cx: &Cx, rules: &[usize]) -> Option<(usize, Planned)> {
+    fn next(&self, cx: &Cx, rules: &[usize]) -> Vec<(usize, Planned)> {
         use crate::rewrite::pass::{Cause, Covered, Planned, Refusal, Step};
-        let (ri, budget) = tightest(cx.target, rules)?;
+        let Some((ri, budget)) = tightest(cx.target, rules) else {
+            return Vec::new();
+        };
         let rule = &cx.target.rules[ri];
         let g = cx.graph();
         let plan = |name: String, outcome| Planned {
@@ -408,16 +442,18 @@ impl Pass for BarrierPass {
             report_at: 0,
             frees: Vec::new(),
         };
-        match next_cut(g, cx.facts(), budget, &rule.id, cx.annotation, cx.opset) {
-            Ok(Some(p)) => {
-                let at = p.origin.clone();
-                Some((ri, plan(at, Ok(vec![Step::new(p, "barrier".into())]))))
-            }
-            Ok(None) => None,
-            Err(e) => Some((
+        match cuts(g, cx.facts(), budget, &rule.id, cx.annotation, cx.opset) {
+            Ok(patches) => patches
+                .into_iter()
+                .map(|p| {
+                    let at = p.origin.clone();
+                    (ri, plan(at, Ok(vec![Step::new(p, "barrier".into())])))
+                })
+                .collect(),
+            Err(e) => vec![(
                 ri,
                 plan(String::new(), Err(Refusal::new(Cause::Rejected, e))),
-            )),
+            )],
         }
     }
     fn leftovers(&self, cx: &Cx, rules: &[usize]) -> Vec<Leftover> {

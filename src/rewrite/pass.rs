@@ -350,9 +350,11 @@ pub trait Pass: Sync {
     }
     /// After a batch of this pass's plans was applied (`done`: those that applied).
     fn finish(&self, _g: &mut Graph, _done: &[Planned]) {}
-    /// [`Schedule::WhenSettled`]: the next plan for the matched rules of this action, if any.
-    fn next(&self, _cx: &Cx, _rules: &[usize]) -> Option<(usize, Planned)> {
-        None
+    /// [`Schedule::WhenSettled`]: the next plans for the matched rules of this action (none:
+    /// nothing left to do). Each is planned on the graph as the ones before it leave it, and
+    /// they are applied in order; the driver asks again until none are left.
+    fn next(&self, _cx: &Cx, _rules: &[usize]) -> Vec<(usize, Planned)> {
+        Vec::new()
     }
     /// [`Schedule::WhenSettled`]: whether this pass's patches leave the facts of every value
     /// already in the graph as they were (they add identities and re-point readers to them),
