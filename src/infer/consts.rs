@@ -93,8 +93,9 @@ impl ValueData {
 /// Floating-point constants with more elements than this are decoded only when an inference
 /// function asks for their contents (weights of a Conv, biases, batch-norm statistics are read
 /// for their shape only, and decoding them all made inference allocate ~40 MB per run on a
-/// 326 MB model). Shape-carrying integer tensors are always decoded.
-const EAGER_FLOATS: usize = 16;
+/// 326 MB model). Shape-carrying integer tensors are always decoded. At four elements or
+/// fewer a deferred entry holds about what the decoded one does, so those are decoded now.
+const EAGER_FLOATS: usize = 4;
 
 /// A floating-point constant kept undecoded: its bytes (a reference to the file's payload, not a
 /// copy) and, once asked for, what [`from_tensor`] makes of them.

@@ -166,16 +166,18 @@ impl Pass for CpuPass {
         use crate::rewrite::pass::{covered, Planned, Step};
         let g = cx.graph();
         let r = &cx.target.rules[rule];
+        let annotation: std::sync::Arc<str> = cx.annotation.into();
+        let rule_id: std::sync::Arc<str> = r.id.as_str().into();
         plan_pins(g, nodes, cx.annotation)
             .into_iter()
             .enumerate()
             .map(|(i, n)| {
                 let c = covered(g, n);
                 let mut p = crate::rewrite::Patch::new(&r.id, &c.name, None);
-                p.annotate
-                    .push((n, LAYER_ANN_KEY.to_string(), cx.annotation.to_string()));
-                p.annotate
-                    .push((n, crate::rewrite::RULE_KEY.to_string(), r.id.clone()));
+                p.annotate = vec![
+                    (n, LAYER_ANN_KEY, annotation.clone()),
+                    (n, crate::rewrite::RULE_KEY, rule_id.clone()),
+                ];
                 let mut step = Step::new(p, c.op.clone());
                 step.count = 1;
                 Planned {

@@ -102,7 +102,9 @@ pub struct Patch {
     /// Every use of the first value (node inputs, graph outputs) becomes the second.
     pub replace: Vec<(ValueId, PValue)>,
     /// Metadata to set on existing nodes (e.g. a CPU annotation).
-    pub annotate: Vec<(NodeId, String, String)>,
+    /// Node metadata to set: (node, key, value). Keys are the program's own; values are
+    /// shared (a pin of 12,500 nodes holds two strings, not 25,000).
+    pub annotate: Vec<(NodeId, &'static str, std::sync::Arc<str>)>,
     /// Single uses to re-point: input `slot` of an existing node reads the value instead.
     pub repoint: Vec<(NodeId, usize, PValue)>,
 }
@@ -404,10 +406,20 @@ impl Patch {
         // they go to consecutive places from `first_at`, which is at most the order's length).
         let at = first_at.min(g.order.len());
         g.order.splice(at..at, created.iter().copied());
-        for (n, k, v) in annotate {
+        // Room for each node's new entries at once (a node's entries are consecutive), not
+        // the four a first push makes room for.
+        let mut i = 0;
+        while i < annotate.len() {
+            let n = annotate[i].0;
+            let run = annotate[i..].iter().take_while(|a| a.0 == n).count();
             if g.nodes.contains_node(n) {
-                g.nodes[n].set_metadata(&k, &v);
+                let node = &mut g.nodes[n];
+                node.metadata_props.reserve_exact(run);
+                for (_, k, v) in &annotate[i..i + run] {
+                    node.set_metadata(k, v);
+                }
             }
+            i += run;
         }
         for n in remove {
             g.remove_node(n);
