@@ -220,7 +220,7 @@ fn implicated(g: &Graph, what: Implicates) -> Vec<(String, String)> {
             ),
             Implicates::ConvTranspose => op == "ConvTranspose",
             Implicates::GroupedConv => {
-                op == "Conv" && node.attr("group").and_then(|a| a.proto.i).unwrap_or(1) > 1
+                op == "Conv" && node.attr("group").and_then(|a| a.i()).unwrap_or(1) > 1
             }
             Implicates::ContribOps => contrib,
             Implicates::DataDependent => matches!(

@@ -48,9 +48,13 @@ fn value_info(g: &Graph, v: ValueId, proto: &ValueInfoProto) -> ValueInfoProto {
 }
 
 fn export_attribute(a: &Attribute) -> AttributeProto {
-    let mut p = a.proto.clone();
-    p.g = a.g.as_ref().map(|g| Box::new(export_graph(g)));
-    p.graphs = a.graphs.iter().map(export_graph).collect();
+    let mut p = a.to_proto();
+    if let Some(g) = a.g() {
+        p.g = Some(Box::new(export_graph(g)));
+    }
+    if !a.graphs().is_empty() {
+        p.graphs = a.graphs().iter().map(export_graph).collect();
+    }
     p
 }
 
@@ -78,10 +82,7 @@ pub fn encode_node_field(g: &Graph, id: crate::ir::NodeId, buf: &mut Vec<u8>) {
     use prost::encoding::{encode_key, encode_varint, encoded_len_varint, key_len, WireType};
     use prost::Message as _;
     let n = &g.nodes[id];
-    let has_graph = |a: &Attribute| {
-        a.g.is_some() || !a.graphs.is_empty() || a.proto.g.is_some() || !a.proto.graphs.is_empty()
-    };
-    if n.attributes.iter().any(has_graph) {
+    if n.attributes.iter().any(Attribute::has_graph) {
         prost::encoding::message::encode(1, &export_node(g, id), buf);
         return;
     }
@@ -117,7 +118,7 @@ pub fn encode_node_field(g: &Graph, id: crate::ir::NodeId, buf: &mut Vec<u8>) {
     len += n
         .attributes
         .iter()
-        .map(|a| msg_len(5, a.proto.encoded_len()))
+        .map(|a| msg_len(5, a.encoded_len()))
         .sum::<usize>();
     tail_strings(&mut |t, s| len += str_len(t, s));
     len += n
@@ -142,7 +143,9 @@ pub fn encode_node_field(g: &Graph, id: crate::ir::NodeId, buf: &mut Vec<u8>) {
     buf.reserve(len);
     strings(&mut |t, s| put(buf, t, s));
     for a in &n.attributes {
-        prost::encoding::message::encode(5, &a.proto, buf);
+        encode_key(5, WireType::LengthDelimited, buf);
+        encode_varint(a.encoded_len() as u64, buf);
+        a.encode(buf);
     }
     tail_strings(&mut |t, s| put(buf, t, s));
     for m in &n.metadata_props {

@@ -552,11 +552,7 @@ impl Ctx<'_> {
                     })?;
                 }
                 if ap.g.is_none() && ap.graphs.is_empty() {
-                    attributes.push(Attribute {
-                        proto: ap,
-                        g: None,
-                        graphs: Vec::new(),
-                    });
+                    attributes.push(Attribute::new(ap));
                     continue;
                 }
                 let sub_path = format!("{here} > {} > attribute '{}'", label(&g), aname());
@@ -594,11 +590,7 @@ impl Ctx<'_> {
                 for sg in many {
                     sub_graphs.push(import_sub(sg)?);
                 }
-                attributes.push(Attribute {
-                    proto: ap,
-                    g: g_single,
-                    graphs: sub_graphs,
-                });
+                attributes.push(Attribute::with_graphs(ap, g_single, sub_graphs));
             }
             for &v in &implicit {
                 edges.push((v, id, IMPLICIT_SLOT));

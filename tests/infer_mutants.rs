@@ -97,28 +97,32 @@ fn mutate(model: &mut Model, rng: &mut Rng) {
             node.op_type = OPS[rng.below(OPS.len())].to_string();
         }
         for a in &mut node.attributes {
+            // The message is mutated and the attribute rebuilt from it (graphs kept).
+            let mut p = a.to_proto();
             match rng.below(4) {
                 0 => {
-                    if a.proto.i.is_some() {
-                        a.proto.i = Some(rng.int());
+                    if p.i.is_some() {
+                        p.i = Some(rng.int());
                     }
-                    if a.proto.f.is_some() {
-                        a.proto.f = Some(rng.float());
+                    if p.f.is_some() {
+                        p.f = Some(rng.float());
                     }
                 }
-                1 if !a.proto.ints.is_empty() => {
-                    let i = rng.below(a.proto.ints.len());
-                    a.proto.ints[i] = rng.int();
+                1 if !p.ints.is_empty() => {
+                    let i = rng.below(p.ints.len());
+                    p.ints[i] = rng.int();
                 }
                 2 => {
                     let extra = rng.below(4);
                     for _ in 0..extra {
-                        a.proto.ints.push(rng.int());
-                        a.proto.floats.push(rng.float());
+                        p.ints.push(rng.int());
+                        p.floats.push(rng.float());
                     }
                 }
-                _ => {}
+                _ => continue,
             }
+            let g = a.g().cloned().map(Box::new);
+            *a = onnx_safeify::ir::Attribute::with_graphs(p, g, a.graphs().to_vec());
         }
     }
     for vi in &mut g.inputs {

@@ -101,7 +101,7 @@ fn payloads_stay_in_the_memory_map() {
         }
         for &n in &g.order {
             for a in &g.node(n).attributes {
-                if let Some(r) = a.proto.t.as_ref().and_then(|t| t.raw_data.as_ref()) {
+                if let Some(r) = a.t().and_then(|t| t.raw_data.as_ref()) {
                     assert!(doc.source.is_in_map(r));
                 }
             }

@@ -74,14 +74,7 @@ impl Builder {
                 inputs: inputs.to_vec(),
                 outputs: outs.iter().map(|&v| Some(v)).collect(),
                 implicit_inputs: vec![],
-                attributes: attrs
-                    .into_iter()
-                    .map(|proto| Attribute {
-                        proto,
-                        g: None,
-                        graphs: vec![],
-                    })
-                    .collect(),
+                attributes: attrs.into_iter().map(Attribute::new).collect(),
                 ..Node::new(op)
             },
             None,

@@ -191,7 +191,7 @@ fn explain_reasons() {
             node.op_type == "Conv"
                 && node
                     .attr("group")
-                    .and_then(|a| a.proto.i)
+                    .and_then(|a| a.i())
                     .is_some_and(|gr| gr == 16)
         })
         .expect("a 16-group conv");
@@ -318,7 +318,7 @@ fn corpus_pp_ocrv4_det() {
         let group = g
             .node(m.node)
             .attr("group")
-            .and_then(|a| a.proto.i)
+            .and_then(|a| a.i())
             .unwrap();
         assert!(group > 64, "group {group}");
     }

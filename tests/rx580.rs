@@ -51,7 +51,7 @@ fn ppocr_models_compile_for_rx580_and_stay_equal() {
                 node.op_type
             );
             if node.op_type == "Conv" {
-                let group = node.attr("group").and_then(|a| a.proto.i).unwrap_or(1);
+                let group = node.attr("group").and_then(|a| a.i()).unwrap_or(1);
                 assert!(
                     group <= 64,
                     "{name}: depthwise conv '{}' with {group} groups",

@@ -54,7 +54,7 @@ fn max_group_channels(doc: &onnx_safeify::Document) -> i64 {
         .filter(|&&n| g.node(n).op_type == "Conv")
         .filter_map(|&n| {
             let node = g.node(n);
-            let group = node.attr("group").and_then(|a| a.proto.i).unwrap_or(1);
+            let group = node.attr("group").and_then(|a| a.i()).unwrap_or(1);
             let w = onnx_safeify::rewrite::consts::constant_tensor(g, node.inputs[1]?)?;
             (group > 1).then(|| w.dims[1] * group)
         })
@@ -186,7 +186,7 @@ fn symbolic_batch_split_runs_one_sample_at_a_time_for_any_batch() {
     let body = g
         .node(scan)
         .attr("body")
-        .and_then(|a| a.g.as_ref())
+        .and_then(|a| a.g())
         .unwrap();
     assert_eq!(body.order.len(), 3);
     // The body reads the weights from the outer scope.

@@ -149,10 +149,10 @@ impl Bodies<'_> {
             let name = node.name().to_string();
             for a in node.attributes.iter_mut() {
                 let attr = a.name().to_string();
-                if let Some(body) = a.g.as_deref_mut() {
+                if let Some(body) = a.g_mut() {
                     self.one(body, &path.child(&name, &attr, None), outer);
                 }
-                for (i, body) in a.graphs.iter_mut().enumerate() {
+                for (i, body) in a.graphs_mut().iter_mut().enumerate() {
                     self.one(body, &path.child(&name, &attr, Some(i)), outer);
                 }
             }

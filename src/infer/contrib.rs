@@ -229,7 +229,7 @@ pub(crate) fn nchwc_block(g: &Graph) -> Option<i64> {
         if n.domain() != NCHWC || n.op_type != "ReorderOutput" {
             continue;
         }
-        let Some(channels) = n.attr("channels").and_then(|a| a.proto.i) else {
+        let Some(channels) = n.attr("channels").and_then(|a| a.i()) else {
             continue;
         };
         let Some(Origin::Node { node: prod, .. }) = n

@@ -208,33 +208,33 @@ impl<'a, 'e> Ctx<'a, 'e> {
         })
     }
 
-    fn attr(&self, name: &str) -> Option<&'a crate::proto::AttributeProto> {
-        self.node.attr(name).map(|a| &a.proto)
+    fn attr(&self, name: &str) -> Option<&'a crate::ir::Attribute> {
+        self.node.attr(name)
     }
     pub fn has_attr(&self, name: &str) -> bool {
         self.node.attr(name).is_some()
     }
     pub fn attr_i(&self, name: &str) -> Option<i64> {
-        self.attr(name)?.i
+        self.attr(name)?.i()
     }
     pub fn attr_f(&self, name: &str) -> Option<f32> {
-        self.attr(name)?.f
+        self.attr(name)?.f()
     }
     pub fn attr_s(&self, name: &str) -> Option<&'a str> {
-        std::str::from_utf8(self.attr(name)?.s.as_deref()?).ok()
+        std::str::from_utf8(self.attr(name)?.s()?).ok()
     }
     pub fn attr_ints(&self, name: &str) -> Option<&'a [i64]> {
-        Some(self.attr(name)?.ints.as_slice())
+        Some(self.attr(name)?.ints())
     }
     pub fn attr_floats(&self, name: &str) -> Option<&'a [f32]> {
-        Some(self.attr(name)?.floats.as_slice())
+        Some(self.attr(name)?.floats())
     }
     pub fn attr_t(&self, name: &str) -> Option<&'a TensorProto> {
-        self.attr(name)?.t.as_deref()
+        self.attr(name)?.t()
     }
     /// A subgraph attribute (the branches of `If`, the body of `Loop`/`Scan`).
     pub fn attr_g(&self, name: &str) -> Option<&'a Graph> {
-        self.node.attr(name)?.g.as_deref()
+        self.node.attr(name)?.g()
     }
     /// One `Out` per node output, all unknown but for the element type.
     pub fn all_dtype(&self, dtype: Option<i32>) -> Vec<Out> {

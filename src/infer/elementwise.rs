@@ -479,11 +479,7 @@ pub(crate) fn constant(c: &Ctx) -> Vec<Out> {
             lazy,
         }];
     }
-    if let Some(sp) = c
-        .node
-        .attr("sparse_value")
-        .and_then(|a| a.proto.sparse_tensor.as_ref())
-    {
+    if let Some(sp) = c.node.attr("sparse_value").and_then(|a| a.sparse_tensor()) {
         let dtype = sp
             .values
             .as_ref()
@@ -522,7 +518,7 @@ pub(crate) fn constant(c: &Ctx) -> Vec<Out> {
         let n = c
             .node
             .attr("value_strings")
-            .map_or(0, |a| a.proto.strings.len());
+            .map_or(0, |a| a.strings().len());
         return out(STRING, vec![i64::try_from(n).unwrap_or(-1)], None);
     }
     vec![Out::default()]

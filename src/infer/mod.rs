@@ -390,7 +390,7 @@ fn new_nodes_order(graph: &Graph, producers: Vec<crate::ir::NodeId>) -> Vec<crat
             .node(n)
             .attributes
             .iter()
-            .any(|a| a.g.is_some() || !a.graphs.is_empty())
+            .any(|a| a.g().is_some() || !a.graphs().is_empty())
     };
     if producers.iter().any(|&n| has_body(n)) {
         let wanted: std::collections::HashSet<NodeId> = producers.into_iter().collect();

@@ -183,14 +183,9 @@ pub fn graph_has_external(g: &crate::ir::Graph) -> bool {
             t.values.iter().chain(t.indices.iter()).any(is_external)
         })
         || g.nodes.node_weights().flat_map(|n| &n.attributes).any(|a| {
-            a.proto
-                .t
-                .as_deref()
-                .into_iter()
-                .chain(a.proto.tensors.iter())
-                .any(is_external)
-                || a.g.as_deref().is_some_and(graph_has_external)
-                || a.graphs.iter().any(graph_has_external)
+            a.t().into_iter().chain(a.tensors().iter()).any(is_external)
+                || a.g().is_some_and(graph_has_external)
+                || a.graphs().iter().any(graph_has_external)
         })
 }
 

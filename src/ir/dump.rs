@@ -117,7 +117,7 @@ fn tensor_summary(t: &TensorProto) -> String {
 }
 
 fn attr_value(a: &Attribute) -> String {
-    let p = &a.proto;
+    let p = &a.to_proto();
     if let Some(r) = p.ref_attr_name.as_deref().filter(|r| !r.is_empty()) {
         return format!("@{r}");
     }
@@ -147,7 +147,7 @@ fn attr_value(a: &Attribute) -> String {
                 .collect::<Vec<_>>()
                 .join(", ")
         ),
-        10 => format!("<{} graphs>", a.graphs.len()),
+        10 => format!("<{} graphs>", a.graphs().len()),
         11 => "<sparse tensor>".to_string(),
         12 => format!("<{} sparse tensors>", p.sparse_tensors.len()),
         13 => format!("type {}", type_string(p.tp.as_deref())),
@@ -286,11 +286,11 @@ pub fn dump_graph(g: &Graph, indent: usize, s: &mut String) {
             ins.join(", ")
         );
         for a in &n.attributes {
-            if let Some(sg) = &a.g {
+            if let Some(sg) = a.g() {
                 let _ = writeln!(s, "{pad}    .{}:", a.name());
                 dump_graph(sg, indent + 3, s);
             }
-            for (k, sg) in a.graphs.iter().enumerate() {
+            for (k, sg) in a.graphs().iter().enumerate() {
                 let _ = writeln!(s, "{pad}    .{}[{k}]:", a.name());
                 dump_graph(sg, indent + 3, s);
             }

@@ -3,6 +3,7 @@
 //! are labels. Everything else a model carries (doc strings, metadata, value_info, functions,
 //! training info...) is kept so that export reproduces the input exactly when nothing changed.
 
+mod attr;
 pub mod dot;
 pub mod dump;
 pub mod hash;
@@ -15,10 +16,12 @@ use petgraph::stable_graph::{NodeIndex, StableGraph};
 use petgraph::visit::{EdgeRef, IntoEdgeReferences};
 use petgraph::Direction;
 
+pub use attr::Attribute;
+
 use crate::proto::{
-    AttributeProto, DeviceConfigurationProto, FunctionProto, NodeDeviceConfigurationProto,
-    OperatorSetIdProto, SparseTensorProto, StringStringEntryProto, TensorAnnotation, TensorProto,
-    TrainingInfoProto, ValueInfoProto,
+    DeviceConfigurationProto, FunctionProto, NodeDeviceConfigurationProto, OperatorSetIdProto,
+    SparseTensorProto, StringStringEntryProto, TensorAnnotation, TensorProto, TrainingInfoProto,
+    ValueInfoProto,
 };
 
 /// A node (operator) of a graph.
@@ -64,21 +67,6 @@ pub enum Origin {
 pub struct Value {
     pub name: String,
     pub origin: Origin,
-}
-
-/// One attribute of a node. Graph-valued payloads are imported as IR graphs; the rest stays
-/// in the protobuf form (with `g` and `graphs` emptied).
-#[derive(Debug, Clone)]
-pub struct Attribute {
-    pub proto: AttributeProto,
-    pub g: Option<Box<Graph>>,
-    pub graphs: Vec<Graph>,
-}
-
-impl Attribute {
-    pub fn name(&self) -> &str {
-        self.proto.name.as_deref().unwrap_or("")
-    }
 }
 
 /// An operator application.

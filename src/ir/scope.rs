@@ -137,8 +137,8 @@ impl<'a> ScopedGraph<'a> {
 pub fn bodies(node: &Node) -> impl Iterator<Item = (&str, Option<usize>, &Graph)> {
     node.attributes.iter().flat_map(|a| {
         let name = a.name();
-        a.g.iter().map(move |g| (name, None, &**g)).chain(
-            a.graphs
+        a.g().into_iter().map(move |g| (name, None, g)).chain(
+            a.graphs()
                 .iter()
                 .enumerate()
                 .map(move |(i, g)| (name, Some(i), g)),
@@ -152,7 +152,7 @@ pub fn has_bodies(g: &Graph) -> bool {
         g.node(n)
             .attributes
             .iter()
-            .any(|a| a.g.is_some() || !a.graphs.is_empty())
+            .any(|a| a.g().is_some() || !a.graphs().is_empty())
     })
 }
 
@@ -240,10 +240,10 @@ fn fold_rec<C>(
         let name = node.name().to_string();
         for a in node.attributes.iter_mut() {
             let attr = a.name().to_string();
-            if let Some(body) = a.g.as_deref_mut() {
+            if let Some(body) = a.g_mut() {
                 fold_rec(body, &path.child(&name, &attr, None), &for_bodies, f);
             }
-            for (i, body) in a.graphs.iter_mut().enumerate() {
+            for (i, body) in a.graphs_mut().iter_mut().enumerate() {
                 fold_rec(body, &path.child(&name, &attr, Some(i)), &for_bodies, f);
             }
         }

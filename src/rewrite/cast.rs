@@ -82,7 +82,7 @@ pub fn cast_node(
             dtype_name(spec.from)
         ));
     }
-    let attrs: Vec<AttributeProto> = node.attributes.iter().map(|a| a.proto.clone()).collect();
+    let attrs: Vec<AttributeProto> = node.attributes.iter().map(|a| a.to_proto()).collect();
     // Trailing omitted optional outputs stay omitted.
     let n_out = node
         .outputs

@@ -7,7 +7,7 @@
 use crate::io::external::{external_ref, is_external};
 use crate::io::ExternalData;
 use crate::ir::{Graph, NodeId, Origin, ValueId};
-use crate::proto::{AttributeProto, TensorProto};
+use crate::proto::TensorProto;
 use crate::tensor::{dtype, element_count, raw_size};
 
 /// The constant tensor a value holds, if it is an initializer (not overridable by a graph
@@ -18,7 +18,7 @@ pub fn constant_tensor(g: &Graph, v: ValueId) -> Option<&TensorProto> {
         Origin::Node { node, .. } => {
             let n = g.node(node);
             if n.op_type == "Constant" && n.domain().is_empty() {
-                n.attr("value").and_then(|a| a.proto.t.as_deref())
+                n.attr("value").and_then(|a| a.t())
             } else {
                 None
             }
@@ -109,16 +109,16 @@ pub fn scalar_f32(v: f32) -> TensorProto {
 }
 
 /// An attribute of a node by name.
-pub fn attr<'a>(g: &'a Graph, n: NodeId, name: &str) -> Option<&'a AttributeProto> {
-    g.node(n).attr(name).map(|a| &a.proto)
+pub fn attr<'a>(g: &'a Graph, n: NodeId, name: &str) -> Option<&'a crate::ir::Attribute> {
+    g.node(n).attr(name)
 }
 
 pub fn attr_i(g: &Graph, n: NodeId, name: &str) -> Option<i64> {
-    attr(g, n, name).and_then(|a| a.i)
+    attr(g, n, name).and_then(|a| a.i())
 }
 
 pub fn attr_ints(g: &Graph, n: NodeId, name: &str) -> Option<Vec<i64>> {
-    attr(g, n, name).map(|a| a.ints.clone())
+    attr(g, n, name).map(|a| a.ints().to_vec())
 }
 
 /// The constant tensor behind a value, as the decompositions read it: an initializer (also one
@@ -133,27 +133,27 @@ pub fn const_tensor(g: &Graph, v: ValueId) -> Option<TensorProto> {
             }
             let a = nd.attributes.first()?;
             match a.name() {
-                "value" => a.proto.t.as_deref().cloned(),
+                "value" => a.t().cloned(),
                 "value_ints" => Some(TensorProto {
-                    dims: vec![a.proto.ints.len() as i64],
+                    dims: vec![a.ints().len() as i64],
                     data_type: Some(dtype::INT64),
-                    int64_data: a.proto.ints.clone(),
+                    int64_data: a.ints().to_vec(),
                     ..Default::default()
                 }),
                 "value_int" => Some(TensorProto {
                     data_type: Some(dtype::INT64),
-                    int64_data: vec![a.proto.i?],
+                    int64_data: vec![a.i()?],
                     ..Default::default()
                 }),
                 "value_float" => Some(TensorProto {
                     data_type: Some(dtype::FLOAT),
-                    float_data: vec![a.proto.f?],
+                    float_data: vec![a.f()?],
                     ..Default::default()
                 }),
                 "value_floats" => Some(TensorProto {
-                    dims: vec![a.proto.floats.len() as i64],
+                    dims: vec![a.floats().len() as i64],
                     data_type: Some(dtype::FLOAT),
-                    float_data: a.proto.floats.clone(),
+                    float_data: a.floats().to_vec(),
                     ..Default::default()
                 }),
                 _ => None,

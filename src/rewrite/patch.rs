@@ -383,11 +383,7 @@ impl Patch {
                 };
                 let g1 = single.map(|gp| Box::new(import(*gp)));
                 let gs = many.into_iter().map(&mut import).collect();
-                node.attributes.push(Attribute {
-                    proto,
-                    g: g1,
-                    graphs: gs,
-                });
+                node.attributes.push(Attribute::with_graphs(proto, g1, gs));
             }
             node.implicit_inputs = implicit;
             node.set_metadata(RULE_KEY, &rule);

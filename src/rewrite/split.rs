@@ -35,10 +35,7 @@ pub enum SplitOutcome {
 }
 
 fn attr_i(g: &Graph, n: NodeId, name: &str, default: i64) -> i64 {
-    g.node(n)
-        .attr(name)
-        .and_then(|a| a.proto.i)
-        .unwrap_or(default)
+    g.node(n).attr(name).and_then(|a| a.i()).unwrap_or(default)
 }
 
 /// The node's attributes, minus `group`, plus the given group.
@@ -48,7 +45,7 @@ fn conv_attrs(g: &Graph, n: NodeId, group: i64) -> Vec<AttributeProto> {
         .attributes
         .iter()
         .filter(|a| a.name() != "group")
-        .map(|a| a.proto.clone())
+        .map(|a| a.to_proto())
         .collect();
     v.push(AttrValue::Int(group).to_proto("group"));
     v

@@ -61,7 +61,7 @@ pub fn flops(g: &Graph, n: NodeId, s: &Facts) -> Option<u64> {
             if a.len() < 2 || y.is_empty() {
                 return None;
             }
-            let trans_a = node.attr("transA").and_then(|a| a.proto.i).unwrap_or(0) != 0;
+            let trans_a = node.attr("transA").and_then(|a| a.i()).unwrap_or(0) != 0;
             let k = if trans_a {
                 a[a.len() - 2]
             } else {

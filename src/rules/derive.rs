@@ -5,8 +5,8 @@
 //! Every fact is either known, not applicable to this op (a fact of the node: `Add` has no
 //! kernel), or unknown (a shape is missing) — the matcher treats the last as "no match".
 
+use crate::ir::Attribute;
 use crate::ir::{Node, ValueId};
-use crate::proto::AttributeProto;
 use crate::tensor::elem_size;
 
 use super::pattern::{Fact, Flag, Num};
@@ -52,32 +52,34 @@ impl std::fmt::Display for AttrVal {
     }
 }
 
-pub(crate) fn attr_value(a: &AttributeProto) -> AttrVal {
+pub(crate) fn attr_value(a: &Attribute) -> AttrVal {
     let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
-    match a.r#type {
-        Some(1) => AttrVal::Float(f64::from(a.f.unwrap_or(0.0))),
-        Some(2) => AttrVal::Int(a.i.unwrap_or(0)),
-        Some(3) => AttrVal::Str(a.s.as_deref().map(text).unwrap_or_default()),
+    let floats = || AttrVal::Floats(a.floats().iter().map(|&x| f64::from(x)).collect());
+    let strings = || AttrVal::Strs(a.strings().iter().map(|s| text(s)).collect());
+    match a.kind() {
+        Some(1) => AttrVal::Float(f64::from(a.f().unwrap_or(0.0))),
+        Some(2) => AttrVal::Int(a.i().unwrap_or(0)),
+        Some(3) => AttrVal::Str(a.s().map(|s| text(s)).unwrap_or_default()),
         Some(4) | Some(11) => AttrVal::Other("tensor"),
         Some(5) | Some(10) => AttrVal::Other("graph"),
-        Some(6) => AttrVal::Floats(a.floats.iter().map(|&x| f64::from(x)).collect()),
-        Some(7) => AttrVal::Ints(a.ints.clone()),
-        Some(8) => AttrVal::Strs(a.strings.iter().map(|s| text(s)).collect()),
+        Some(6) => floats(),
+        Some(7) => AttrVal::Ints(a.ints().to_vec()),
+        Some(8) => strings(),
         Some(9) | Some(12) => AttrVal::Other("list of tensors"),
         Some(13) | Some(14) => AttrVal::Other("type"),
         // No type recorded (old files): go by the field that is set.
         _ => {
-            if !a.ints.is_empty() {
-                AttrVal::Ints(a.ints.clone())
-            } else if !a.floats.is_empty() {
-                AttrVal::Floats(a.floats.iter().map(|&x| f64::from(x)).collect())
-            } else if !a.strings.is_empty() {
-                AttrVal::Strs(a.strings.iter().map(|s| text(s)).collect())
-            } else if let Some(s) = &a.s {
+            if !a.ints().is_empty() {
+                AttrVal::Ints(a.ints().to_vec())
+            } else if !a.floats().is_empty() {
+                floats()
+            } else if !a.strings().is_empty() {
+                strings()
+            } else if let Some(s) = a.s() {
                 AttrVal::Str(text(s))
-            } else if let Some(i) = a.i {
+            } else if let Some(i) = a.i() {
                 AttrVal::Int(i)
-            } else if let Some(x) = a.f {
+            } else if let Some(x) = a.f() {
                 AttrVal::Float(f64::from(x))
             } else {
                 AttrVal::Other("value")
@@ -151,21 +153,21 @@ pub(crate) fn attr_default(domain: &str, op: &str, name: &str) -> Option<AttrVal
 }
 
 fn attr_i(node: &Node, name: &str) -> Option<i64> {
-    match attr_value(&node.attr(name)?.proto) {
+    match attr_value(node.attr(name)?) {
         AttrVal::Int(i) => Some(i),
         _ => None,
     }
 }
 
 fn attr_ints(node: &Node, name: &str) -> Option<Vec<i64>> {
-    match attr_value(&node.attr(name)?.proto) {
+    match attr_value(node.attr(name)?) {
         AttrVal::Ints(v) => Some(v),
         _ => None,
     }
 }
 
 fn attr_s(node: &Node, name: &str) -> Option<String> {
-    match attr_value(&node.attr(name)?.proto) {
+    match attr_value(node.attr(name)?) {
         AttrVal::Str(s) => Some(s),
         _ => None,
     }

@@ -531,7 +531,7 @@ impl<'a> Matcher<'a> {
             t: tri,
             why: want.then(|| (msg, at.clone())),
         };
-        let written = node.attr(name).map(|a| attr_value(&a.proto));
+        let written = node.attr(name).map(attr_value);
         if let Some(e) = t.exists {
             if e != written.is_some() {
                 let state = if written.is_some() {

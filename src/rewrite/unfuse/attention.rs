@@ -27,7 +27,7 @@ struct Heads {
 }
 
 fn check_heads(rw: &Rw) -> Result<i64, Unsupported> {
-    match rw.attr("num_heads").and_then(|a| a.i) {
+    match rw.attr("num_heads").and_then(|a| a.i()) {
         Some(n) if n > 0 => Ok(n),
         _ => unsupported("num_heads is required"),
     }
@@ -221,7 +221,7 @@ pub fn attention(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch, Unsuppo
         let s = rw.in_facts(0).dim(1);
         biases.push(causal_mask(&mut rw, s, filter, dt)?);
     }
-    let scale = rw.attr("scale").and_then(|a| a.f).filter(|&s| s != 0.0);
+    let scale = rw.attr("scale").and_then(|a| a.f()).filter(|&s| s != 0.0);
     let h = Heads {
         q,
         k,
@@ -303,7 +303,7 @@ pub fn multi_head_attention(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Pat
         }
         biases.push(causal_mask(&mut rw, s, filter, dt)?);
     }
-    let scale = rw.attr("scale").and_then(|a| a.f).filter(|&s| s != 0.0);
+    let scale = rw.attr("scale").and_then(|a| a.f()).filter(|&s| s != 0.0);
     let h = Heads {
         q,
         k,

@@ -50,7 +50,7 @@ pub fn group_norm(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch, Unsupp
     let scale = rw.need(1, "scale")?;
     let bias = rw.need(2, "bias")?;
     let dt = rw.float_dtype(0)?;
-    let groups = match rw.attr("num_groups").and_then(|a| a.i) {
+    let groups = match rw.attr("num_groups").and_then(|a| a.i()) {
         Some(g) if g > 0 => g,
         _ => return unsupported("num_groups is required"),
     };

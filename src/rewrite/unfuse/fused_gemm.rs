@@ -27,7 +27,7 @@ pub fn fused_gemm(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch, Unsupp
     ]);
     rw.only_attrs(&known)?;
     let mut act = activation::from_gemm_attrs(&rw)?;
-    if let (Act::LeakyRelu(_), Some(a)) = (act, rw.attr("leaky_relu_alpha").and_then(|a| a.f)) {
+    if let (Act::LeakyRelu(_), Some(a)) = (act, rw.attr("leaky_relu_alpha").and_then(|a| a.f())) {
         if rw.attr("activation_alpha").is_none() {
             act = Act::LeakyRelu(a);
         }

@@ -193,7 +193,7 @@ pub fn qlinear_leaky_relu(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch
 pub fn qlinear_softmax(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch, Unsupported> {
     unary(ctx, g, n, &["axis", "opset"], |rw, x| {
         let axis = rw.attr_i("axis", -1);
-        let Some(semantics) = rw.attr("opset").and_then(|a| a.i) else {
+        let Some(semantics) = rw.attr("opset").and_then(|a| a.i()) else {
             return unsupported("QLinearSoftmax without its 'opset' attribute");
         };
         if semantics < 13 {
@@ -293,7 +293,7 @@ pub fn qlinear_concat(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch, Un
     let mut rw = Rw::new(ctx, g, n);
     rw.only_attrs(&["axis"])?;
     need_opset10(&rw)?;
-    let Some(axis) = rw.attr("axis").and_then(|a| a.i) else {
+    let Some(axis) = rw.attr("axis").and_then(|a| a.i()) else {
         return unsupported("QLinearConcat without 'axis'");
     };
     let count = rw.node.inputs.len();

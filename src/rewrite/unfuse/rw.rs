@@ -128,25 +128,25 @@ impl<'a> Rw<'a> {
 
     // ---- attributes -----------------------------------------------------------------------
 
-    pub fn attr(&self, name: &str) -> Option<&'a AttributeProto> {
-        self.node.attr(name).map(|a| &a.proto)
+    pub fn attr(&self, name: &str) -> Option<&'a crate::ir::Attribute> {
+        self.node.attr(name)
     }
     pub fn attr_i(&self, name: &str, default: i64) -> i64 {
-        self.attr(name).and_then(|a| a.i).unwrap_or(default)
+        self.attr(name).and_then(|a| a.i()).unwrap_or(default)
     }
     pub fn attr_f(&self, name: &str, default: f32) -> f32 {
-        self.attr(name).and_then(|a| a.f).unwrap_or(default)
+        self.attr(name).and_then(|a| a.f()).unwrap_or(default)
     }
     pub fn attr_s(&self, name: &str) -> Option<String> {
         self.attr(name)
-            .and_then(|a| a.s.as_ref())
+            .and_then(|a| a.s())
             .map(|s| String::from_utf8_lossy(s).into_owned())
     }
     pub fn attr_ints(&self, name: &str) -> Option<Vec<i64>> {
-        self.attr(name).map(|a| a.ints.clone())
+        self.attr(name).map(|a| a.ints().to_vec())
     }
     pub fn attr_floats(&self, name: &str) -> Option<Vec<f32>> {
-        self.attr(name).map(|a| a.floats.clone())
+        self.attr(name).map(|a| a.floats().to_vec())
     }
 
     /// The original node's attributes whose names are listed (for ops that keep them).
@@ -155,7 +155,7 @@ impl<'a> Rw<'a> {
             .attributes
             .iter()
             .filter(|a| names.contains(&a.name()))
-            .map(|a| a.proto.clone())
+            .map(|a| a.to_proto())
             .collect()
     }
 
