@@ -315,11 +315,7 @@ fn corpus_pp_ocrv4_det() {
     let g = model.graph();
     // Weights are Constant nodes here: depthwise-ness and channels come from them.
     for m in ms.iter().filter(|m| m.rule_id == "split-depthwise") {
-        let group = g
-            .node(m.node)
-            .attr("group")
-            .and_then(|a| a.i())
-            .unwrap();
+        let group = g.node(m.node).attr("group").and_then(|a| a.i()).unwrap();
         assert!(group > 64, "group {group}");
     }
     let c = counts(&ms);
