@@ -206,33 +206,19 @@ impl Attribute {
     /// fields in tag order.
     pub fn encode(&self, buf: &mut Vec<u8>) {
         use prost::encoding::{float, int32, int64};
+        if let Repr::Full(f) = &self.0 {
+            f.proto.encode_raw(buf);
+            return;
+        }
         let start = buf.len();
-        let name = |buf: &mut Vec<u8>, n: &str| put(buf, 1, n.as_bytes());
+        put(buf, 1, self.name().as_bytes());
         match &self.0 {
-            Repr::Int(n, i) => {
-                name(buf, n);
-                int64::encode(3, i, buf);
-            }
-            Repr::Float(n, x) => {
-                name(buf, n);
-                float::encode(2, x, buf);
-            }
-            Repr::Ints(n, v) => {
-                name(buf, n);
-                int64::encode_repeated(8, v, buf);
-            }
-            Repr::Floats(n, v) => {
-                name(buf, n);
-                float::encode_repeated(7, v, buf);
-            }
-            Repr::String(n, s) => {
-                name(buf, n);
-                put(buf, 4, s);
-            }
-            Repr::Full(f) => {
-                f.proto.encode_raw(buf);
-                return;
-            }
+            Repr::Int(_, i) => int64::encode(3, i, buf),
+            Repr::Float(_, x) => float::encode(2, x, buf),
+            Repr::Ints(_, v) => int64::encode_repeated(8, v, buf),
+            Repr::Floats(_, v) => float::encode_repeated(7, v, buf),
+            Repr::String(_, s) => put(buf, 4, s),
+            Repr::Full(_) => {}
         }
         int32::encode(20, &self.kind_i32(), buf);
         debug_assert_eq!(buf.len() - start, self.encoded_len());

@@ -979,17 +979,29 @@ fn dims_match(pats: &[DimPat], dims: &[FactDim]) -> (Tri, String) {
 /// Op types one of which a node must have for `p` to hold (`None`: any op may): those of a
 /// top-level `op:`, of every alternative of an `any:`, or of one part of an `all:`.
 fn required_ops(p: &Pattern) -> Option<Vec<&str>> {
-    p.preds.iter().find_map(|pred| match &pred.kind {
+    required(p, &|k| match k {
         PredKind::Op(ops) => Some(ops.iter().map(String::as_str).collect()),
+        _ => None,
+    })
+}
+
+/// What a node must have for `p` to hold, by `leaf` (what one top-level predicate requires):
+/// the first predicate that requires something, where an `any:` requires what all its
+/// alternatives do together (if each requires something) and an `all:` what one part does.
+fn required<'p, T>(
+    p: &'p Pattern,
+    leaf: &impl Fn(&'p PredKind) -> Option<Vec<T>>,
+) -> Option<Vec<T>> {
+    p.preds.iter().find_map(|pred| match &pred.kind {
         PredKind::Any(alts) => {
             let mut all = Vec::new();
             for alt in alts {
-                all.extend(required_ops(alt)?);
+                all.extend(required(alt, leaf)?);
             }
             Some(all)
         }
-        PredKind::All(parts) => parts.iter().find_map(required_ops),
-        _ => None,
+        PredKind::All(parts) => parts.iter().find_map(|q| required(q, leaf)),
+        k => leaf(k),
     })
 }
 
@@ -1003,19 +1015,11 @@ fn required_dtypes(p: &Pattern) -> Option<Vec<i32>> {
             _ => None,
         })
     }
-    p.preds.iter().find_map(|pred| match &pred.kind {
+    required(p, &|k| match k {
         PredKind::Input(_, t)
         | PredKind::Output(_, t)
         | PredKind::AnyInput(t)
         | PredKind::AnyOutput(t) => of(t),
-        PredKind::Any(alts) => {
-            let mut all = Vec::new();
-            for alt in alts {
-                all.extend(required_dtypes(alt)?);
-            }
-            Some(all)
-        }
-        PredKind::All(parts) => parts.iter().find_map(required_dtypes),
         _ => None,
     })
 }
