@@ -84,7 +84,7 @@ pub fn plan(g: &Graph, is_cpu: &dyn Fn(NodeId) -> bool) -> Result<Vec<Segment>> 
         order.push(n);
         let mut succ = BTreeSet::new();
         for v in g.node(n).outputs.iter().flatten() {
-            for (c, _) in &consumers[v.index()] {
+            for (c, _) in consumers.of(*v) {
                 succ.insert(*c);
             }
         }
@@ -139,7 +139,8 @@ pub fn plan(g: &Graph, is_cpu: &dyn Fn(NodeId) -> bool) -> Result<Vec<Segment>> 
                 }
             }
             for v in node.outputs.iter().flatten() {
-                let used_later = consumers[v.index()]
+                let used_later = consumers
+                    .of(*v)
                     .iter()
                     .any(|(c, _)| seg_of.get(c) != Some(&i));
                 if (used_later || graph_outputs.contains(v)) && !outs.contains(v) {

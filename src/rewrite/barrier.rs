@@ -69,54 +69,6 @@ impl Positions {
     }
 }
 
-/// Each value's readers `(node, input slot)`, in write order, as in [`Graph::consumers`] but in
-/// two flat vectors (one allocation, not one per value: a layout is made once per cut).
-struct Readers {
-    /// Value `v`'s readers are `list[start[v]..start[v + 1]]`.
-    start: Vec<u32>,
-    list: Vec<(NodeId, u32)>,
-}
-
-impl Readers {
-    fn new(g: &Graph) -> Self {
-        let n = g.values.len();
-        let mut start = vec![0u32; n + 2];
-        fn uses(node: &crate::ir::Node) -> impl Iterator<Item = (ValueId, u32)> + '_ {
-            let inputs = node.inputs.iter().enumerate();
-            inputs
-                .filter_map(|(slot, v)| v.map(|v| (v, slot as u32)))
-                .chain(
-                    node.implicit_inputs
-                        .iter()
-                        .map(|&v| (v, crate::ir::IMPLICIT_SLOT)),
-                )
-        }
-        for &id in &g.order {
-            for (v, _) in uses(g.node(id)) {
-                start[v.index() + 2] += 1;
-            }
-        }
-        for i in 2..start.len() {
-            start[i] += start[i - 1];
-        }
-        // `start[v + 1]` is now where `v`'s readers begin; it is moved to their end below.
-        let mut list = vec![(NodeId::new(0), 0u32); start[n + 1] as usize];
-        for &id in &g.order {
-            for (v, slot) in uses(g.node(id)) {
-                let at = &mut start[v.index() + 1];
-                list[*at as usize] = (id, slot);
-                *at += 1;
-            }
-        }
-        start.pop();
-        Readers { start, list }
-    }
-    fn of(&self, v: ValueId) -> &[(NodeId, u32)] {
-        let i = v.index();
-        &self.list[self.start[i] as usize..self.start[i + 1] as usize]
-    }
-}
-
 /// Per node index: on the CPU (pinned), and out of the GPU's work (pinned, or a `Constant`).
 struct Kinds {
     cpu: Vec<bool>,
@@ -149,7 +101,7 @@ struct Layout {
     topo: Vec<NodeId>,
     pos: Positions,
     /// Each value's readers (computed once per layout: `cut_before` reads them too).
-    consumers: Readers,
+    consumers: crate::ir::Consumers,
     kinds: Kinds,
     /// `gpu_live[i]`: GPU-computed values read on the GPU at or after i, computed before i.
     gpu_live: Vec<usize>,
@@ -160,7 +112,7 @@ fn layout(g: &Graph) -> Result<Layout, String> {
         .topo_order()
         .map_err(|_| "the graph has a cycle".to_string())?;
     let pos = Positions::new(&topo);
-    let consumers = Readers::new(g);
+    let consumers = g.consumers();
     let kinds = Kinds::new(g);
     let mut diff = vec![0i64; topo.len() + 2];
     for (vi, value) in g.values.iter().enumerate() {

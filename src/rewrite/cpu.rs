@@ -83,15 +83,13 @@ fn grow(g: &Graph, pinned: &mut HashSet<NodeId>) -> Vec<NodeId> {
                 continue;
             }
             let node = g.node(n);
-            let outs: Vec<_> = node.outputs.iter().flatten().copied().collect();
-            if outs.is_empty() || outs.iter().any(|v| graph_outputs.contains(v)) {
+            let outs = || node.outputs.iter().flatten();
+            if outs().next().is_none() || outs().any(|v| graph_outputs.contains(v)) {
                 continue;
             }
-            let uses: Vec<NodeId> = outs
-                .iter()
-                .flat_map(|v| consumers[v.index()].iter().map(|(c, _)| *c))
-                .collect();
-            if uses.is_empty() || !uses.iter().all(|c| pinned.contains(c)) {
+            let mut uses = outs().flat_map(|v| consumers.of(*v).iter().map(|(c, _)| c));
+            let first = uses.next();
+            if first.is_none() || !first.into_iter().chain(uses).all(|c| pinned.contains(c)) {
                 continue;
             }
             let shape_op = node.domain().is_empty() && SHAPE_OPS.contains(&node.op_type.as_str());

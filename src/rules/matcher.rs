@@ -866,10 +866,11 @@ impl<'a> Matcher<'a> {
             .get_or_init(|| {
                 self.graph
                     .consumers()
-                    .into_iter()
+                    .iter()
                     .map(|list| {
                         let mut seen = HashSet::new();
-                        list.into_iter()
+                        list.iter()
+                            .copied()
                             .filter(|&(n, slot)| slot != IMPLICIT_SLOT && seen.insert(n))
                             .map(|(n, _)| n)
                             .collect()
