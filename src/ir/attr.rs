@@ -20,8 +20,8 @@ pub struct Attribute(Repr);
 enum Repr {
     Int(Box<str>, i64),
     Float(Box<str>, f32),
-    Ints(Box<str>, Box<[i64]>),
-    Floats(Box<str>, Box<[f32]>),
+    Ints(Box<str>, Vec<i64>),
+    Floats(Box<str>, Vec<f32>),
     String(Box<str>, Bytes),
     Full(Box<Full>),
 }
@@ -44,8 +44,8 @@ impl Attribute {
     /// The attribute of this message and its graph-valued payloads, imported.
     pub fn with_graphs(proto: AttributeProto, g: Option<Box<Graph>>, graphs: Vec<Graph>) -> Self {
         if g.is_none() && graphs.is_empty() {
-            if let Some(r) = compact(&proto) {
-                return Attribute(r);
+            if let Some(kind) = compact_kind(&proto) {
+                return Attribute(compact(proto, kind));
             }
         }
         Attribute(Repr::Full(Box::new(Full { proto, g, graphs })))
@@ -173,11 +173,11 @@ impl Attribute {
                 ..named(n)
             },
             Repr::Ints(n, v) => AttributeProto {
-                ints: v.to_vec(),
+                ints: v.clone(),
                 ..named(n)
             },
             Repr::Floats(n, v) => AttributeProto {
-                floats: v.to_vec(),
+                floats: v.clone(),
                 ..named(n)
             },
             Repr::String(n, s) => AttributeProto {
@@ -245,9 +245,40 @@ fn put(buf: &mut Vec<u8>, tag: u32, b: &[u8]) {
     buf.extend_from_slice(b);
 }
 
-/// The compact form of a message that is exactly a name, its type, and that type's one
-/// payload (so that the compact form gives back an equal message), else `None`.
-fn compact(p: &AttributeProto) -> Option<Repr> {
+/// The compact kinds (see [`compact`]).
+enum Kind {
+    Int,
+    Float,
+    String,
+    Ints,
+    Floats,
+}
+
+/// The compact form of a message of this kind ([`compact_kind`]): its name and payload are
+/// moved, not copied.
+fn compact(p: AttributeProto, kind: Kind) -> Repr {
+    let AttributeProto {
+        name,
+        f,
+        i,
+        s,
+        floats,
+        ints,
+        ..
+    } = p;
+    let name = name.unwrap_or_default().into_boxed_str();
+    match kind {
+        Kind::Int => Repr::Int(name, i.unwrap_or_default()),
+        Kind::Float => Repr::Float(name, f.unwrap_or_default()),
+        Kind::String => Repr::String(name, s.unwrap_or_default()),
+        Kind::Ints => Repr::Ints(name, ints),
+        Kind::Floats => Repr::Floats(name, floats),
+    }
+}
+
+/// Which compact kind `p` is: exactly a name, its type and that type's one payload (so that
+/// the compact form gives back an equal message), else `None`.
+fn compact_kind(p: &AttributeProto) -> Option<Kind> {
     let AttributeProto {
         name,
         f,
@@ -268,8 +299,8 @@ fn compact(p: &AttributeProto) -> Option<Repr> {
         sparse_tensor,
         sparse_tensors,
     } = p;
-    let name: Box<str> = name.as_deref()?.into();
-    let bare = t.is_none()
+    let bare = name.is_some()
+        && t.is_none()
         && g.is_none()
         && strings.is_empty()
         && tensors.is_empty()
@@ -283,27 +314,21 @@ fn compact(p: &AttributeProto) -> Option<Repr> {
     if !bare {
         return None;
     }
-    let only = |n: usize| {
-        usize::from(f.is_some())
-            + usize::from(i.is_some())
-            + usize::from(s.is_some())
-            + usize::from(!floats.is_empty())
-            + usize::from(!ints.is_empty())
-            == n
-    };
-    let k = AttributeType::try_from((*r#type)?).ok()?;
-    Some(match k {
-        AttributeType::Int if only(1) => Repr::Int(name, (*i)?),
-        AttributeType::Float if only(1) => Repr::Float(name, (*f)?),
-        AttributeType::String if only(1) => Repr::String(name, s.clone()?),
-        AttributeType::Ints if only(usize::from(!ints.is_empty())) && f.is_none() => {
-            Repr::Ints(name, ints.as_slice().into())
-        }
-        AttributeType::Floats if only(usize::from(!floats.is_empty())) && i.is_none() => {
-            Repr::Floats(name, floats.as_slice().into())
-        }
-        _ => return None,
-    })
+    // How many of the payload fields are set.
+    let set = usize::from(f.is_some())
+        + usize::from(i.is_some())
+        + usize::from(s.is_some())
+        + usize::from(!floats.is_empty())
+        + usize::from(!ints.is_empty());
+    match AttributeType::try_from((*r#type)?).ok()? {
+        AttributeType::Int if set == 1 && i.is_some() => Some(Kind::Int),
+        AttributeType::Float if set == 1 && f.is_some() => Some(Kind::Float),
+        AttributeType::String if set == 1 && s.is_some() => Some(Kind::String),
+        // An empty list is the list's payload: nothing else may be set.
+        AttributeType::Ints if set == usize::from(!ints.is_empty()) => Some(Kind::Ints),
+        AttributeType::Floats if set == usize::from(!floats.is_empty()) => Some(Kind::Floats),
+        _ => None,
+    }
 }
 
 #[cfg(test)]

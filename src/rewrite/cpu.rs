@@ -87,9 +87,10 @@ fn grow(g: &Graph, pinned: &mut HashSet<NodeId>) -> Vec<NodeId> {
             if outs().next().is_none() || outs().any(|v| graph_outputs.contains(v)) {
                 continue;
             }
-            let mut uses = outs().flat_map(|v| consumers.of(*v).iter().map(|(c, _)| c));
-            let first = uses.next();
-            if first.is_none() || !first.into_iter().chain(uses).all(|c| pinned.contains(c)) {
+            let mut uses = outs()
+                .flat_map(|v| consumers.of(*v).iter().map(|(c, _)| c))
+                .peekable();
+            if uses.peek().is_none() || !uses.all(|c| pinned.contains(c)) {
                 continue;
             }
             let shape_op = node.domain().is_empty() && SHAPE_OPS.contains(&node.op_type.as_str());
