@@ -116,19 +116,20 @@ impl Scope<'_> {
 
 /// The values of a graph being imported, by name. Keyed by the hash [`Graph::taken_names`]
 /// records, and checked against the value's own name, so no name is copied. A name whose
-/// hash is that of another name (possible, never seen) is kept apart, by name. Both maps
-/// hash their keys with the standard library's randomly keyed hasher, as every map keyed by
-/// data from the file does.
+/// hash is that of another name (possible, never seen) is kept apart, by name. Both maps are
+/// randomly keyed, as every map keyed by data from the file is: the hashes are mixed once
+/// more with keys drawn per map ([`crate::ir::hash::PreHashedBuild`]), the clashes are hashed
+/// with the standard library's SipHash.
 #[derive(Default)]
 struct Names {
-    by_hash: HashMap<u64, ValueId>,
+    by_hash: crate::ir::hash::HashKeyMap<ValueId>,
     clashes: HashMap<String, ValueId>,
 }
 
 impl Names {
     fn with_capacity(n: usize) -> Self {
         Names {
-            by_hash: HashMap::with_capacity(n),
+            by_hash: crate::ir::hash::HashKeyMap::with_capacity_and_hasher(n, Default::default()),
             clashes: HashMap::new(),
         }
     }

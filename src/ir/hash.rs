@@ -72,6 +72,88 @@ pub type FastMap<K, V> = std::collections::HashMap<K, V, FastBuild>;
 /// A hash set with [`FastHasher`].
 pub type FastSet<K> = std::collections::HashSet<K, FastBuild>;
 
+/// Builds the hashers of maps keyed by a name's [`crate::ir::name_hash`]: the key is already a
+/// SipHash of the name, but one with a fixed key (so fresh names are the same on every run), and
+/// a file could choose names whose hashes share the low bits that pick a bucket. Each map draws
+/// two keys at random (from the standard library's per-process keys) and its hash is folded
+/// 128-bit multiplies of the key with them, which moves every bit of the key into every bit of the
+/// result: a file that does not know the keys cannot steer keys into one bucket. Two
+/// multiplies, where hashing the `u64` again with SipHash took about a hundred instructions.
+#[derive(Clone, Copy)]
+pub struct PreHashedBuild {
+    k0: u64,
+    k1: u64,
+}
+
+impl Default for PreHashedBuild {
+    fn default() -> Self {
+        use std::hash::BuildHasher;
+        let s = std::collections::hash_map::RandomState::new();
+        PreHashedBuild {
+            k0: s.hash_one(0x243f_6a88_85a3_08d3_u64),
+            k1: s.hash_one(0x1319_8a2e_0370_7344_u64) | 1,
+        }
+    }
+}
+
+impl std::hash::BuildHasher for PreHashedBuild {
+    type Hasher = PreHasher;
+    #[inline]
+    fn build_hasher(&self) -> PreHasher {
+        PreHasher {
+            k0: self.k0,
+            k1: self.k1,
+            h: 0,
+        }
+    }
+}
+
+/// See [`PreHashedBuild`].
+pub struct PreHasher {
+    k0: u64,
+    k1: u64,
+    h: u64,
+}
+
+impl PreHasher {
+    /// Two folded multiplies: after one, the low bits of the result still depend on the key's
+    /// low bits more than on its high ones.
+    #[inline]
+    fn fold(&self, x: u64) -> u64 {
+        let f = |a: u64, b: u64| {
+            let m = u128::from(a) * u128::from(b);
+            (m as u64) ^ ((m >> 64) as u64)
+        };
+        f(f(x ^ self.k0, self.k1) ^ self.k1, self.k0 | 1)
+    }
+}
+
+impl Hasher for PreHasher {
+    #[inline]
+    fn write_u64(&mut self, i: u64) {
+        self.h = self.fold(self.h ^ i);
+    }
+    /// Keys other than a `u64` (none in this program) are folded eight bytes at a time.
+    fn write(&mut self, bytes: &[u8]) {
+        for c in bytes.chunks(8) {
+            let mut w = [0u8; 8];
+            w[..c.len()].copy_from_slice(c);
+            self.h = self
+                .fold(self.h ^ u64::from_le_bytes(w))
+                .rotate_left(c.len() as u32);
+        }
+    }
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.h
+    }
+}
+
+/// A set of name hashes (see [`PreHashedBuild`]).
+pub type HashKeySet = std::collections::HashSet<u64, PreHashedBuild>;
+/// A map keyed by name hashes (see [`PreHashedBuild`]).
+pub type HashKeyMap<V> = std::collections::HashMap<u64, V, PreHashedBuild>;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -94,5 +176,26 @@ mod tests {
         assert_ne!(h(&|s| ("", "Add").hash(s)), h(&|s| ("", "Adc").hash(s)));
         let m: FastMap<usize, usize> = (0..100).map(|i| (i, i * 2)).collect();
         assert_eq!(m[&42], 84);
+    }
+
+    #[test]
+    fn name_hashes_that_share_low_bits_spread() {
+        use std::hash::BuildHasher;
+        let b = PreHashedBuild::default();
+        // Keys a file could pick: 1,024 that differ in ten bits only, the low ones or high
+        // ones, land in most of 1,024 buckets (about 647 for random keys).
+        for shift in [0, 10, 20, 32, 44, 54] {
+            let low: std::collections::HashSet<u64> = (0..1024u64)
+                .map(|i| b.hash_one((i << shift) ^ 0x5a5a_0000_0ab_cde) & 1023)
+                .collect();
+            assert!(low.len() > 600, "shift {shift}: {}", low.len());
+        }
+        // Two maps draw different keys.
+        let c = PreHashedBuild::default();
+        assert_ne!(b.hash_one(7u64), c.hash_one(7u64));
+        let mut m: HashKeyMap<u32> = HashKeyMap::default();
+        m.insert(u64::MAX, 1);
+        m.insert(0, 2);
+        assert_eq!((m[&u64::MAX], m[&0]), (1, 2));
     }
 }

@@ -9,7 +9,6 @@ pub mod dump;
 pub mod hash;
 pub mod scope;
 
-use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
 
 use petgraph::stable_graph::{NodeIndex, StableGraph};
@@ -212,13 +211,14 @@ pub struct Graph {
     pub metadata_props: Vec<StringStringEntryProto>,
     /// Hashes of every value and node name in use, so fresh names are found in O(1).
     /// A hash collision only makes a name look taken (never a duplicate name).
-    pub(crate) taken_names: std::collections::HashSet<u64>,
-    /// For each base given to [`Graph::fresh_name`], the suffix it last returned: every lower
-    /// one is taken (names are never freed), so the next search starts there, not at 1.
+    pub(crate) taken_names: hash::HashKeySet,
+    /// For each base given to [`Graph::fresh_name`], the suffix after the one it last returned
+    /// (0: the base itself is still to be tried): every lower one is taken (names are never
+    /// freed), so the next search starts there, not at 1.
     /// Keyed by the base's [`name_hash`]: two bases of one hash (never seen) share a counter,
     /// which only makes one of them skip suffixes that were free (names stay unique, and the
     /// same on every run).
-    pub(crate) name_suffixes: HashMap<u64, u64>,
+    pub(crate) name_suffixes: hash::HashKeyMap<u64>,
     /// Where in `order` the last node looked up by [`Graph::position`] was: rewrites go through
     /// the graph in order, so the next lookup starts there.
     pub(crate) order_hint: OrderHint,
@@ -270,6 +270,23 @@ impl std::fmt::Debug for InitIndex {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("InitIndex")
     }
+}
+
+/// Append `_` and `n` in decimal (what `write!(s, "_{n}")` does, without the formatter).
+fn push_suffix(s: &mut String, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    s.push('_');
+    // ASCII digits.
+    s.push_str(std::str::from_utf8(&digits[i..]).unwrap_or_default());
 }
 
 /// The hash of a name that [`Graph::taken_names`] records (a fixed key: the same on every
@@ -413,21 +430,25 @@ impl Graph {
     }
 
     /// A value or node name not used in this graph, derived from `base`; reserved on return.
+    /// The candidates are `base`, then `base_1`, `base_2`, ...: the first one free.
     pub fn fresh_name(&mut self, base: &str) -> String {
-        use std::fmt::Write as _;
         // One lookup per table: the suffix counter through its entry, and a candidate is
         // reserved by the insert that finds it free.
-        let suffix = self.name_suffixes.entry(name_hash(base)).or_insert(0);
-        let mut candidate = String::with_capacity(base.len() + 4);
+        let next = self.name_suffixes.entry(name_hash(base)).or_insert(0);
+        // Room for the longest suffix (`_` and 20 digits): the candidate never grows.
+        let mut candidate = String::with_capacity(base.len() + 21);
         candidate.push_str(base);
-        if *suffix > 0 {
-            let _ = write!(candidate, "_{suffix}");
+        if *next > 0 {
+            push_suffix(&mut candidate, *next);
         }
         while !self.taken_names.insert(name_hash(&candidate)) {
-            *suffix += 1;
+            *next += 1;
             candidate.truncate(base.len());
-            let _ = write!(candidate, "_{suffix}");
+            push_suffix(&mut candidate, *next);
         }
+        // Every candidate up to this one is taken now (names are never freed): the next
+        // search for this base starts after it.
+        *next += 1;
         candidate
     }
 

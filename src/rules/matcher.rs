@@ -10,6 +10,7 @@ use std::cell::{OnceCell, RefCell};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 
+use crate::ir::hash::FastMap;
 use crate::ir::{Graph, Model, Node, NodeId, Origin, ValueId, IMPLICIT_SLOT};
 use crate::tensor::dtype_name;
 
@@ -246,24 +247,37 @@ impl<'a> Matcher<'a> {
     /// Every (rule, node) pair that matches, in the engine's fixed order.
     pub fn find(&self, target: &Target) -> Vec<Match> {
         let mut out = Vec::new();
-        // The nodes of each op type, in write order: a rule whose pattern names its ops (an
-        // `op:` predicate at the top, which must hold for the pattern to) tries those only.
-        let mut by_op: HashMap<&str, Vec<(usize, NodeId)>> = HashMap::new();
-        for (i, &n) in self.graph.order.iter().enumerate() {
-            by_op
-                .entry(self.graph.node(n).op_type.as_str())
-                .or_default()
-                .push((i, n));
+        // The nodes of each op type the rules name, in write order: a rule whose pattern names
+        // its ops (an `op:` predicate at the top, which must hold for the pattern to) tries
+        // those only. The table is keyed by the rules' ops (a few, none from the model), so a
+        // node's op is looked up with the fast hasher and nodes of other ops cost one probe.
+        let rule_ops: Vec<Option<Vec<&str>>> = target
+            .rules
+            .iter()
+            .map(|r| required_ops(&r.pattern))
+            .collect();
+        let mut wanted: FastMap<&str, usize> = FastMap::default();
+        for op in rule_ops.iter().flatten().flatten() {
+            let next = wanted.len();
+            wanted.entry(op).or_insert(next);
+        }
+        let mut by_op: Vec<Vec<(usize, NodeId)>> = vec![Vec::new(); wanted.len()];
+        if !wanted.is_empty() {
+            for (i, &n) in self.graph.order.iter().enumerate() {
+                if let Some(&k) = wanted.get(self.graph.node(n).op_type.as_str()) {
+                    by_op[k].push((i, n));
+                }
+            }
         }
         // And of each domain, for a rule that names its domains but not its ops.
         let mut by_domain: HashMap<&str, Vec<(usize, NodeId)>> = HashMap::new();
         let mut candidates: Vec<(usize, NodeId)> = Vec::new();
-        for (ri, rule) in target.rules.iter().enumerate() {
+        for (ri, (rule, ops)) in target.rules.iter().zip(&rule_ops).enumerate() {
             self.linked.borrow_mut().clear();
             candidates.clear();
-            if let Some(ops) = required_ops(&rule.pattern) {
+            if let Some(ops) = ops {
                 for op in ops {
-                    candidates.extend(by_op.get(op).into_iter().flatten());
+                    candidates.extend(&by_op[wanted[op]]);
                 }
                 candidates.sort_unstable();
                 candidates.dedup();
