@@ -186,7 +186,7 @@ mod tests {
         // ones, land in most of 1,024 buckets (about 647 for random keys).
         for shift in [0, 10, 20, 32, 44, 54] {
             let low: std::collections::HashSet<u64> = (0..1024u64)
-                .map(|i| b.hash_one((i << shift) ^ 0x5a5a_0000_0ab_cde) & 1023)
+                .map(|i| b.hash_one((i << shift) ^ 0x005a_5a00_000a_bcde) & 1023)
                 .collect();
             assert!(low.len() > 600, "shift {shift}: {}", low.len());
         }

@@ -22,6 +22,25 @@ pub(crate) enum Derived<T> {
     Unknown(String),
 }
 
+/// What a known flag was decided on, written out only when a match is explained.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum FlagWhy {
+    Group(i64),
+    /// The group and the input channels.
+    GroupAndChannels(i64, i64),
+}
+
+impl std::fmt::Display for FlagWhy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FlagWhy::Group(g) => write!(f, "group is {g}"),
+            FlagWhy::GroupAndChannels(g, ch) => {
+                write!(f, "group is {g} and input channels are {ch}")
+            }
+        }
+    }
+}
+
 /// An attribute's value, whatever its type.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum AttrVal {
@@ -187,12 +206,12 @@ fn product(dims: &[i64]) -> f64 {
 }
 
 /// A convolution as the facts see it.
-struct ConvView {
+struct ConvView<'a> {
     group: i64,
     transpose: bool,
-    x: Option<Vec<FactDim>>,
-    w: Option<Vec<FactDim>>,
-    y: Option<Vec<FactDim>>,
+    x: Option<&'a [FactDim]>,
+    w: Option<&'a [FactDim]>,
+    y: Option<&'a [FactDim]>,
 }
 
 impl<'a> Shapes<'a> {
@@ -202,18 +221,14 @@ impl<'a> Shapes<'a> {
     fn output(&self, node: &Node, slot: usize) -> Option<ValueId> {
         node.outputs.get(slot).copied().flatten()
     }
-    fn in_shape(&self, node: &Node, slot: usize) -> Option<Vec<FactDim>> {
-        self.facts
-            .shape(self.input(node, slot)?)
-            .map(<[FactDim]>::to_vec)
+    fn in_shape(&self, node: &Node, slot: usize) -> Option<&'a [FactDim]> {
+        self.facts.shape(self.input(node, slot)?)
     }
-    fn out_shape(&self, node: &Node, slot: usize) -> Option<Vec<FactDim>> {
-        self.facts
-            .shape(self.output(node, slot)?)
-            .map(<[FactDim]>::to_vec)
+    fn out_shape(&self, node: &Node, slot: usize) -> Option<&'a [FactDim]> {
+        self.facts.shape(self.output(node, slot)?)
     }
 
-    fn conv(&self, node: &Node) -> Option<ConvView> {
+    fn conv(&self, node: &Node) -> Option<ConvView<'a>> {
         let (w_slot, transpose) = match (node.domain(), node.op_type.as_str()) {
             ("", "Conv" | "ConvInteger" | "DeformConv") => (1, false),
             ("", "ConvTranspose") => (1, true),
@@ -320,21 +335,20 @@ impl<'a> Shapes<'a> {
         Derived::NotApplicable(format!("{} is not a convolution or pool", node.op_type))
     }
 
-    pub(crate) fn flag(&self, node: &Node, flag: Flag) -> Derived<(bool, String)> {
+    pub(crate) fn flag(&self, node: &Node, flag: Flag) -> Derived<(bool, FlagWhy)> {
         let Some(c) = self.conv(node) else {
             return Derived::NotApplicable(format!("{} is not a convolution", node.op_type));
         };
         match flag {
-            Flag::Grouped => Derived::Known((c.group > 1, format!("group is {}", c.group))),
+            Flag::Grouped => Derived::Known((c.group > 1, FlagWhy::Group(c.group))),
             Flag::Depthwise => {
                 if c.group <= 1 {
-                    return Derived::Known((false, format!("group is {}", c.group)));
+                    return Derived::Known((false, FlagWhy::Group(c.group)));
                 }
                 match self.conv_in_channels(&c) {
-                    Derived::Known(ch) => Derived::Known((
-                        ch == c.group,
-                        format!("group is {} and input channels are {ch}", c.group),
-                    )),
+                    Derived::Known(ch) => {
+                        Derived::Known((ch == c.group, FlagWhy::GroupAndChannels(c.group, ch)))
+                    }
                     Derived::Unknown(why) => Derived::Unknown(why),
                     Derived::NotApplicable(why) => Derived::NotApplicable(why),
                 }
@@ -379,7 +393,7 @@ impl<'a> Shapes<'a> {
                     },
                     None => Derived::Unknown(format!(
                         "input 0's spatial dimensions are not all known ({})",
-                        show_dims(&x)
+                        show_dims(x)
                     )),
                 },
             },
@@ -426,16 +440,16 @@ impl<'a> Shapes<'a> {
         }
     }
 
-    fn known_shape(&self, v: Option<Vec<FactDim>>, what: &str) -> Result<Vec<i64>, String> {
+    fn known_shape(&self, v: Option<&[FactDim]>, what: &str) -> Result<Vec<i64>, String> {
         let s = v.ok_or_else(|| format!("{what} shape is unknown"))?;
-        known_all(&s).ok_or_else(|| format!("{what} shape is not static ({})", show_dims(&s)))
+        known_all(s).ok_or_else(|| format!("{what} shape is not static ({})", show_dims(s)))
     }
 
     /// Estimated FLOPs of one dispatch (a multiply-add counts 2).
     fn work(&self, node: &Node) -> Result<f64, String> {
         if let Some(c) = self.conv(node) {
-            let x = self.known_shape(c.x.clone(), "input 0")?;
-            let w = self.known_shape(c.w.clone(), "the weights'")?;
+            let x = self.known_shape(c.x, "input 0")?;
+            let w = self.known_shape(c.w, "the weights'")?;
             if x.len() < 3 || w.len() != x.len() {
                 return Err("the convolution's input and weights have unexpected ranks".to_string());
             }
@@ -483,7 +497,7 @@ impl<'a> Shapes<'a> {
                     Derived::Known(k) => k,
                     Derived::Unknown(w) | Derived::NotApplicable(w) => return Err(w),
                 };
-                let out = match self.out_shape(node, 0).and_then(|y| known_all(&y)) {
+                let out = match self.out_shape(node, 0).and_then(known_all) {
                     Some(y) => product(&y),
                     None if Self::is_global_pool(node) => product(&x[..2.min(x.len())]),
                     None => {
@@ -523,7 +537,7 @@ impl<'a> Shapes<'a> {
         for (what, slot, v) in ins.chain(outs) {
             let Some(v) = v else { continue };
             let name = format!("{what} {slot}");
-            let s = self.known_shape(self.facts.shape(v).map(<[FactDim]>::to_vec), &name)?;
+            let s = self.known_shape(self.facts.shape(v), &name)?;
             let t = self
                 .facts
                 .dtype(v)
