@@ -261,10 +261,19 @@ impl Patch {
             origin.clone()
         };
 
-        // Values: names derived from the origin, unique in the graph.
+        // Values: names derived from the origin, unique in the graph. (Each name's stem,
+        // `prefix/hint`, is built in one buffer.)
+        fn stem<'b>(buf: &'b mut String, prefix: &str, hint: &str) -> &'b str {
+            buf.clear();
+            buf.push_str(prefix);
+            buf.push('/');
+            buf.push_str(hint);
+            buf
+        }
+        let mut base = String::new();
         let mut ids: Vec<ValueId> = Vec::with_capacity(values.len());
         for v in &values {
-            let name = g.fresh_name(&format!("{prefix}/{}", v.name_hint));
+            let name = g.fresh_name(stem(&mut base, &prefix, &v.name_hint));
             ids.push(g.add_value(name, Origin::Unbound));
         }
         let resolve = |p: PValue| -> ValueId {
@@ -345,7 +354,7 @@ impl Patch {
         let mut created = Vec::with_capacity(nodes.len());
         let first_at = anchor_pos.unwrap_or(g.order.len());
         for nn in nodes {
-            let name = g.fresh_name(&format!("{prefix}/{}", nn.name_hint));
+            let name = g.fresh_name(stem(&mut base, &prefix, &nn.name_hint));
             let mut node = Node {
                 name: Some(name),
                 op_type: nn.op_type,
