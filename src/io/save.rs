@@ -520,7 +520,6 @@ impl Sink {
     }
 
     fn flush_pending(&mut self) -> std::io::Result<()> {
-        use std::io::{Read, Seek, SeekFrom};
         let Some((i, start, end)) = self.pending.take() else {
             return Ok(());
         };
@@ -534,10 +533,10 @@ impl Sink {
         let Some(file) = src.file.as_mut() else {
             return Ok(());
         };
-        file.seek(SeekFrom::Start(start))?;
-        // std::io::copy flushes the buffer, then uses copy_file_range between the two files.
+        // The bytes before the range go first.
+        self.w.flush()?;
         let want = end - start;
-        let copied = std::io::copy(&mut Read::by_ref(file).take(want), &mut self.w)?;
+        let copied = copy_range(file, start, want, self.w.get_mut())?;
         if copied != want {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::UnexpectedEof,
@@ -546,6 +545,59 @@ impl Sink {
         }
         Ok(())
     }
+}
+
+/// Append `len` bytes of `from`, from `offset` on, to `to` (written at its position); returns
+/// how many there were (fewer when `from` ends first). On Linux the kernel copies them file to
+/// file with `copy_file_range` given the source offset: one system call per range, where
+/// `std::io::copy` also asks for both files' metadata and seeks (four calls per range, and a
+/// timestamp query that makes the next write update the file's times in the journal).
+fn copy_range(from: &mut File, offset: u64, len: u64, to: &mut File) -> std::io::Result<u64> {
+    let mut done = 0u64;
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        let (fd_in, fd_out) = (from.as_raw_fd(), to.as_raw_fd());
+        while done < len {
+            let Ok(mut off_in) = libc::loff_t::try_from(offset + done) else {
+                break;
+            };
+            let chunk = (len - done).min(1 << 30) as usize;
+            // SAFETY: both descriptors are open files owned by the caller for the call;
+            // `off_in` is a valid, exclusive pointer for its duration; a null output offset
+            // writes at (and advances) `to`'s position.
+            let r = unsafe {
+                libc::copy_file_range(fd_in, &mut off_in, fd_out, std::ptr::null_mut(), chunk, 0)
+            };
+            match r {
+                0 => return Ok(done),
+                r if r > 0 => done += r as u64,
+                _ => {
+                    let e = std::io::Error::last_os_error();
+                    match e.raw_os_error() {
+                        Some(libc::EINTR) => continue,
+                        // Not between these two files (another file system, an older kernel, a
+                        // special file): the rest goes through user space below.
+                        Some(
+                            libc::EXDEV
+                            | libc::ENOSYS
+                            | libc::EOPNOTSUPP
+                            | libc::EINVAL
+                            | libc::EBADF
+                            | libc::EPERM,
+                        ) => break,
+                        _ => return Err(e),
+                    }
+                }
+            }
+        }
+    }
+    if done < len {
+        use std::io::{Read, Seek, SeekFrom};
+        from.seek(SeekFrom::Start(offset + done))?;
+        done += std::io::copy(&mut Read::by_ref(from).take(len - done), to)?;
+    }
+    Ok(done)
 }
 
 impl Write for Sink {
@@ -643,10 +695,13 @@ impl PayloadWrite for SameAs<'_> {
 }
 
 fn put_len_key(w: &mut impl Write, tag: u32, len: usize) -> std::io::Result<()> {
-    let mut head = Vec::with_capacity(16);
-    encode_key(tag, WireType::LengthDelimited, &mut head);
-    encode_varint(len as u64, &mut head);
-    w.write_all(&head)
+    // A key (at most 5 bytes) and a length (at most 10), on the stack.
+    let mut head = [0u8; 16];
+    let mut rest = &mut head[..];
+    encode_key(tag, WireType::LengthDelimited, &mut rest);
+    encode_varint(len as u64, &mut rest);
+    let n = 16 - rest.len();
+    w.write_all(&head[..n])
 }
 
 fn put_message(w: &mut impl Write, scratch: &mut Vec<u8>, m: &impl Message) -> std::io::Result<()> {
@@ -697,31 +752,42 @@ fn graph_tail(g: &GraphProto) -> GraphProto {
 }
 
 /// Tags 1..=8 of a tensor, which precede raw_data (9).
-fn tensor_head(t: &TensorProto) -> TensorProto {
-    TensorProto {
-        dims: t.dims.clone(),
-        data_type: t.data_type,
-        segment: t.segment,
-        float_data: t.float_data.clone(),
-        int32_data: t.int32_data.clone(),
-        string_data: t.string_data.clone(),
-        int64_data: t.int64_data.clone(),
-        name: t.name.clone(),
-        ..Default::default()
+/// Tags 1-8 of a tensor, which precede raw_data (9), as prost encodes them (in tag order), with
+/// `name` in the name field: the message's encoding up to its payload, without a copy of it.
+fn encode_tensor_head(t: &TensorProto, name: Option<&str>, buf: &mut Vec<u8>) {
+    use prost::encoding::{bytes, float, int32, int64, message};
+    int64::encode_repeated(1, &t.dims, buf);
+    if let Some(v) = &t.data_type {
+        int32::encode(2, v, buf);
+    }
+    if let Some(v) = &t.segment {
+        message::encode(3, v, buf);
+    }
+    float::encode_packed(4, &t.float_data, buf);
+    int32::encode_packed(5, &t.int32_data, buf);
+    bytes::encode_repeated(6, &t.string_data, buf);
+    int64::encode_packed(7, &t.int64_data, buf);
+    if let Some(v) = name {
+        // What `string::encode` writes (it takes a `&String`).
+        encode_key(8, WireType::LengthDelimited, buf);
+        encode_varint(v.len() as u64, buf);
+        buf.extend_from_slice(v.as_bytes());
     }
 }
 
-/// Tags 10.. of a tensor, which follow raw_data (9).
-fn tensor_tail(t: &TensorProto) -> TensorProto {
-    TensorProto {
-        double_data: t.double_data.clone(),
-        uint64_data: t.uint64_data.clone(),
-        doc_string: t.doc_string.clone(),
-        external_data: t.external_data.clone(),
-        data_location: t.data_location,
-        metadata_props: t.metadata_props.clone(),
-        ..Default::default()
+/// Tags 10.. of a tensor, which follow raw_data (9), as prost encodes them.
+fn encode_tensor_tail(t: &TensorProto, buf: &mut Vec<u8>) {
+    use prost::encoding::{double, int32, message, string, uint64};
+    double::encode_packed(10, &t.double_data, buf);
+    uint64::encode_packed(11, &t.uint64_data, buf);
+    if let Some(v) = &t.doc_string {
+        string::encode(12, v, buf);
     }
+    message::encode_repeated(13, &t.external_data, buf);
+    if let Some(v) = &t.data_location {
+        int32::encode(14, v, buf);
+    }
+    message::encode_repeated(16, &t.metadata_props, buf);
 }
 
 /// The raw_data a tensor's writer streams (large enough), if any.
@@ -818,8 +884,10 @@ fn plan_graph(g: &GraphProto, carry: &Carry, dropped: &mut Vec<Found>) -> Result
     let mut inits = HashMap::new();
     for (i, t) in g.initializer.iter().enumerate() {
         if let Some(raw) = streamed_raw(t) {
-            let head = tensor_head(t).encode_to_vec();
-            let tail = tensor_tail(t).encode_to_vec();
+            let mut head = Vec::new();
+            encode_tensor_head(t, t.name.as_deref(), &mut head);
+            let mut tail = Vec::new();
+            encode_tensor_tail(t, &mut tail);
             let Some(tc) = part.child(5, &head) else {
                 len += prost::encoding::message::encoded_len(5, t);
                 continue;
@@ -966,28 +1034,22 @@ fn named_len(t: &TensorProto, name: &str) -> usize {
     t.encoded_len() - field(t.name.as_deref()) + field(Some(name))
 }
 
-/// [`write_tensor`] with `name` in its `name` field; the tensor is copied only when its own
-/// name differs (a value renamed by a rewrite), and then without its payload when streamed.
+/// [`write_tensor`] with `name` in its `name` field; a tensor that is not streamed is copied
+/// (without its payload) only when its own name differs (a value renamed by a rewrite).
 fn write_named_tensor<W: PayloadWrite>(
     w: &mut W,
     scratch: &mut Vec<u8>,
     t: &TensorProto,
     name: &str,
 ) -> std::io::Result<()> {
-    if t.name.as_deref() == Some(name) {
-        return write_tensor(w, scratch, t);
+    if streamed_raw(t).is_none() && t.name.as_deref() != Some(name) {
+        let renamed = TensorProto {
+            name: Some(name.to_string()),
+            ..t.clone()
+        };
+        return put_message(w, scratch, &renamed);
     }
-    let renamed = |t: TensorProto| TensorProto {
-        name: Some(name.to_string()),
-        ..t
-    };
-    let Some(raw) = streamed_raw(t) else {
-        return put_message(w, scratch, &renamed(t.clone()));
-    };
-    put_message(w, scratch, &renamed(tensor_head(t)))?;
-    put_len_key(w, 9, raw.len())?;
-    w.write_payload(raw)?;
-    put_message(w, scratch, &tensor_tail(t))
+    write_tensor_as(w, scratch, t, Some(name))
 }
 
 fn write_tensor<W: PayloadWrite>(
@@ -995,11 +1057,28 @@ fn write_tensor<W: PayloadWrite>(
     scratch: &mut Vec<u8>,
     t: &TensorProto,
 ) -> std::io::Result<()> {
+    write_tensor_as(w, scratch, t, t.name.as_deref())
+}
+
+/// A tensor's encoding, with `name` as its name when its payload is streamed (the caller copies
+/// a tensor that is not streamed to rename it): the payload is written by the sink (from the
+/// file it was mapped from, where it can), between the tensor's head and its tail.
+fn write_tensor_as<W: PayloadWrite>(
+    w: &mut W,
+    scratch: &mut Vec<u8>,
+    t: &TensorProto,
+    name: Option<&str>,
+) -> std::io::Result<()> {
     let Some(raw) = streamed_raw(t) else {
         return put_message(w, scratch, t);
     };
-    put_message(w, scratch, &tensor_head(t))?;
-    put_len_key(w, 9, raw.len())?;
+    scratch.clear();
+    encode_tensor_head(t, name, scratch);
+    encode_key(9, WireType::LengthDelimited, scratch);
+    encode_varint(raw.len() as u64, scratch);
+    w.write_all(scratch)?;
     w.write_payload(raw)?;
-    put_message(w, scratch, &tensor_tail(t))
+    scratch.clear();
+    encode_tensor_tail(t, scratch);
+    w.write_all(scratch)
 }
