@@ -1082,3 +1082,63 @@ fn write_tensor_as<W: PayloadWrite>(
     encode_tensor_tail(t, scratch);
     w.write_all(scratch)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::tensor_proto::Segment;
+
+    /// A tensor with every field of the schema set, and a payload large enough to be streamed.
+    fn every_field() -> TensorProto {
+        let entry = |k: &str, v: &str| StringStringEntryProto {
+            key: Some(k.to_string()),
+            value: Some(v.to_string()),
+        };
+        TensorProto {
+            dims: vec![3, -1, 1 << 40],
+            data_type: Some(1),
+            segment: Some(Segment {
+                begin: Some(2),
+                end: Some(9),
+            }),
+            float_data: vec![1.5, -0.0, f32::INFINITY],
+            int32_data: vec![-7, 0, i32::MAX],
+            string_data: vec![Bytes::from_static(b"a"), Bytes::new()],
+            int64_data: vec![i64::MIN, 5],
+            name: Some("w".to_string()),
+            raw_data: Some(Bytes::from(vec![7u8; STREAM_THRESHOLD + 3])),
+            double_data: vec![2.25, -1e300],
+            uint64_data: vec![u64::MAX, 0],
+            doc_string: Some("doc".to_string()),
+            external_data: vec![entry("location", "x.bin"), entry("offset", "0")],
+            data_location: Some(0),
+            metadata_props: vec![entry("k", "v")],
+        }
+    }
+
+    #[test]
+    fn tensors_are_written_as_prost_encodes_them() {
+        let small = TensorProto {
+            raw_data: Some(Bytes::from_static(&[1, 2, 3])),
+            ..every_field()
+        };
+        let bare = TensorProto {
+            raw_data: Some(Bytes::from(vec![0u8; STREAM_THRESHOLD])),
+            ..TensorProto::default()
+        };
+        for t in [every_field(), small, bare, TensorProto::default()] {
+            let mut out = Vec::new();
+            write_tensor(&mut out, &mut Vec::new(), &t).unwrap();
+            assert_eq!(out, t.encode_to_vec());
+            // Under another name: as the renamed message encodes.
+            let mut out = Vec::new();
+            write_named_tensor(&mut out, &mut Vec::new(), &t, "renamed").unwrap();
+            let renamed = TensorProto {
+                name: Some("renamed".to_string()),
+                ..t.clone()
+            };
+            assert_eq!(out, renamed.encode_to_vec());
+            assert_eq!(out.len(), named_len(&t, "renamed"));
+        }
+    }
+}
