@@ -434,17 +434,21 @@ impl Graph {
     pub fn fresh_name(&mut self, base: &str) -> String {
         // One lookup per table: the suffix counter through its entry, and a candidate is
         // reserved by the insert that finds it free.
-        let next = self.name_suffixes.entry(name_hash(base)).or_insert(0);
+        let base_hash = name_hash(base);
+        let next = self.name_suffixes.entry(base_hash).or_insert(0);
         // Room for the longest suffix (`_` and 20 digits): the candidate never grows.
         let mut candidate = String::with_capacity(base.len() + 21);
         candidate.push_str(base);
+        let mut hash = base_hash;
         if *next > 0 {
             push_suffix(&mut candidate, *next);
+            hash = name_hash(&candidate);
         }
-        while !self.taken_names.insert(name_hash(&candidate)) {
+        while !self.taken_names.insert(hash) {
             *next += 1;
             candidate.truncate(base.len());
             push_suffix(&mut candidate, *next);
+            hash = name_hash(&candidate);
         }
         // Every candidate up to this one is taken now (names are never freed): the next
         // search for this base starts after it.
