@@ -124,7 +124,8 @@ fn check_graph_invariants(g: &Graph) -> Result<(), String> {
             Origin::Unbound => false,
         }
     };
-    let mut names: HashSet<&str> = HashSet::new();
+    // Room for every value's name at once (no rehashing while it fills).
+    let mut names: HashSet<&str> = HashSet::with_capacity(g.values.len());
     for &n in &g.order {
         let node = g.node(n);
         for v in node
