@@ -176,9 +176,7 @@ pub fn export_graph(g: &Graph) -> GraphProto {
 }
 
 fn export_initializer(g: &Graph, i: &crate::ir::Initializer) -> TensorProto {
-    let mut t = i.tensor.clone();
-    t.name = Some(g.value_name(i.value).to_string());
-    t
+    i.tensor.to_proto(g.value_name(i.value))
 }
 
 /// A model's message whose main graph's nodes and initializers are exported one at a time,
@@ -209,10 +207,10 @@ impl crate::io::save::GraphSource for Streamed<'_> {
             encode_node_field(g, id, buf);
         }
     }
-    fn initializers(&self, each: &mut dyn FnMut(&TensorProto, &str)) {
+    fn initializers(&self, each: &mut dyn FnMut(crate::ir::TensorView<'_>, &str)) {
         let g = &self.model.graph;
         for i in &g.initializers {
-            each(&i.tensor, g.value_name(i.value));
+            each(i.tensor.view(), g.value_name(i.value));
         }
     }
 }

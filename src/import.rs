@@ -380,7 +380,7 @@ impl Ctx<'_> {
                 .map_err(|m| err(format!("initializer '{name}' {m}")))?;
             g.initializers.push(Initializer {
                 value: v,
-                tensor: t,
+                tensor: crate::ir::Tensor::from_proto(t),
             });
         }
         for (i, st) in sparse_initializer.into_iter().enumerate() {

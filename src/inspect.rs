@@ -145,9 +145,9 @@ pub fn summarize(m: &Model) -> Summary {
         }
         for i in &g.initializers {
             s.initializers += 1;
-            let b = tensor_bytes(&i.tensor);
+            let b = tensor_bytes(i.tensor.view());
             s.initializer_bytes += b;
-            if crate::io::external::is_external(&i.tensor) {
+            if crate::io::external::is_external(i.tensor.rest()) {
                 s.external_tensors += 1;
                 s.external_bytes += b;
             }

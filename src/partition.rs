@@ -211,11 +211,7 @@ pub fn segment_models(
                 .initializers
                 .iter()
                 .filter(|t| used.contains(&t.value) && !s.inputs.contains(&t.value))
-                .map(|t| {
-                    let mut t2 = t.tensor.clone();
-                    t2.name = Some(g.value_name(t.value).to_string());
-                    t2
-                })
+                .map(|t| t.tensor.to_proto(g.value_name(t.value)))
                 .collect(),
             input: s.inputs.iter().map(|&v| vi(v)).collect::<Result<_>>()?,
             output: s.outputs.iter().map(|&v| vi(v)).collect::<Result<_>>()?,

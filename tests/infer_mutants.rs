@@ -154,7 +154,7 @@ fn mutate(model: &mut Model, rng: &mut Rng) {
     for init in &mut g.initializers {
         match rng.below(4) {
             0 => {
-                for v in &mut init.tensor.int64_data {
+                for v in &mut init.tensor.rest_mut().int64_data {
                     *v = rng.int();
                 }
             }

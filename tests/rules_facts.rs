@@ -46,13 +46,13 @@ impl Builder {
         let v = self.value(name, Origin::Initializer);
         self.g.initializers.push(Initializer {
             value: v,
-            tensor: TensorProto {
+            tensor: onnx_safeify::ir::Tensor::from_proto(TensorProto {
                 name: Some(name.to_string()),
                 dims: dims.to_vec(),
                 data_type: Some(t),
                 raw_data: Some(raw.into()),
                 ..Default::default()
-            },
+            }),
         });
         v
     }
@@ -384,7 +384,8 @@ fn declared_facts() {
             data_type: Some(dtype::INT64),
             int64_data: vec![5],
             ..Default::default()
-        },
+        }
+        .into(),
     });
     let (_, c) = b.node(
         "c",

@@ -2,7 +2,7 @@
 //! folding needs (broadcast, gather, concat, slice, transpose), all bounded by
 //! [`MAX_CONST_ELEMENTS`].
 
-use crate::proto::TensorProto;
+use crate::ir::TensorView;
 use crate::tensor::dtype::*;
 
 use super::{ConstTensor, Dim};
@@ -112,19 +112,22 @@ pub(crate) struct Lazy {
 impl Lazy {
     /// `Some` for a raw-data floating-point tensor of more than [`EAGER_FLOATS`] (and at most
     /// [`MAX_CONST_ELEMENTS`]) elements: one that [`from_tensor`] would decode to floats.
-    pub fn defer(t: &TensorProto) -> Option<Lazy> {
+    pub fn defer(t: TensorView<'_>) -> Option<Lazy> {
         let dtype = t.data_type?;
-        let raw = t.raw_data.as_ref()?;
-        if !is_float_type(dtype) || t.segment.is_some() || crate::io::external::is_external(t) {
+        let raw = t.raw_data?;
+        if !is_float_type(dtype)
+            || t.rest.segment.is_some()
+            || crate::io::external::is_external(t.rest)
+        {
             return None;
         }
-        let n = count(&t.dims)?;
+        let n = count(t.dims)?;
         if n <= EAGER_FLOATS || n > MAX_CONST_ELEMENTS {
             return None;
         }
         Some(Lazy {
             dtype,
-            dims: t.dims.clone().into_boxed_slice(),
+            dims: t.dims.into(),
             raw: raw.clone(),
             decoded: std::cell::OnceCell::new(),
         })
@@ -139,20 +142,14 @@ impl Lazy {
     pub fn get(&self) -> Option<&ConstTensor> {
         self.decoded
             .get_or_init(|| {
-                let t = TensorProto {
-                    dims: self.dims.to_vec(),
-                    data_type: Some(self.dtype),
-                    raw_data: Some(self.raw.clone()),
-                    ..Default::default()
-                };
-                from_tensor(&t).map(Box::new)
+                from_tensor(TensorView::raw(&self.dims, self.dtype, &self.raw)).map(Box::new)
             })
             .as_deref()
     }
 }
 
 /// The contents of a constant tensor: decoded now, or deferred (see [`Lazy`]).
-pub(crate) fn read_tensor(t: &TensorProto) -> (Option<ConstTensor>, Option<Lazy>) {
+pub(crate) fn read_tensor(t: TensorView<'_>) -> (Option<ConstTensor>, Option<Lazy>) {
     match Lazy::defer(t) {
         Some(l) => (None, Some(l)),
         None => (from_tensor(t), None),
@@ -161,17 +158,18 @@ pub(crate) fn read_tensor(t: &TensorProto) -> (Option<ConstTensor>, Option<Lazy>
 
 /// Decode a small tensor (`None` when it is large, external, of a type kept opaque here, or
 /// inconsistent).
-pub(crate) fn from_tensor(t: &TensorProto) -> Option<ConstTensor> {
+pub(crate) fn from_tensor(t: TensorView<'_>) -> Option<ConstTensor> {
     let dtype = t.data_type?;
-    if t.segment.is_some() || crate::io::external::is_external(t) {
+    if t.rest.segment.is_some() || crate::io::external::is_external(t.rest) {
         return None;
     }
-    let n = count(&t.dims)?;
+    let n = count(t.dims)?;
     if n > MAX_CONST_ELEMENTS {
         return None;
     }
-    let dims = t.dims.clone();
-    if let Some(raw) = &t.raw_data {
+    let dims = t.dims.to_vec();
+    let r = t.rest;
+    if let Some(raw) = t.raw_data {
         let raw: &[u8] = raw;
         let size = crate::tensor::raw_size(dtype, n as u64)?;
         if raw.len() as u64 != size {
@@ -216,19 +214,19 @@ pub(crate) fn from_tensor(t: &TensorProto) -> Option<ConstTensor> {
         };
     }
     let (ints, floats): (Option<Vec<i64>>, Option<Vec<f64>>) = match dtype {
-        FLOAT => (None, Some(t.float_data.iter().map(|&x| x as f64).collect())),
-        DOUBLE => (None, Some(t.double_data.clone())),
-        INT64 => (Some(t.int64_data.clone()), None),
+        FLOAT => (None, Some(r.float_data.iter().map(|&x| x as f64).collect())),
+        DOUBLE => (None, Some(r.double_data.clone())),
+        INT64 => (Some(r.int64_data.clone()), None),
         INT32 | INT16 | INT8 | UINT16 | UINT8 => {
-            (Some(t.int32_data.iter().map(|&x| x as i64).collect()), None)
+            (Some(r.int32_data.iter().map(|&x| x as i64).collect()), None)
         }
         BOOL => (
-            Some(t.int32_data.iter().map(|&x| (x != 0) as i64).collect()),
+            Some(r.int32_data.iter().map(|&x| (x != 0) as i64).collect()),
             None,
         ),
         UINT32 | UINT64 => (
             Some(
-                t.uint64_data
+                r.uint64_data
                     .iter()
                     .map(|&x| i64::try_from(x).ok())
                     .collect::<Option<Vec<_>>>()?,
@@ -237,12 +235,12 @@ pub(crate) fn from_tensor(t: &TensorProto) -> Option<ConstTensor> {
         ),
         FLOAT16 => (
             None,
-            Some(t.int32_data.iter().map(|&x| f16_to_f64(x as u16)).collect()),
+            Some(r.int32_data.iter().map(|&x| f16_to_f64(x as u16)).collect()),
         ),
         BFLOAT16 => (
             None,
             Some(
-                t.int32_data
+                r.int32_data
                     .iter()
                     .map(|&x| bf16_to_f64(x as u16))
                     .collect(),
@@ -487,6 +485,7 @@ pub(crate) fn transpose_index(dims: &[i64], perm: &[usize]) -> Option<Vec<usize>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::proto::TensorProto;
 
     #[test]
     fn decodes_raw_and_typed() {
@@ -498,14 +497,20 @@ mod tests {
             )),
             ..Default::default()
         };
-        assert_eq!(from_tensor(&t).and_then(|c| c.ints), Some(vec![3, -1]));
+        assert_eq!(
+            from_tensor((&t).into()).and_then(|c| c.ints),
+            Some(vec![3, -1])
+        );
         let t = TensorProto {
             dims: vec![1],
             data_type: Some(FLOAT16),
             int32_data: vec![0x3c00],
             ..Default::default()
         };
-        assert_eq!(from_tensor(&t).and_then(|c| c.floats), Some(vec![1.0]));
+        assert_eq!(
+            from_tensor((&t).into()).and_then(|c| c.floats),
+            Some(vec![1.0])
+        );
         // Length mismatch, huge claim: no contents.
         let t = TensorProto {
             dims: vec![3],
@@ -513,13 +518,13 @@ mod tests {
             int64_data: vec![1],
             ..Default::default()
         };
-        assert!(from_tensor(&t).is_none());
+        assert!(from_tensor((&t).into()).is_none());
         let t = TensorProto {
             dims: vec![i64::MAX, i64::MAX],
             data_type: Some(FLOAT),
             ..Default::default()
         };
-        assert!(from_tensor(&t).is_none());
+        assert!(from_tensor((&t).into()).is_none());
     }
 
     #[test]

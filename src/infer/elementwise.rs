@@ -470,7 +470,7 @@ pub(crate) fn constant(c: &Ctx) -> Vec<Out> {
     };
     if let Some(t) = c.attr_t("value") {
         let dtype = t.data_type.unwrap_or(0);
-        let (k, lazy) = super::consts::read_tensor(t);
+        let (k, lazy) = super::consts::read_tensor(t.into());
         let info = super::TensorInfo::known((dtype > 0).then_some(dtype), &t.dims);
         return vec![Out {
             info,

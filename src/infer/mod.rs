@@ -562,7 +562,7 @@ pub(crate) fn infer_scoped(
         if v.index() >= n {
             continue;
         }
-        let t = &init.tensor;
+        let t = init.tensor.view();
         let info = TensorInfo {
             dtype: t.data_type.filter(|&d| d > 0),
             shape: Some(t.dims.iter().map(|&d| dims::known_dim(d)).collect()),

@@ -770,7 +770,7 @@ pub(crate) fn constant_of_shape(c: &Ctx) -> Vec<Out> {
     if let Some(dk) = out.iter().map(Dim::known).collect::<Option<Vec<i64>>>() {
         if let Some(n) = consts::count(&dk).filter(|&n| n <= consts::MAX_CONST_ELEMENTS) {
             let fill = match value {
-                Some(t) => consts::from_tensor(t).and_then(|k| {
+                Some(t) => consts::from_tensor(t.into()).and_then(|k| {
                     if k.ints.as_ref().map_or(0, Vec::len) + k.floats.as_ref().map_or(0, Vec::len)
                         != 1
                     {

@@ -15,6 +15,7 @@ use prost::Message;
 use crate::error::{Error, ErrorKind, Result};
 use crate::io::external::{external_ref, is_external, ExternalData};
 use crate::io::unknown::{dropped_error, varint_len, Carry, Found, Msg, Part};
+use crate::ir::TensorView;
 use crate::proto::{GraphProto, ModelProto, StringStringEntryProto, TensorProto};
 
 /// Payloads at least this big are written straight from their source, not via the encoder.
@@ -177,7 +178,7 @@ pub fn has_external(m: &ModelProto) -> bool {
 /// Does any tensor of an imported graph (initializers, attribute tensors, bodies at any
 /// depth) keep its data in an external file?
 pub fn graph_has_external(g: &crate::ir::Graph) -> bool {
-    g.initializers.iter().any(|i| is_external(&i.tensor))
+    g.initializers.iter().any(|i| is_external(i.tensor.rest()))
         || g.sparse_initializers.iter().any(|s| {
             let t = &s.tensor;
             t.values.iter().chain(t.indices.iter()).any(is_external)
@@ -371,7 +372,7 @@ pub trait GraphSource {
     fn encode_nodes(&self, buf: &mut Vec<u8>);
     /// The main graph's initializers, in order, each with the name it is written under (which
     /// replaces the tensor's own `name`).
-    fn initializers(&self, each: &mut dyn FnMut(&TensorProto, &str));
+    fn initializers(&self, each: &mut dyn FnMut(TensorView<'_>, &str));
 }
 
 /// Save a model given as a [`GraphSource`] that holds neither external data nor fields to
@@ -751,22 +752,22 @@ fn graph_tail(g: &GraphProto) -> GraphProto {
     }
 }
 
-/// Tags 1..=8 of a tensor, which precede raw_data (9).
 /// Tags 1-8 of a tensor, which precede raw_data (9), as prost encodes them (in tag order), with
 /// `name` in the name field: the message's encoding up to its payload, without a copy of it.
-fn encode_tensor_head(t: &TensorProto, name: Option<&str>, buf: &mut Vec<u8>) {
+fn encode_tensor_head(t: TensorView<'_>, name: Option<&str>, buf: &mut Vec<u8>) {
     use prost::encoding::{bytes, float, int32, int64, message};
-    int64::encode_repeated(1, &t.dims, buf);
+    let r = t.rest;
+    int64::encode_repeated(1, t.dims, buf);
     if let Some(v) = &t.data_type {
         int32::encode(2, v, buf);
     }
-    if let Some(v) = &t.segment {
+    if let Some(v) = &r.segment {
         message::encode(3, v, buf);
     }
-    float::encode_packed(4, &t.float_data, buf);
-    int32::encode_packed(5, &t.int32_data, buf);
-    bytes::encode_repeated(6, &t.string_data, buf);
-    int64::encode_packed(7, &t.int64_data, buf);
+    float::encode_packed(4, &r.float_data, buf);
+    int32::encode_packed(5, &r.int32_data, buf);
+    bytes::encode_repeated(6, &r.string_data, buf);
+    int64::encode_packed(7, &r.int64_data, buf);
     if let Some(v) = name {
         // What `string::encode` writes (it takes a `&String`).
         encode_key(8, WireType::LengthDelimited, buf);
@@ -776,23 +777,24 @@ fn encode_tensor_head(t: &TensorProto, name: Option<&str>, buf: &mut Vec<u8>) {
 }
 
 /// Tags 10.. of a tensor, which follow raw_data (9), as prost encodes them.
-fn encode_tensor_tail(t: &TensorProto, buf: &mut Vec<u8>) {
+fn encode_tensor_tail(t: TensorView<'_>, buf: &mut Vec<u8>) {
     use prost::encoding::{double, int32, message, string, uint64};
-    double::encode_packed(10, &t.double_data, buf);
-    uint64::encode_packed(11, &t.uint64_data, buf);
-    if let Some(v) = &t.doc_string {
+    let r = t.rest;
+    double::encode_packed(10, &r.double_data, buf);
+    uint64::encode_packed(11, &r.uint64_data, buf);
+    if let Some(v) = &r.doc_string {
         string::encode(12, v, buf);
     }
-    message::encode_repeated(13, &t.external_data, buf);
-    if let Some(v) = &t.data_location {
+    message::encode_repeated(13, &r.external_data, buf);
+    if let Some(v) = &r.data_location {
         int32::encode(14, v, buf);
     }
-    message::encode_repeated(16, &t.metadata_props, buf);
+    message::encode_repeated(16, &r.metadata_props, buf);
 }
 
 /// The raw_data a tensor's writer streams (large enough), if any.
-fn streamed_raw(t: &TensorProto) -> Option<&Bytes> {
-    t.raw_data.as_ref().filter(|r| r.len() >= STREAM_THRESHOLD)
+fn streamed_raw(t: TensorView<'_>) -> Option<&Bytes> {
+    t.raw_data.filter(|r| r.len() >= STREAM_THRESHOLD)
 }
 
 /// Where the fields this schema does not define, carried from the input
@@ -883,11 +885,11 @@ fn plan_graph(g: &GraphProto, carry: &Carry, dropped: &mut Vec<Found>) -> Result
     }
     let mut inits = HashMap::new();
     for (i, t) in g.initializer.iter().enumerate() {
-        if let Some(raw) = streamed_raw(t) {
+        if let Some(raw) = streamed_raw(t.into()) {
             let mut head = Vec::new();
-            encode_tensor_head(t, t.name.as_deref(), &mut head);
+            encode_tensor_head(t.into(), t.name.as_deref(), &mut head);
             let mut tail = Vec::new();
-            encode_tensor_tail(t, &mut tail);
+            encode_tensor_tail(t.into(), &mut tail);
             let Some(tc) = part.child(5, &head) else {
                 len += prost::encoding::message::encoded_len(5, t);
                 continue;
@@ -1006,7 +1008,7 @@ fn write_graph_planned<W: PayloadWrite>(
         w.write_all(scratch)?;
     }
     for (i, t) in g.initializer.iter().enumerate() {
-        match (plan.inits.get(&i), streamed_raw(t)) {
+        match (plan.inits.get(&i), streamed_raw(t.into())) {
             (Some(InitPlan::Whole(b)), _) => w.write_all(b)?,
             (Some(InitPlan::Split { len, head, tail }), Some(raw)) => {
                 put_len_key(w, 5, *len)?;
@@ -1025,30 +1027,34 @@ fn write_graph_planned<W: PayloadWrite>(
 }
 
 /// The encoded length of `t` with `name` in its `name` field (8).
-fn named_len(t: &TensorProto, name: &str) -> usize {
-    let field = |s: Option<&str>| {
-        s.map_or(0, |s| {
-            prost::encoding::key_len(8) + varint_len(s.len() as u64) + s.len()
-        })
+fn named_len(t: TensorView<'_>, name: &str) -> usize {
+    use prost::encoding::{int32, int64, key_len};
+    let len_field = |tag: u32, l: usize| key_len(tag) + varint_len(l as u64) + l;
+    // Fields 1, 2, 8 and 9 of a tensor with these values.
+    let own = |dims: &[i64], data_type: Option<i32>, name: Option<&str>, raw: Option<&Bytes>| {
+        int64::encoded_len_repeated(1, dims)
+            + data_type.map_or(0, |d| int32::encoded_len(2, &d))
+            + name.map_or(0, |n| len_field(8, n.len()))
+            + raw.map_or(0, |r| len_field(9, r.len()))
     };
-    t.encoded_len() - field(t.name.as_deref()) + field(Some(name))
+    // The rest's other fields: its encoding less those four (set only when the view reads a
+    // whole message, whose rest is itself).
+    let r = t.rest;
+    let other = if t.has_rest() {
+        r.encoded_len() - own(&r.dims, r.data_type, r.name.as_deref(), r.raw_data.as_ref())
+    } else {
+        0
+    };
+    own(t.dims, t.data_type, Some(name), t.raw_data) + other
 }
 
-/// [`write_tensor`] with `name` in its `name` field; a tensor that is not streamed is copied
-/// (without its payload) only when its own name differs (a value renamed by a rewrite).
+/// [`write_tensor`] with `name` in its `name` field.
 fn write_named_tensor<W: PayloadWrite>(
     w: &mut W,
     scratch: &mut Vec<u8>,
-    t: &TensorProto,
+    t: TensorView<'_>,
     name: &str,
 ) -> std::io::Result<()> {
-    if streamed_raw(t).is_none() && t.name.as_deref() != Some(name) {
-        let renamed = TensorProto {
-            name: Some(name.to_string()),
-            ..t.clone()
-        };
-        return put_message(w, scratch, &renamed);
-    }
     write_tensor_as(w, scratch, t, Some(name))
 }
 
@@ -1057,28 +1063,31 @@ fn write_tensor<W: PayloadWrite>(
     scratch: &mut Vec<u8>,
     t: &TensorProto,
 ) -> std::io::Result<()> {
-    write_tensor_as(w, scratch, t, t.name.as_deref())
+    write_tensor_as(w, scratch, t.into(), t.name.as_deref())
 }
 
-/// A tensor's encoding, with `name` as its name when its payload is streamed (the caller copies
-/// a tensor that is not streamed to rename it): the payload is written by the sink (from the
-/// file it was mapped from, where it can), between the tensor's head and its tail.
+/// A tensor's encoding with `name` as its name, field by field as prost writes it: a payload
+/// large enough is written by the sink (from the file it was mapped from, where it can),
+/// between the tensor's head and its tail.
 fn write_tensor_as<W: PayloadWrite>(
     w: &mut W,
     scratch: &mut Vec<u8>,
-    t: &TensorProto,
+    t: TensorView<'_>,
     name: Option<&str>,
 ) -> std::io::Result<()> {
-    let Some(raw) = streamed_raw(t) else {
-        return put_message(w, scratch, t);
-    };
     scratch.clear();
     encode_tensor_head(t, name, scratch);
-    encode_key(9, WireType::LengthDelimited, scratch);
-    encode_varint(raw.len() as u64, scratch);
-    w.write_all(scratch)?;
-    w.write_payload(raw)?;
-    scratch.clear();
+    if let Some(raw) = t.raw_data {
+        encode_key(9, WireType::LengthDelimited, scratch);
+        encode_varint(raw.len() as u64, scratch);
+        if streamed_raw(t).is_some() {
+            w.write_all(scratch)?;
+            w.write_payload(raw)?;
+            scratch.clear();
+        } else {
+            scratch.extend_from_slice(raw);
+        }
+    }
     encode_tensor_tail(t, scratch);
     w.write_all(scratch)
 }
@@ -1130,15 +1139,20 @@ mod tests {
             let mut out = Vec::new();
             write_tensor(&mut out, &mut Vec::new(), &t).unwrap();
             assert_eq!(out, t.encode_to_vec());
-            // Under another name: as the renamed message encodes.
-            let mut out = Vec::new();
-            write_named_tensor(&mut out, &mut Vec::new(), &t, "renamed").unwrap();
+            // Under another name: as the renamed message encodes, read from the message or
+            // from the IR's compact tensor.
             let renamed = TensorProto {
                 name: Some("renamed".to_string()),
                 ..t.clone()
             };
-            assert_eq!(out, renamed.encode_to_vec());
-            assert_eq!(out.len(), named_len(&t, "renamed"));
+            let compact = crate::ir::Tensor::from_proto(t.clone());
+            for view in [TensorView::from(&t), compact.view()] {
+                let mut out = Vec::new();
+                write_named_tensor(&mut out, &mut Vec::new(), view, "renamed").unwrap();
+                assert_eq!(out, renamed.encode_to_vec());
+                assert_eq!(out.len(), named_len(view, "renamed"));
+            }
+            assert_eq!(compact.to_proto("renamed"), renamed);
         }
     }
 }

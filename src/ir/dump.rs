@@ -2,7 +2,7 @@
 
 use std::fmt::Write;
 
-use crate::ir::{Attribute, Graph, Model};
+use crate::ir::{Attribute, Graph, Model, TensorView};
 use crate::proto::{tensor_shape_proto, type_proto, TensorProto, TypeProto};
 use crate::tensor::{dtype_name, raw_size};
 
@@ -54,42 +54,44 @@ pub fn type_string(t: Option<&TypeProto>) -> String {
 }
 
 /// Payload size in bytes of a tensor as stored (raw, typed or external).
-pub fn tensor_bytes(t: &TensorProto) -> u64 {
-    if let Some(r) = &t.raw_data {
+pub fn tensor_bytes(t: TensorView<'_>) -> u64 {
+    if let Some(r) = t.raw_data {
         return r.len() as u64;
     }
-    if crate::io::external::is_external(t) {
-        return crate::io::external::external_ref(t)
+    let r = t.rest;
+    if crate::io::external::is_external(r) {
+        return crate::io::external::external_ref(r)
             .ok()
             .and_then(|r| r.length)
             .or_else(|| {
-                crate::tensor::element_count(&t.dims)
+                crate::tensor::element_count(t.dims)
                     .ok()
                     .and_then(|n| raw_size(t.data_type.unwrap_or(0), n))
             })
             .unwrap_or(0);
     }
-    (t.float_data.len() * 4
-        + t.int32_data.len() * 4
-        + t.int64_data.len() * 8
-        + t.double_data.len() * 8
-        + t.uint64_data.len() * 8
-        + t.string_data.iter().map(|s| s.len()).sum::<usize>()) as u64
+    (r.float_data.len() * 4
+        + r.int32_data.len() * 4
+        + r.int64_data.len() * 8
+        + r.double_data.len() * 8
+        + r.uint64_data.len() * 8
+        + r.string_data.iter().map(|s| s.len()).sum::<usize>()) as u64
 }
 
 /// FNV-1a (64-bit) of a tensor's payload fields, so dumps change when weights change.
 /// Constants from the FNV specification: offset basis 0xcbf29ce484222325, prime 0x100000001b3.
-pub fn payload_hash(t: &TensorProto) -> u64 {
+pub fn payload_hash(t: TensorView<'_>) -> u64 {
     use prost::Message;
+    let r = t.rest;
     let payload = TensorProto {
-        float_data: t.float_data.clone(),
-        int32_data: t.int32_data.clone(),
-        string_data: t.string_data.clone(),
-        int64_data: t.int64_data.clone(),
-        raw_data: t.raw_data.clone(),
-        double_data: t.double_data.clone(),
-        uint64_data: t.uint64_data.clone(),
-        external_data: t.external_data.clone(),
+        float_data: r.float_data.clone(),
+        int32_data: r.int32_data.clone(),
+        string_data: r.string_data.clone(),
+        int64_data: r.int64_data.clone(),
+        raw_data: t.raw_data.cloned(),
+        double_data: r.double_data.clone(),
+        uint64_data: r.uint64_data.clone(),
+        external_data: r.external_data.clone(),
         ..Default::default()
     };
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
@@ -100,9 +102,9 @@ pub fn payload_hash(t: &TensorProto) -> u64 {
     h
 }
 
-fn tensor_summary(t: &TensorProto) -> String {
+fn tensor_summary(t: TensorView<'_>) -> String {
     let dims: Vec<String> = t.dims.iter().map(|d| d.to_string()).collect();
-    let ext = if crate::io::external::is_external(t) {
+    let ext = if crate::io::external::is_external(t.rest) {
         ", external"
     } else {
         ""
@@ -128,7 +130,11 @@ fn attr_value(a: &Attribute) -> String {
             "{:?}",
             String::from_utf8_lossy(p.s.as_deref().unwrap_or(&[]))
         ),
-        4 => p.t.as_deref().map(tensor_summary).unwrap_or_default(),
+        4 => {
+            p.t.as_deref()
+                .map(|t| tensor_summary(t.into()))
+                .unwrap_or_default()
+        }
         5 => "<graph>".to_string(),
         6 => format!("{:?}", p.floats),
         7 => format!("{:?}", p.ints),
@@ -143,7 +149,7 @@ fn attr_value(a: &Attribute) -> String {
             "[{}]",
             p.tensors
                 .iter()
-                .map(tensor_summary)
+                .map(|t| tensor_summary(t.into()))
                 .collect::<Vec<_>>()
                 .join(", ")
         ),
@@ -223,7 +229,7 @@ pub fn dump_graph(g: &Graph, indent: usize, s: &mut String) {
             s,
             "{pad}  init   {}: {}",
             g.value_name(i.value),
-            tensor_summary(&i.tensor)
+            tensor_summary(i.tensor.view())
         );
     }
     for i in &g.sparse_initializers {

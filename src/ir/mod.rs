@@ -8,6 +8,7 @@ pub mod dot;
 pub mod dump;
 pub mod hash;
 pub mod scope;
+pub mod tensor;
 
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -16,11 +17,11 @@ use petgraph::visit::{EdgeRef, IntoEdgeReferences};
 use petgraph::Direction;
 
 pub use attr::Attribute;
+pub use tensor::{Tensor, TensorView};
 
 use crate::proto::{
     DeviceConfigurationProto, FunctionProto, NodeDeviceConfigurationProto, OperatorSetIdProto,
-    SparseTensorProto, StringStringEntryProto, TensorAnnotation, TensorProto, TrainingInfoProto,
-    ValueInfoProto,
+    SparseTensorProto, StringStringEntryProto, TensorAnnotation, TrainingInfoProto, ValueInfoProto,
 };
 
 /// A node (operator) of a graph.
@@ -182,8 +183,9 @@ pub struct ValueInfo {
 #[derive(Debug, Clone)]
 pub struct Initializer {
     pub value: ValueId,
-    /// The tensor; payloads are slices of the input's memory map (or of external data maps).
-    pub tensor: TensorProto,
+    /// The tensor (named by its value); payloads are slices of the input's memory map (or of
+    /// external data maps).
+    pub tensor: Tensor,
 }
 
 /// A sparse initializer (its name is that of `values`).
@@ -721,13 +723,13 @@ impl Graph {
     }
 
     /// The initializer of a value, if it has one.
-    pub fn initializer(&self, v: ValueId) -> Option<&TensorProto> {
+    pub fn initializer(&self, v: ValueId) -> Option<TensorView<'_>> {
         let cached = self.init_index.lock().get(v.index()).copied();
         if let Some(i) = cached
             .and_then(|p| self.initializers.get(p as usize))
             .filter(|i| i.value == v)
         {
-            return Some(&i.tensor);
+            return Some(i.tensor.view());
         }
         let found = self.initializers.iter().position(|i| i.value == v)?;
         // The index lacked it: rebuild it (first occurrence wins, as in the search).
@@ -743,7 +745,7 @@ impl Graph {
             index[i.value.index()] = u32::try_from(p).unwrap_or(u32::MAX);
         }
         *self.init_index.lock() = index;
-        Some(&self.initializers[found].tensor)
+        Some(self.initializers[found].tensor.view())
     }
 
     /// Visit this graph and every subgraph below it, depth first, with the nesting depth

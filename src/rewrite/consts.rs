@@ -6,19 +6,19 @@
 
 use crate::io::external::{external_ref, is_external};
 use crate::io::ExternalData;
-use crate::ir::{Graph, NodeId, Origin, ValueId};
+use crate::ir::{Graph, NodeId, Origin, TensorView, ValueId};
 use crate::proto::TensorProto;
 use crate::tensor::{dtype, element_count, raw_size};
 
 /// The constant tensor a value holds, if it is an initializer (not overridable by a graph
 /// input) or the output of a `Constant` node with a `value` attribute.
-pub fn constant_tensor(g: &Graph, v: ValueId) -> Option<&TensorProto> {
+pub fn constant_tensor(g: &Graph, v: ValueId) -> Option<TensorView<'_>> {
     match g.value(v).origin {
         Origin::Initializer => g.initializer(v),
         Origin::Node { node, .. } => {
             let n = g.node(node);
             if n.op_type == "Constant" && n.domain().is_empty() {
-                n.attr("value").and_then(|a| a.t())
+                n.attr("value").and_then(|a| a.t()).map(TensorView::from)
             } else {
                 None
             }
@@ -30,9 +30,9 @@ pub fn constant_tensor(g: &Graph, v: ValueId) -> Option<&TensorProto> {
 /// Rows `[start, end)` along axis 0 of a dense tensor, as a new tensor. Raw payloads are
 /// sliced without copying; typed payloads (float_data, ...) are copied. `None` for external,
 /// string, sub-byte or malformed tensors.
-pub fn slice_rows(t: &TensorProto, start: i64, end: i64) -> Option<TensorProto> {
+pub fn slice_rows(t: TensorView<'_>, start: i64, end: i64) -> Option<TensorProto> {
     let d0 = *t.dims.first()?;
-    if start < 0 || end < start || end > d0 || crate::io::external::is_external(t) {
+    if start < 0 || end < start || end > d0 || crate::io::external::is_external(t.rest) {
         return None;
     }
     let inner = element_count(&t.dims[1..]).ok()?;
@@ -45,7 +45,7 @@ pub fn slice_rows(t: &TensorProto, start: i64, end: i64) -> Option<TensorProto> 
         ..Default::default()
     };
     let (s, e) = (start as u64 * inner, end as u64 * inner);
-    if let Some(raw) = &t.raw_data {
+    if let Some(raw) = t.raw_data {
         let es = raw_size(ty, 1)?;
         // Sub-byte types would need bit shifts; refuse them.
         if raw_size(ty, 2)? != 2 * es {
@@ -65,10 +65,11 @@ pub fn slice_rows(t: &TensorProto, start: i64, end: i64) -> Option<TensorProto> 
         1
     };
     let (s, e) = (s * mul, e * mul);
+    let r = t.rest;
     macro_rules! take {
         ($f:ident) => {
-            if !t.$f.is_empty() {
-                out.$f = t.$f.get(s..e)?.to_vec();
+            if !r.$f.is_empty() {
+                out.$f = r.$f.get(s..e)?.to_vec();
                 return Some(out);
             }
         };
@@ -125,7 +126,9 @@ pub fn attr_ints(g: &Graph, n: NodeId, name: &str) -> Option<Vec<i64>> {
 /// that is a graph input's default), or any `value*` attribute of a `Constant` node.
 pub fn const_tensor(g: &Graph, v: ValueId) -> Option<TensorProto> {
     match g.value(v).origin {
-        Origin::Initializer | Origin::Input => g.initializer(v).cloned(),
+        Origin::Initializer | Origin::Input => {
+            g.initializer(v).map(|t| t.to_proto(Some(g.value_name(v))))
+        }
         Origin::Node { node, .. } => {
             let nd = g.node(node);
             if nd.op_type != "Constant" || !nd.domain().is_empty() {

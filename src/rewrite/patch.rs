@@ -282,13 +282,13 @@ impl Patch {
                 PValue::New(i) => ids[i],
             }
         };
-        for (i, mut t) in initializers {
+        for (i, t) in initializers {
             let v = ids[i];
             g.values[v.index()].origin = Origin::Initializer;
-            t.name = Some(g.value_name(v).to_string());
+            // Named by its value.
             g.initializers.push(Initializer {
                 value: v,
-                tensor: t,
+                tensor: crate::ir::Tensor::from_proto(t),
             });
         }
 

@@ -157,7 +157,7 @@ pub fn split_conv_with(
         return unsupported("Conv without output".into());
     };
     let w_dims = match (constant_tensor(g, w), w_dims) {
-        (Some(t), _) => t.dims.clone(),
+        (Some(t), _) => t.dims.to_vec(),
         (None, Some(d)) if axis != SplitAxis::Batch => d,
         _ => return unsupported("weights are not a constant".into()),
     };
