@@ -417,7 +417,7 @@ fn write_model_streamed<W: PayloadWrite>(w: &mut W, src: &dyn GraphSource) -> st
         src.initializers(&mut |t, name| {
             if result.is_ok() {
                 result = put_len_key(w, 5, named_len(t, name))
-                    .and_then(|_| write_named_tensor(w, &mut scratch, t, name));
+                    .and_then(|_| write_tensor_as(w, &mut scratch, t, Some(name)));
             }
         });
         result?;
@@ -885,11 +885,12 @@ fn plan_graph(g: &GraphProto, carry: &Carry, dropped: &mut Vec<Found>) -> Result
     }
     let mut inits = HashMap::new();
     for (i, t) in g.initializer.iter().enumerate() {
-        if let Some(raw) = streamed_raw(t.into()) {
+        let view = TensorView::from(t);
+        if let Some(raw) = streamed_raw(view) {
             let mut head = Vec::new();
-            encode_tensor_head(t.into(), t.name.as_deref(), &mut head);
+            encode_tensor_head(view, t.name.as_deref(), &mut head);
             let mut tail = Vec::new();
-            encode_tensor_tail(t.into(), &mut tail);
+            encode_tensor_tail(view, &mut tail);
             let Some(tc) = part.child(5, &head) else {
                 len += prost::encoding::message::encoded_len(5, t);
                 continue;
@@ -1048,16 +1049,6 @@ fn named_len(t: TensorView<'_>, name: &str) -> usize {
     own(t.dims, t.data_type, Some(name), t.raw_data) + other
 }
 
-/// [`write_tensor`] with `name` in its `name` field.
-fn write_named_tensor<W: PayloadWrite>(
-    w: &mut W,
-    scratch: &mut Vec<u8>,
-    t: TensorView<'_>,
-    name: &str,
-) -> std::io::Result<()> {
-    write_tensor_as(w, scratch, t, Some(name))
-}
-
 fn write_tensor<W: PayloadWrite>(
     w: &mut W,
     scratch: &mut Vec<u8>,
@@ -1148,7 +1139,7 @@ mod tests {
             let compact = crate::ir::Tensor::from_proto(t.clone());
             for view in [TensorView::from(&t), compact.view()] {
                 let mut out = Vec::new();
-                write_named_tensor(&mut out, &mut Vec::new(), view, "renamed").unwrap();
+                write_tensor_as(&mut out, &mut Vec::new(), view, Some("renamed")).unwrap();
                 assert_eq!(out, renamed.encode_to_vec());
                 assert_eq!(out.len(), named_len(view, "renamed"));
             }

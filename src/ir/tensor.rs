@@ -56,15 +56,7 @@ impl Tensor {
 
     /// The message, named `name`.
     pub fn to_proto(&self, name: &str) -> TensorProto {
-        let mut t = match &self.rest {
-            Some(r) => (**r).clone(),
-            None => TensorProto::default(),
-        };
-        t.dims = self.dims.clone();
-        t.data_type = self.data_type;
-        t.raw_data = self.raw_data.clone();
-        t.name = Some(name.to_string());
-        t
+        self.view().to_proto(Some(name))
     }
 
     /// The fields other than dims, element type, payload and name (all empty for most).
@@ -142,12 +134,6 @@ impl<'a> From<&'a TensorProto> for TensorView<'a> {
             raw_data: t.raw_data.as_ref(),
             rest: t,
         }
-    }
-}
-
-impl<'a> From<&'a Tensor> for TensorView<'a> {
-    fn from(t: &'a Tensor) -> Self {
-        t.view()
     }
 }
 
