@@ -10,7 +10,7 @@ use prost::Message as _;
 
 use super::Graph;
 use crate::proto::attribute_proto::AttributeType;
-use crate::proto::{AttributeProto, SparseTensorProto, TensorProto};
+use crate::proto::{AttributeProto, GraphProto, SparseTensorProto, TensorProto};
 
 /// One attribute of a node (see the module documentation).
 #[derive(Debug, Clone)]
@@ -33,6 +33,12 @@ struct Full {
     proto: AttributeProto,
     g: Option<Box<Graph>>,
     graphs: Vec<Graph>,
+}
+
+impl From<AttributeProto> for Attribute {
+    fn from(proto: AttributeProto) -> Attribute {
+        Attribute::new(proto)
+    }
 }
 
 impl Attribute {
@@ -156,6 +162,27 @@ impl Attribute {
                 || !f.proto.graphs.is_empty()
         })
     }
+    /// The graph payloads still in the message (`g`, then `graphs`): those of an attribute a
+    /// rewrite built and that are not imported yet.
+    pub fn message_graphs(&self) -> impl Iterator<Item = &GraphProto> {
+        let f = self.full();
+        let one = f.and_then(|f| f.proto.g.as_deref());
+        let many = f.map_or(&[][..], |f| f.proto.graphs.as_slice());
+        one.into_iter().chain(many)
+    }
+
+    /// The message of an attribute whose graph payloads are still in it (for their import),
+    /// or the attribute itself when it has none there.
+    pub fn into_message_with_graphs(self) -> Result<AttributeProto, Attribute> {
+        match self.0 {
+            Repr::Full(f) if f.proto.g.is_some() || !f.proto.graphs.is_empty() => {
+                debug_assert!(f.g.is_none() && f.graphs.is_empty());
+                Ok(f.proto)
+            }
+            r => Err(Attribute(r)),
+        }
+    }
+
     /// The message, without the imported graphs (see [`crate::export`] for those).
     pub fn to_proto(&self) -> AttributeProto {
         let named = |n: &str| AttributeProto {

@@ -4,7 +4,9 @@
 
 use std::collections::HashMap;
 
-use crate::ir::{Attribute, Graph, Initializer, Node, NodeId, Origin, ValueId, IMPLICIT_SLOT};
+use crate::ir::{
+    Attribute, Graph, Initializer, Node, NodeId, Origin, Tensor, ValueId, IMPLICIT_SLOT,
+};
 use crate::proto::{attribute_proto::AttributeType, AttributeProto, TensorProto};
 
 /// Metadata key stamped on every node a rule creates: the rule's id.
@@ -75,8 +77,9 @@ pub struct NewNode {
     pub name_hint: String,
     pub inputs: Vec<Option<PValue>>,
     pub outputs: Vec<PValue>,
-    /// Attributes, either built here or carried over from the original node.
-    pub attributes: Vec<AttributeProto>,
+    /// Attributes, either built here or carried over from the original node. Graph payloads
+    /// stay in their messages until the patch is applied, which imports them.
+    pub attributes: Vec<Attribute>,
     /// Extra metadata (e.g. `layer_ann`), besides the rule and origin stamps.
     pub metadata: Vec<(String, String)>,
 }
@@ -96,7 +99,8 @@ pub struct Patch {
     /// Position: new nodes are written where this node was (or at the end).
     pub anchor: Option<NodeId>,
     pub values: Vec<NewValue>,
-    pub initializers: Vec<(usize, TensorProto)>,
+    /// New initializers (value index, tensor), held compact like the graph's own.
+    pub initializers: Vec<(usize, Tensor)>,
     pub nodes: Vec<NewNode>,
     pub remove: Vec<NodeId>,
     /// Every use of the first value (node inputs, graph outputs) becomes the second.
@@ -155,7 +159,7 @@ impl Patch {
     pub fn initializer(&mut self, hint: &str, t: TensorProto) -> PValue {
         let v = self.value(hint);
         if let PValue::New(i) = v {
-            self.initializers.push((i, t));
+            self.initializers.push((i, Tensor::from_proto(t)));
         }
         v
     }
@@ -166,7 +170,7 @@ impl Patch {
         op: &str,
         domain: &str,
         inputs: &[Option<PValue>],
-        attributes: Vec<AttributeProto>,
+        attributes: impl IntoIterator<Item = impl Into<Attribute>>,
         n_out: usize,
     ) -> Vec<PValue> {
         let base = op.to_ascii_lowercase();
@@ -177,7 +181,7 @@ impl Patch {
             name_hint: op.to_string(),
             inputs: inputs.to_vec(),
             outputs: outputs.clone(),
-            attributes,
+            attributes: attributes.into_iter().map(Into::into).collect(),
             metadata: Vec::new(),
         });
         outputs
@@ -186,7 +190,7 @@ impl Patch {
     /// A default-domain node with all inputs present and one output.
     pub fn op(&mut self, op: &str, inputs: &[PValue], attrs: &[(&str, AttrValue)]) -> PValue {
         let ins: Vec<Option<PValue>> = inputs.iter().map(|v| Some(*v)).collect();
-        let attributes = attrs.iter().map(|(n, v)| v.to_proto(n)).collect();
+        let attributes = attrs.iter().map(|(n, v)| v.to_proto(n));
         self.node(op, "", &ins, attributes, 1)[0]
     }
 
@@ -288,7 +292,7 @@ impl Patch {
             // Named by its value.
             g.initializers.push(Initializer {
                 value: v,
-                tensor: crate::ir::Tensor::from_proto(t),
+                tensor: t,
             });
         }
 
@@ -338,7 +342,7 @@ impl Patch {
         let needs_scope = nodes.iter().any(|n| {
             n.attributes
                 .iter()
-                .any(|a| a.g.is_some() || !a.graphs.is_empty())
+                .any(|a| a.message_graphs().next().is_some())
         });
         let scope: HashMap<String, ValueId> = if needs_scope {
             g.values
@@ -371,7 +375,14 @@ impl Patch {
                 rare: None,
             };
             let mut implicit: Vec<ValueId> = Vec::new();
-            for mut proto in nn.attributes {
+            for a in nn.attributes {
+                let mut proto = match a.into_message_with_graphs() {
+                    Ok(proto) => proto,
+                    Err(a) => {
+                        node.attributes.push(a);
+                        continue;
+                    }
+                };
                 let single = proto.g.take();
                 let many = std::mem::take(&mut proto.graphs);
                 let mut import = |gp: crate::proto::GraphProto| -> Graph {
@@ -506,7 +517,7 @@ impl Patch {
         if self.nodes.iter().any(|n| {
             n.attributes
                 .iter()
-                .any(|a| a.g.is_some() || !a.graphs.is_empty())
+                .any(|a| a.message_graphs().next().is_some())
         }) {
             let scope: HashMap<String, ValueId> = g
                 .values
@@ -517,7 +528,7 @@ impl Patch {
                 .collect();
             for nn in &self.nodes {
                 for a in &nn.attributes {
-                    for gp in a.g.as_deref().into_iter().chain(a.graphs.iter()) {
+                    for gp in a.message_graphs() {
                         if let Err(e) =
                             crate::import::import_subgraph(gp.clone(), &scope, &self.origin)
                         {

@@ -11,7 +11,7 @@
 //! Slices are made with `Slice`, not `Split`: DirectML computed wrong results for Split inside
 //! fused partitions (microsoft/onnxruntime#21007).
 
-use crate::ir::{Graph, NodeId, ValueId};
+use crate::ir::{Attribute, Graph, NodeId, ValueId};
 use crate::proto::AttributeProto;
 use crate::rewrite::consts::{constant_tensor, int64s, slice_rows};
 use crate::rewrite::pass::{Cx, Pass, Planned};
@@ -39,15 +39,15 @@ fn attr_i(g: &Graph, n: NodeId, name: &str, default: i64) -> i64 {
 }
 
 /// The node's attributes, minus `group`, plus the given group.
-fn conv_attrs(g: &Graph, n: NodeId, group: i64) -> Vec<AttributeProto> {
-    let mut v: Vec<AttributeProto> = g
+fn conv_attrs(g: &Graph, n: NodeId, group: i64) -> Vec<Attribute> {
+    let mut v: Vec<Attribute> = g
         .node(n)
         .attributes
         .iter()
         .filter(|a| a.name() != "group")
-        .map(|a| a.to_proto())
+        .cloned()
         .collect();
-    v.push(AttrValue::Int(group).to_proto("group"));
+    v.push(AttrValue::Int(group).to_proto("group").into());
     v
 }
 
@@ -363,7 +363,10 @@ fn scan_per_sample(
         "Conv",
         conv_ins,
         vec![c.clone()],
-        conv_attrs(g, n, group),
+        conv_attrs(g, n, group)
+            .iter()
+            .map(Attribute::to_proto)
+            .collect(),
     ));
     if opset >= 13 {
         body_nodes.push(mk(

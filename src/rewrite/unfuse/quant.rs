@@ -40,7 +40,7 @@
 //! Where a zero point is omitted, the quantized type is read from the data input and a zero of
 //! that type is written (QuantizeLinear without a zero point would produce uint8).
 
-use crate::ir::{Graph, NodeId};
+use crate::ir::{Attribute, Graph, NodeId};
 use crate::rewrite::{AttrValue, PValue, Patch};
 use crate::tensor::dtype;
 
@@ -430,8 +430,13 @@ pub fn dynamic_quantize_matmul(
         Some(_) => Some(need_f32(&rw, 4, "bias")?),
         None => None,
     };
-    let dq =
-        rw.p.node("DynamicQuantizeLinear", "", &[Some(a)], vec![], 3);
+    let dq = rw.p.node(
+        "DynamicQuantizeLinear",
+        "",
+        &[Some(a)],
+        Vec::<Attribute>::new(),
+        3,
+    );
     let (aq, a_s, a_zp) = (dq[0], dq[1], dq[2]);
     let scale = rw.op("Mul", &[a_s, bs], &[]);
     let b_zp = rw.input(3);
