@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashSet};
 
 use super::output::{prune_orphans, used_values};
 use super::{
-    check_graph, find, matched_rules, rule_finding, Applied, FellBack, Finding, FindingKind,
+    check_matches, find, matched_rules, rule_finding, Applied, FellBack, Finding, FindingKind,
     Options, Report,
 };
 use crate::analysis::Sizes;
@@ -232,8 +232,10 @@ impl<'t> Driver<'t> {
         // facts of every value still read are the same, so they stay current.
         prune_orphans(&mut model.graph, &self.used_before);
         let cx = self.cx(model);
-        let findings = check_graph(&cx, self.opts);
+        // One match of the final graph serves the check and the summaries (the model's opsets
+        // are the ones the driver started with: no rewrite changes them).
         let matches = find(&cx, &self.opsets);
+        let findings = check_matches(&cx, self.opts, &matches);
         let mut summary = Summary::default();
         for (action, rules) in rules_by_pass(self.target, &matched_rules(&matches)) {
             if let Some(pass) = pass_for(action) {

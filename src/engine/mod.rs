@@ -274,12 +274,17 @@ fn context<'a>(
 
 /// The findings of one graph (the context's): node names as they are in that graph.
 fn check_graph(cx: &Cx, opts: &Options) -> Vec<Finding> {
-    let target = cx.target;
     let matches = find(cx, &Opsets::from_model(cx.model));
+    check_matches(cx, opts, &matches)
+}
+
+/// [`check_graph`] with the graph's matches already found.
+fn check_matches(cx: &Cx, opts: &Options, matches: &[Match]) -> Vec<Finding> {
+    let target = cx.target;
     let mut out = Vec::new();
     // Matches of rules with a fallback, by rule: planned below to see which would fall back.
     let mut with_fallback: BTreeMap<usize, Vec<(usize, NodeId)>> = BTreeMap::new();
-    for m in &matches {
+    for m in matches {
         let rule = &target.rules[m.rule];
         let Some(pass) = pass_for(rule.action.name()) else {
             continue;
@@ -327,7 +332,7 @@ fn check_graph(cx: &Cx, opts: &Options) -> Vec<Finding> {
             }
         }
     }
-    for (action, rules) in rules_by_pass(target, &matched_rules(&matches)) {
+    for (action, rules) in rules_by_pass(target, &matched_rules(matches)) {
         let Some(pass) = pass_for(action) else {
             continue;
         };
@@ -440,5 +445,6 @@ fn matched_rules(matches: &[Match]) -> Vec<usize> {
 }
 
 fn find(cx: &Cx, opsets: &Opsets) -> Vec<Match> {
-    Matcher::new(cx.graph(), cx.facts(), opsets).find(cx.target)
+    let facts = || cx.facts();
+    Matcher::lazy(cx.graph(), &facts, opsets).find(cx.target)
 }

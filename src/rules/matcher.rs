@@ -147,7 +147,7 @@ impl V {
 /// many nodes): the consumer lists that links need are built once, on first use.
 pub struct Matcher<'a> {
     graph: &'a Graph,
-    facts: &'a Facts,
+    facts: FactsRef<'a>,
     opsets: &'a Opsets,
     /// The distinct nodes reading each value (subgraph reads excluded), by value id.
     users: OnceCell<Vec<Vec<NodeId>>>,
@@ -229,8 +229,25 @@ fn str_test_text(t: &StrTest) -> String {
     }
 }
 
+/// The facts a matcher reads: given, or inferred on first use (a target whose rules name ops
+/// only never needs them, and a graph of 50,000 nodes is not inferred for it).
+#[derive(Clone, Copy)]
+enum FactsRef<'a> {
+    Ready(&'a Facts),
+    Lazy(&'a dyn Fn() -> &'a Facts),
+}
+
 impl<'a> Matcher<'a> {
     pub fn new(graph: &'a Graph, facts: &'a Facts, opsets: &'a Opsets) -> Self {
+        Matcher::with_facts(graph, FactsRef::Ready(facts), opsets)
+    }
+
+    /// A matcher that asks `facts` for the facts the first time a rule's condition needs them.
+    pub fn lazy(graph: &'a Graph, facts: &'a dyn Fn() -> &'a Facts, opsets: &'a Opsets) -> Self {
+        Matcher::with_facts(graph, FactsRef::Lazy(facts), opsets)
+    }
+
+    fn with_facts(graph: &'a Graph, facts: FactsRef<'a>, opsets: &'a Opsets) -> Self {
         Matcher {
             graph,
             facts,
@@ -240,8 +257,17 @@ impl<'a> Matcher<'a> {
         }
     }
 
+    fn facts(&self) -> &'a Facts {
+        match self.facts {
+            FactsRef::Ready(f) => f,
+            FactsRef::Lazy(f) => f(),
+        }
+    }
+
     fn shapes(&self) -> Shapes<'a> {
-        Shapes { facts: self.facts }
+        Shapes {
+            facts: self.facts(),
+        }
     }
 
     /// Every (rule, node) pair that matches, in the engine's fixed order.
@@ -297,7 +323,7 @@ impl<'a> Matcher<'a> {
                 // A node can hold only if one of its inputs or outputs is of one of these
                 // types: a look at the facts, not a walk of the pattern, per node.
                 let of_type = |v: &Option<ValueId>| {
-                    v.and_then(|v| self.facts.dtype(v))
+                    v.and_then(|v| self.facts().dtype(v))
                         .is_some_and(|d| dtypes.contains(&d))
                 };
                 for (i, &n) in self.graph.order.iter().enumerate() {
@@ -656,7 +682,7 @@ impl<'a> Matcher<'a> {
                     }
                 }),
                 (_, None) => out(Tri::F, &|| format!("{what} is absent")),
-                (TensorCheck::Dtype(ts), Some(v)) => match self.facts.dtype(v) {
+                (TensorCheck::Dtype(ts), Some(v)) => match self.facts().dtype(v) {
                     None => out(Tri::U, &|| format!("{what} dtype is unknown")),
                     Some(d) => out(bool_t(ts.contains(&d)), &|| {
                         let names: Vec<String> = ts.iter().map(|&t| dtype_name(t)).collect();
@@ -667,20 +693,20 @@ impl<'a> Matcher<'a> {
                         )
                     }),
                 },
-                (TensorCheck::Rank(nt), Some(v)) => match self.facts.shape(v) {
+                (TensorCheck::Rank(nt), Some(v)) => match self.facts().shape(v) {
                     None => out(Tri::U, &|| format!("{what} shape is unknown")),
                     Some(s) => out(bool_t(nt.holds(Num::Int(s.len() as i64))), &|| {
                         format!("{what} rank is {}, needs {nt}", s.len())
                     }),
                 },
-                (TensorCheck::Dims(pats), Some(v)) => match self.facts.shape(v) {
+                (TensorCheck::Dims(pats), Some(v)) => match self.facts().shape(v) {
                     None => out(Tri::U, &|| format!("{what} shape is unknown")),
                     Some(s) => {
                         let (tri, msg) = dims_match(pats, s);
                         out(tri, &|| format!("{what} shape {}: {msg}", show_dims(s)))
                     }
                 },
-                (TensorCheck::Static(want_static), Some(v)) => match self.facts.shape(v) {
+                (TensorCheck::Static(want_static), Some(v)) => match self.facts().shape(v) {
                     None => out(Tri::U, &|| format!("{what} shape is unknown")),
                     Some(s) => {
                         let is_static = s.iter().all(|d| matches!(d, FactDim::Known(_)));
@@ -702,7 +728,7 @@ impl<'a> Matcher<'a> {
                     }
                 },
                 (TensorCheck::Const(c), Some(v)) => {
-                    let is = self.facts.is_constant(v);
+                    let is = self.facts().is_constant(v);
                     out(bool_t(is == *c), &|| {
                         if is {
                             format!("{what} is a constant, needs a computed value")
