@@ -101,12 +101,15 @@ impl NodeRare {
         overload: Option<String>,
         device_configurations: Vec<NodeDeviceConfigurationProto>,
     ) -> Option<Box<NodeRare>> {
-        let r = NodeRare {
+        // Checked field by field (a comparison with a default value builds one per node).
+        if doc_string.is_none() && overload.is_none() && device_configurations.is_empty() {
+            return None;
+        }
+        Some(Box::new(NodeRare {
             doc_string,
             overload,
             device_configurations,
-        };
-        (r != NodeRare::default()).then(|| Box::new(r))
+        }))
     }
 }
 
