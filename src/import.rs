@@ -193,11 +193,13 @@ fn node_label(name: Option<&str>, op: &str, index: usize) -> String {
 struct NodeParts<'a> {
     input: Vec<Cow<'a, str>>,
     output: Vec<Cow<'a, str>>,
-    name: Option<String>,
-    op_type: Option<String>,
+    /// Borrowed from the encoding when read there: the strings the graph keeps are made by
+    /// the importing thread, not by a reading thread ([`read_nodes`]).
+    name: Option<Cow<'a, str>>,
+    op_type: Option<Cow<'a, str>>,
     attribute: Vec<AttributeProto>,
     doc_string: Option<String>,
-    domain: Option<String>,
+    domain: Option<Cow<'a, str>>,
     overload: Option<String>,
     metadata_props: Vec<crate::proto::StringStringEntryProto>,
     device_configurations: Vec<crate::proto::NodeDeviceConfigurationProto>,
@@ -208,11 +210,11 @@ impl From<NodeProto> for NodeParts<'_> {
         NodeParts {
             input: n.input.into_iter().map(Cow::Owned).collect(),
             output: n.output.into_iter().map(Cow::Owned).collect(),
-            name: n.name,
-            op_type: n.op_type,
+            name: n.name.map(Cow::Owned),
+            op_type: n.op_type.map(Cow::Owned),
             attribute: n.attribute,
             doc_string: n.doc_string,
-            domain: n.domain,
+            domain: n.domain.map(Cow::Owned),
             overload: n.overload,
             metadata_props: n.metadata_props,
             device_configurations: n.device_configurations,
@@ -256,10 +258,10 @@ fn read_node(b: &Bytes) -> Option<NodeParts<'_>> {
         match number {
             1 => p.input.push(Cow::Borrowed(text()?)),
             2 => p.output.push(Cow::Borrowed(text()?)),
-            3 => p.name = Some(text()?.to_string()),
-            4 => p.op_type = Some(text()?.to_string()),
+            3 => p.name = Some(Cow::Borrowed(text()?)),
+            4 => p.op_type = Some(Cow::Borrowed(text()?)),
             6 => p.doc_string = Some(text()?.to_string()),
-            7 => p.domain = Some(text()?.to_string()),
+            7 => p.domain = Some(Cow::Borrowed(text()?)),
             8 => p.overload = Some(text()?.to_string()),
             5 => p
                 .attribute
@@ -273,6 +275,42 @@ fn read_node(b: &Bytes) -> Option<NodeParts<'_>> {
         }
     }
     Some(p)
+}
+
+/// A node still encoded, read: [`read_node`], or the decoder for what that leaves to it.
+fn read_or_decode(b: &Bytes) -> Result<NodeParts<'_>> {
+    match read_node(b) {
+        Some(parts) => Ok(parts),
+        None => NodeProto::decode(b.clone())
+            .map(NodeParts::from)
+            .map_err(decode_error),
+    }
+}
+
+/// From this many encoded nodes on, [`read_nodes`] reads them on a second thread.
+const READ_AHEAD_MIN: usize = 4096;
+/// Nodes per chunk the reading thread hands over (at most 4 chunks wait).
+const READ_AHEAD_CHUNK: usize = 512;
+
+/// The encoded nodes, read in order ([`read_or_decode`]). Many are read on a thread of `s`
+/// ahead of the caller, chunk by chunk; when the caller stops early (an error), the thread
+/// stops at its next chunk.
+fn read_nodes<'s, 'b: 's>(
+    s: &'s std::thread::Scope<'s, '_>,
+    nodes: &'b [Bytes],
+) -> Box<dyn Iterator<Item = Result<NodeParts<'b>>> + 's> {
+    if nodes.len() < READ_AHEAD_MIN {
+        return Box::new(nodes.iter().map(read_or_decode));
+    }
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<Result<NodeParts<'b>>>>(4);
+    s.spawn(move || {
+        for chunk in nodes.chunks(READ_AHEAD_CHUNK) {
+            if tx.send(chunk.iter().map(read_or_decode).collect()).is_err() {
+                return;
+            }
+        }
+    });
+    Box::new(rx.into_iter().flatten())
 }
 
 /// [`node_label`] of a node already imported.
@@ -416,90 +454,97 @@ impl Ctx<'_> {
         // Pass 1: nodes and the values they produce, so later nodes may be read before
         // their producer appears in the file.
         // (A node's label for messages is made only when there is an error to report.)
-        let mut pending: Vec<(NodeId, Vec<Cow<str>>, Vec<AttributeProto>)> =
-            Vec::with_capacity(n_nodes);
-        let decoded = more_nodes.iter().map(|b| match read_node(b) {
-            Some(parts) => Ok(parts),
-            None => NodeProto::decode(b.clone())
-                .map(NodeParts::from)
-                .map_err(decode_error),
-        });
+        // Each node's input names are kept for pass 2 in one list for all nodes (`pending`
+        // holds where each node's run ends): a node's own list is dropped here, which also
+        // hands it back to the reading thread's heap while that thread still reads.
+        let mut pending: Vec<(NodeId, usize, Vec<AttributeProto>)> = Vec::with_capacity(n_nodes);
+        let mut pending_inputs: Vec<Cow<str>> = Vec::with_capacity(n_edges);
         let given = node_protos.into_iter().map(|n| Ok(NodeParts::from(n)));
-        for (index, np) in given.chain(decoded).enumerate() {
-            let np = np?;
-            if np.op_type.as_deref().is_none_or(str::is_empty) {
-                let op = np.op_type.as_deref().unwrap_or("?");
-                let label = node_label(np.name.as_deref(), op, index);
-                return Err(err(format!("{label} has no op_type")));
-            }
-            let NodeParts {
-                input,
-                output,
-                name,
-                op_type,
-                attribute,
-                doc_string,
-                domain,
-                overload,
-                metadata_props,
-                device_configurations,
-            } = np;
-            let op_type = op_type.unwrap_or_default();
-            let node = Node {
-                name,
-                op_type,
-                domain,
-                inputs: Vec::with_capacity(input.len()),
-                outputs: Vec::with_capacity(output.len()),
-                implicit_inputs: Vec::new(),
-                attributes: Vec::new(),
-                metadata_props,
-                rare: crate::ir::NodeRare::boxed(doc_string, overload, device_configurations),
-            };
-            if let Some(n) = node.name.as_deref() {
-                g.reserve_name(n);
-            }
-            let id = g.nodes.add_node(node);
-            g.order.push(id);
-            let mut outputs = Vec::with_capacity(output.len());
-            for (slot, o) in output.into_iter().enumerate() {
-                if o.is_empty() {
-                    outputs.push(None);
-                    continue;
+        // Nodes still encoded are read (fields split, names checked as UTF-8) on a second
+        // thread when there are many, a chunk ahead of this one, which defines their values.
+        std::thread::scope(|s| -> Result<()> {
+            for (index, np) in given.chain(read_nodes(s, more_nodes)).enumerate() {
+                let np = np?;
+                if np.op_type.as_deref().is_none_or(str::is_empty) {
+                    let op = np.op_type.as_deref().unwrap_or("?");
+                    let label = node_label(np.name.as_deref(), op, index);
+                    return Err(err(format!("{label} has no op_type")));
                 }
-                let hash = name_hash(&o);
-                if let Some(prev) = defined.get_hashed(&o, hash, &g.values) {
-                    let by = match g.values[prev.index()].origin {
-                        Origin::Input => "a graph input".to_string(),
-                        Origin::Initializer => "an initializer".to_string(),
-                        Origin::Node { node, .. } => {
-                            let p = &g.nodes[node];
-                            match p.name.as_deref() {
-                                Some(n) if !n.is_empty() => format!("node '{n}' ({})", p.op_type),
-                                _ => format!("another {} node", p.op_type),
+                let NodeParts {
+                    input,
+                    output,
+                    name,
+                    op_type,
+                    attribute,
+                    doc_string,
+                    domain,
+                    overload,
+                    metadata_props,
+                    device_configurations,
+                } = np;
+                let op_type = op_type.map(Cow::into_owned).unwrap_or_default();
+                let name = name.map(Cow::into_owned);
+                let domain = domain.map(Cow::into_owned);
+                let node = Node {
+                    name,
+                    op_type,
+                    domain,
+                    inputs: Vec::with_capacity(input.len()),
+                    outputs: Vec::with_capacity(output.len()),
+                    implicit_inputs: Vec::new(),
+                    attributes: Vec::new(),
+                    metadata_props,
+                    rare: crate::ir::NodeRare::boxed(doc_string, overload, device_configurations),
+                };
+                if let Some(n) = node.name.as_deref() {
+                    g.reserve_name(n);
+                }
+                let id = g.nodes.add_node(node);
+                g.order.push(id);
+                let mut outputs = Vec::with_capacity(output.len());
+                for (slot, o) in output.into_iter().enumerate() {
+                    if o.is_empty() {
+                        outputs.push(None);
+                        continue;
+                    }
+                    let hash = name_hash(&o);
+                    if let Some(prev) = defined.get_hashed(&o, hash, &g.values) {
+                        let by = match g.values[prev.index()].origin {
+                            Origin::Input => "a graph input".to_string(),
+                            Origin::Initializer => "an initializer".to_string(),
+                            Origin::Node { node, .. } => {
+                                let p = &g.nodes[node];
+                                match p.name.as_deref() {
+                                    Some(n) if !n.is_empty() => {
+                                        format!("node '{n}' ({})", p.op_type)
+                                    }
+                                    _ => format!("another {} node", p.op_type),
+                                }
                             }
-                        }
-                        _ => "another definition".to_string(),
-                    };
-                    return Err(err(format!(
-                        "{} produces '{o}', which is already produced by {by}",
-                        ir_node_label(&g.nodes[id], index)
-                    )));
+                            _ => "another definition".to_string(),
+                        };
+                        return Err(err(format!(
+                            "{} produces '{o}', which is already produced by {by}",
+                            ir_node_label(&g.nodes[id], index)
+                        )));
+                    }
+                    let v = g.add_value_hashed(
+                        o.into_owned(),
+                        hash,
+                        Origin::Node {
+                            node: id,
+                            slot: slot as u32,
+                        },
+                    );
+                    defined.insert(hash, v, &g.values);
+                    outputs.push(Some(v));
                 }
-                let v = g.add_value_hashed(
-                    o.into_owned(),
-                    hash,
-                    Origin::Node {
-                        node: id,
-                        slot: slot as u32,
-                    },
-                );
-                defined.insert(hash, v, &g.values);
-                outputs.push(Some(v));
+                g.nodes[id].outputs = outputs;
+                pending_inputs.extend(input);
+                pending.push((id, pending_inputs.len(), attribute));
             }
-            g.nodes[id].outputs = outputs;
-            pending.push((id, input, attribute));
-        }
+            Ok(())
+        })?;
 
         // Pass 2: resolve inputs (locally, else in enclosing scopes) and import subgraphs.
         let mut outer_refs: Vec<String> = Vec::new();
@@ -522,10 +567,13 @@ impl Ctx<'_> {
             }
         };
         let mut edges: Vec<(ValueId, NodeId, u32)> = Vec::with_capacity(n_edges);
-        for (index, (id, input, attribute)) in pending.into_iter().enumerate() {
+        let mut pending_inputs = pending_inputs.into_iter();
+        let mut input_start = 0;
+        for (index, (id, input_end, attribute)) in pending.into_iter().enumerate() {
             let label = |g: &Graph| ir_node_label(&g.nodes[id], index);
-            let mut inputs = Vec::with_capacity(input.len());
-            for (slot, name) in input.into_iter().enumerate() {
+            let n_inputs = input_end - std::mem::replace(&mut input_start, input_end);
+            let mut inputs = Vec::with_capacity(n_inputs);
+            for (slot, name) in pending_inputs.by_ref().take(n_inputs).enumerate() {
                 if name.is_empty() {
                     inputs.push(None);
                     continue;
@@ -795,11 +843,11 @@ mod names_tests {
         NodeProto {
             input: p.input.into_iter().map(Cow::into_owned).collect(),
             output: p.output.into_iter().map(Cow::into_owned).collect(),
-            name: p.name,
-            op_type: p.op_type,
+            name: p.name.map(Cow::into_owned),
+            op_type: p.op_type.map(Cow::into_owned),
             attribute: p.attribute,
             doc_string: p.doc_string,
-            domain: p.domain,
+            domain: p.domain.map(Cow::into_owned),
             overload: p.overload,
             metadata_props: p.metadata_props,
             device_configurations: p.device_configurations,
@@ -894,5 +942,123 @@ mod names_tests {
         assert_eq!(names.get("c", &g.values), Some(c));
         assert!(Scope::Graph(&names, &g.values).contains("c"));
         assert!(!Scope::Graph(&names, &g.values).contains("d"));
+    }
+}
+
+#[cfg(test)]
+mod read_ahead_tests {
+    use super::*;
+    use crate::proto::{OperatorSetIdProto, ValueInfoProto};
+
+    /// A model of `n` Relu nodes in a chain (`v0` -> `v1` -> ...), its nodes encoded one by
+    /// one as `decode_model_split` leaves them; `edit` changes a node before it is encoded.
+    fn chain(n: usize, edit: impl Fn(usize, &mut NodeProto)) -> (ModelProto, Vec<Bytes>) {
+        let nodes = (0..n)
+            .map(|i| {
+                let mut node = NodeProto {
+                    input: vec![format!("v{i}")],
+                    output: vec![format!("v{}", i + 1)],
+                    name: Some(format!("relu{i}")),
+                    op_type: Some("Relu".into()),
+                    ..Default::default()
+                };
+                edit(i, &mut node);
+                Bytes::from(node.encode_to_vec())
+            })
+            .collect();
+        let value = |name: String| ValueInfoProto {
+            name: Some(name),
+            ..Default::default()
+        };
+        let model = ModelProto {
+            ir_version: Some(8),
+            opset_import: vec![OperatorSetIdProto {
+                domain: Some(String::new()),
+                version: Some(13),
+            }],
+            graph: Some(GraphProto {
+                input: vec![value("v0".into())],
+                output: vec![value(format!("v{n}"))],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        (model, nodes)
+    }
+
+    /// The same model with its nodes decoded into the message.
+    fn whole(mut model: ModelProto, nodes: &[Bytes]) -> ModelProto {
+        let g = model.graph.as_mut().unwrap();
+        g.node = nodes
+            .iter()
+            .map(|b| NodeProto::decode(b.clone()).unwrap())
+            .collect();
+        model
+    }
+
+    fn summary(m: &Model) -> Vec<(String, String, Vec<String>, Vec<String>)> {
+        let g = &m.graph;
+        let names = |vs: &[Option<ValueId>]| -> Vec<String> {
+            vs.iter()
+                .map(|v| v.map_or(String::new(), |v| g.value_name(v).to_string()))
+                .collect()
+        };
+        g.order
+            .iter()
+            .map(|&n| {
+                let node = g.node(n);
+                (
+                    node.name().to_string(),
+                    node.op_type.clone(),
+                    names(&node.inputs),
+                    names(&node.outputs),
+                )
+            })
+            .collect()
+    }
+
+    /// Nodes read ahead on a second thread import as the decoded message's nodes do, in order.
+    #[test]
+    fn nodes_read_ahead_import_as_decoded_ones() {
+        let n = READ_AHEAD_MIN + READ_AHEAD_CHUNK + 7;
+        let (model, nodes) = chain(n, |_, _| {});
+        let ahead = import_model_with_nodes(model.clone(), &nodes, None).unwrap();
+        let decoded = import_model(whole(model, &nodes), None).unwrap();
+        assert_eq!(ahead.graph.order.len(), n);
+        assert_eq!(summary(&ahead), summary(&decoded));
+    }
+
+    /// An error in any node stops the import with that node's message (the reading thread,
+    /// ahead of it, is stopped, not waited on forever), as without reading ahead.
+    #[test]
+    fn an_error_among_nodes_read_ahead_is_the_nodes() {
+        let n = READ_AHEAD_MIN * 2;
+        for at in [3, READ_AHEAD_CHUNK, n - 1] {
+            let (model, nodes) = chain(n, |i, node| {
+                if i == at {
+                    node.op_type = Some(String::new());
+                }
+            });
+            let e = import_model_with_nodes(model.clone(), &nodes, None).unwrap_err();
+            let want = import_model(whole(model, &nodes), None).unwrap_err();
+            assert!(e.to_string().contains(&format!("'relu{at}'")), "{e}");
+            assert!(e.to_string().contains("has no op_type"), "{e}");
+            assert_eq!(e.to_string(), want.to_string());
+            // An input nothing defines, found in pass 2 after every node was read.
+            let (model, nodes) = chain(n, |i, node| {
+                if i == at {
+                    node.input = vec!["nowhere".into()];
+                }
+            });
+            let e = import_model_with_nodes(model, &nodes, None).unwrap_err();
+            assert!(
+                e.to_string().contains("input 'nowhere' is not defined"),
+                "{e}"
+            );
+        }
+        // Bytes the decoder refuses, early: refused, and the import returns.
+        let (model, mut nodes) = chain(n, |_, _| {});
+        nodes[5] = Bytes::from_static(&[0x0a, 0x05, b'x']);
+        assert!(import_model_with_nodes(model, &nodes, None).is_err());
     }
 }
