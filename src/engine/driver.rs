@@ -37,6 +37,9 @@ pub(super) struct Driver<'t> {
     used_before: super::output::UsedValues,
     /// A fallback changed the graph since the flag was last taken.
     fell_back_now: bool,
+    /// How many times plans were applied (each may have changed the graph): a round's matches
+    /// still describe the graph while this count is what it was when they were found.
+    pub applications: u64,
     /// For a body: what its enclosing scopes know of the values it reads by name.
     outer: Option<&'t OuterFacts>,
     /// The assumed-size facts of the graph as it is now, when a step computed them and nothing
@@ -65,6 +68,7 @@ impl<'t> Driver<'t> {
             stuck: HashSet::new(),
             used_before: used_values(&model.graph),
             fell_back_now: false,
+            applications: 0,
             outer,
             facts: std::cell::Cell::new(None),
         }
@@ -227,14 +231,19 @@ impl<'t> Driver<'t> {
     }
 
     /// Prune what the rewrites orphaned, add what still fires, and the passes' summaries.
-    pub fn finish(mut self, model: &mut Model) -> Report {
+    /// `settled`: the last round's matches, when nothing changed the graph after they were
+    /// found (they are then the final graph's, unless pruning removes something).
+    pub fn finish(mut self, model: &mut Model, settled: Option<Vec<Match>>) -> Report {
         // Pruning removes only what nothing reads (orphaned constants and initializers): the
         // facts of every value still read are the same, so they stay current.
-        prune_orphans(&mut model.graph, &self.used_before);
+        let pruned = prune_orphans(&mut model.graph, &self.used_before);
         let cx = self.cx(model);
         // One match of the final graph serves the check and the summaries (the model's opsets
         // are the ones the driver started with: no rewrite changes them).
-        let matches = find(&cx, &self.opsets);
+        let matches = match settled {
+            Some(m) if !pruned => m,
+            _ => find(&cx, &self.opsets),
+        };
         let findings = check_matches(&cx, self.opts, &matches);
         let mut summary = Summary::default();
         for (action, rules) in rules_by_pass(self.target, &matched_rules(&matches)) {
@@ -273,6 +282,7 @@ impl<'t> Driver<'t> {
         if plans.is_empty() {
             return Vec::new();
         }
+        self.applications += 1;
         // Patches change the graph: the facts kept are no longer current. Unless every patch
         // only sets node metadata and frees nothing (pins; a refused plan's fallback is a pin
         // too): no fact depends on metadata, so they stay current.

@@ -102,9 +102,11 @@ fn compile_graph(
     outer: Option<&OuterFacts>,
 ) -> Report {
     let mut d = driver::Driver::new(model, target, opts, sizes, outer);
+    let mut settled = None;
     for iteration in 0..opts.max_iterations {
         d.report.iterations = iteration + 1;
         let round = d.plan_round(model);
+        let matched_at = d.applications;
         let mut changed = !d.apply(&mut model.graph, round.each).is_empty();
         changed |= d.run_per_rule(model, &round.per_rule);
         changed |= d.take_fallback_change();
@@ -112,10 +114,12 @@ fn compile_graph(
             continue;
         }
         if d.settle(model, &round.matches) == 0 {
+            // Nothing applied since this round matched: its matches are the graph's.
+            settled = (d.applications == matched_at).then_some(round.matches);
             break;
         }
     }
-    d.finish(model)
+    d.finish(model, settled)
 }
 
 /// The model's opsets and IR version around an empty graph: a body is compiled in it.

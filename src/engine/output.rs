@@ -38,7 +38,7 @@ pub(crate) fn used_values(g: &Graph) -> UsedValues {
 /// Remove weights the rewrites orphaned: `Constant` nodes and initializers whose values were
 /// used before the compile and are used by nothing now (e.g. a split Conv's full weight).
 /// Constants that were already unused are left alone, so untouched parts stay as they were.
-pub(crate) fn prune_orphans(g: &mut Graph, used_before: &UsedValues) {
+pub(crate) fn prune_orphans(g: &mut Graph, used_before: &UsedValues) -> bool {
     let used = used_values(g);
     let orphan = |v: &ValueId| used_before.contains(v) && !used.contains(v);
     let dead: Vec<NodeId> = g
@@ -52,12 +52,15 @@ pub(crate) fn prune_orphans(g: &mut Graph, used_before: &UsedValues) {
                 && !node.outputs.iter().flatten().any(|v| !orphan(v))
         })
         .collect();
+    let removed = dead.len();
     for n in dead {
         g.remove_node(n);
     }
     let inputs: HashSet<ValueId> = g.inputs.iter().map(|i| i.value).collect();
+    let before = g.initializers.len();
     g.initializers
         .retain(|i| inputs.contains(&i.value) || !orphan(&i.value));
+    removed > 0 || g.initializers.len() != before
 }
 
 /// Metadata key prefix under which the target's runtime settings travel with the model.
