@@ -38,6 +38,7 @@ pub(crate) fn used_values(g: &Graph) -> UsedValues {
 /// Remove weights the rewrites orphaned: `Constant` nodes and initializers whose values were
 /// used before the compile and are used by nothing now (e.g. a split Conv's full weight).
 /// Constants that were already unused are left alone, so untouched parts stay as they were.
+/// Returns whether it removed anything.
 pub(crate) fn prune_orphans(g: &mut Graph, used_before: &UsedValues) -> bool {
     let used = used_values(g);
     let orphan = |v: &ValueId| used_before.contains(v) && !used.contains(v);
