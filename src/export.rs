@@ -201,11 +201,29 @@ impl crate::io::save::GraphSource for Streamed<'_> {
     fn shell(&self) -> &ModelProto {
         &self.shell
     }
-    fn encode_nodes(&self, buf: &mut Vec<u8>) {
+    fn encode_nodes(&self) -> Vec<Vec<u8>> {
         let g = &self.model.graph;
-        for &id in &g.order {
-            encode_node_field(g, id, buf);
+        let encode = |ids: &[crate::ir::NodeId]| {
+            let mut buf = Vec::new();
+            for &id in ids {
+                encode_node_field(g, id, &mut buf);
+            }
+            buf
+        };
+        // Many nodes: the second half is encoded on a second thread (two parts, written in
+        // order: the same bytes).
+        if g.order.len() < PARALLEL_ENCODE_MIN {
+            return vec![encode(&g.order)];
         }
+        let (first, second) = g.order.split_at(g.order.len() / 2);
+        std::thread::scope(|s| {
+            let rest = s.spawn(|| encode(second));
+            let first = encode(first);
+            match rest.join() {
+                Ok(rest) => vec![first, rest],
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        })
     }
     fn initializers(&self, each: &mut dyn FnMut(crate::ir::TensorView<'_>, &str)) {
         let g = &self.model.graph;
@@ -214,6 +232,9 @@ impl crate::io::save::GraphSource for Streamed<'_> {
         }
     }
 }
+
+/// From this many nodes on, [`Streamed`] encodes the main graph's nodes on two threads.
+const PARALLEL_ENCODE_MIN: usize = 8192;
 
 /// A graph's message without its nodes and initializers.
 fn graph_shell(g: &Graph) -> GraphProto {
@@ -251,5 +272,53 @@ fn graph_shell(g: &Graph) -> GraphProto {
         quantization_annotation: g.quantization_annotation.clone(),
         sparse_initializer,
         metadata_props: g.metadata_props.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::io::save::GraphSource;
+    use crate::proto::{NodeProto, OperatorSetIdProto, ValueInfoProto};
+
+    /// Many nodes are encoded in two parts, on two threads: together the bytes the message's
+    /// nodes encode to, in order.
+    #[test]
+    fn nodes_encoded_in_parts_are_the_messages() {
+        for n in [10, PARALLEL_ENCODE_MIN + 5] {
+            let node = |i: usize| NodeProto {
+                input: vec![format!("v{i}")],
+                output: vec![format!("v{}", i + 1)],
+                name: Some(format!("relu{i}")),
+                op_type: Some("Relu".into()),
+                ..Default::default()
+            };
+            let value = |name: String| ValueInfoProto {
+                name: Some(name),
+                ..Default::default()
+            };
+            let proto = ModelProto {
+                ir_version: Some(8),
+                opset_import: vec![OperatorSetIdProto {
+                    domain: Some(String::new()),
+                    version: Some(13),
+                }],
+                graph: Some(GraphProto {
+                    node: (0..n).map(node).collect(),
+                    input: vec![value("v0".into())],
+                    output: vec![value(format!("v{n}"))],
+                    ..Default::default()
+                }),
+                ..Default::default()
+            };
+            let model = crate::import::import_model(proto, None).unwrap();
+            let parts = Streamed::new(&model).encode_nodes();
+            assert_eq!(parts.len(), if n < PARALLEL_ENCODE_MIN { 1 } else { 2 });
+            let mut want = Vec::new();
+            for nd in &export_model(&model).graph.unwrap().node {
+                prost::encoding::message::encode(1, nd, &mut want);
+            }
+            assert!(parts.concat() == want, "{n} nodes");
+        }
     }
 }

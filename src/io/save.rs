@@ -367,9 +367,9 @@ fn write_temp(
 pub trait GraphSource {
     /// The model's message, its main graph without nodes and initializers.
     fn shell(&self) -> &ModelProto;
-    /// Append the main graph's nodes, in order, to `buf`, each encoded as the graph's field 1
-    /// (key, length, message).
-    fn encode_nodes(&self, buf: &mut Vec<u8>);
+    /// The main graph's nodes, in order, each encoded as the graph's field 1 (key, length,
+    /// message), in one or more parts that are written one after another.
+    fn encode_nodes(&self) -> Vec<Vec<u8>>;
     /// The main graph's initializers, in order, each with the name it is written under (which
     /// replaces the tensor's own `name`).
     fn initializers(&self, each: &mut dyn FnMut(TensorView<'_>, &str));
@@ -398,16 +398,17 @@ fn write_model_streamed<W: PayloadWrite>(w: &mut W, src: &dyn GraphSource) -> st
     let mut scratch = Vec::with_capacity(1 << 16);
     put_message(w, &mut scratch, &model_head(m))?;
     if let Some(g) = &m.graph {
-        let mut nodes = Vec::new();
-        src.encode_nodes(&mut nodes);
+        let nodes = src.encode_nodes();
+        let nodes_len: usize = nodes.iter().map(Vec::len).sum();
         let mut inits = 0usize;
         src.initializers(&mut |t, name| {
             let l = named_len(t, name);
             inits += prost::encoding::key_len(5) + varint_len(l as u64) + l;
         });
-        put_len_key(w, 7, nodes.len() + g.encoded_len() + inits)?;
-        w.write_all(&nodes)?;
-        drop(nodes);
+        put_len_key(w, 7, nodes_len + g.encoded_len() + inits)?;
+        for part in nodes {
+            w.write_all(&part)?;
+        }
         if let Some(name) = &g.name {
             scratch.clear();
             prost::encoding::string::encode(2, name, &mut scratch);
