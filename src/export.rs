@@ -279,39 +279,14 @@ fn graph_shell(g: &Graph) -> GraphProto {
 mod tests {
     use super::*;
     use crate::io::save::GraphSource;
-    use crate::proto::{NodeProto, OperatorSetIdProto, ValueInfoProto};
 
     /// Many nodes are encoded in two parts, on two threads: together the bytes the message's
     /// nodes encode to, in order.
     #[test]
     fn nodes_encoded_in_parts_are_the_messages() {
         for n in [10, PARALLEL_ENCODE_MIN + 5] {
-            let node = |i: usize| NodeProto {
-                input: vec![format!("v{i}")],
-                output: vec![format!("v{}", i + 1)],
-                name: Some(format!("relu{i}")),
-                op_type: Some("Relu".into()),
-                ..Default::default()
-            };
-            let value = |name: String| ValueInfoProto {
-                name: Some(name),
-                ..Default::default()
-            };
-            let proto = ModelProto {
-                ir_version: Some(8),
-                opset_import: vec![OperatorSetIdProto {
-                    domain: Some(String::new()),
-                    version: Some(13),
-                }],
-                graph: Some(GraphProto {
-                    node: (0..n).map(node).collect(),
-                    input: vec![value("v0".into())],
-                    output: vec![value(format!("v{n}"))],
-                    ..Default::default()
-                }),
-                ..Default::default()
-            };
-            let model = crate::import::import_model(proto, None).unwrap();
+            let (proto, nodes) = crate::import::read_ahead_tests::chain(n, |_, _| {});
+            let model = crate::import::import_model_with_nodes(proto, &nodes, None).unwrap();
             let parts = Streamed::new(&model).encode_nodes();
             assert_eq!(parts.len(), if n < PARALLEL_ENCODE_MIN { 1 } else { 2 });
             let mut want = Vec::new();

@@ -482,13 +482,10 @@ impl Ctx<'_> {
                     metadata_props,
                     device_configurations,
                 } = np;
-                let op_type = op_type.map(Cow::into_owned).unwrap_or_default();
-                let name = name.map(Cow::into_owned);
-                let domain = domain.map(Cow::into_owned);
                 let node = Node {
-                    name,
-                    op_type,
-                    domain,
+                    name: name.map(Cow::into_owned),
+                    op_type: op_type.map(Cow::into_owned).unwrap_or_default(),
+                    domain: domain.map(Cow::into_owned),
                     inputs: Vec::with_capacity(input.len()),
                     outputs: Vec::with_capacity(output.len()),
                     implicit_inputs: Vec::new(),
@@ -946,13 +943,16 @@ mod names_tests {
 }
 
 #[cfg(test)]
-mod read_ahead_tests {
+pub(crate) mod read_ahead_tests {
     use super::*;
     use crate::proto::{OperatorSetIdProto, ValueInfoProto};
 
     /// A model of `n` Relu nodes in a chain (`v0` -> `v1` -> ...), its nodes encoded one by
     /// one as `decode_model_split` leaves them; `edit` changes a node before it is encoded.
-    fn chain(n: usize, edit: impl Fn(usize, &mut NodeProto)) -> (ModelProto, Vec<Bytes>) {
+    pub(crate) fn chain(
+        n: usize,
+        edit: impl Fn(usize, &mut NodeProto),
+    ) -> (ModelProto, Vec<Bytes>) {
         let nodes = (0..n)
             .map(|i| {
                 let mut node = NodeProto {
