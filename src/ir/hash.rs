@@ -1,7 +1,9 @@
 //! A fast hasher for maps whose keys a file cannot steer into collisions: small integer
 //! indices the program assigns (value and node indices), and lookups into fixed tables the
-//! program builds (the operator table). Maps keyed by names read from a file keep the standard
-//! library's randomly keyed SipHash.
+//! program builds (the operator table). It also makes [`crate::ir::name_hash`], the fixed hash
+//! of a name, which is never a map's hash itself: maps keyed by it mix it with random keys
+//! ([`PreHashedBuild`]). Maps keyed by strings read from a file keep the standard library's
+//! randomly keyed SipHash.
 //!
 //! The hash is one multiply-rotate-xor step per word (the Fx hash of Firefox and rustc), with
 //! a final mix that moves the high bits down (hashbrown picks buckets from the low bits).
@@ -73,8 +75,8 @@ pub type FastMap<K, V> = std::collections::HashMap<K, V, FastBuild>;
 pub type FastSet<K> = std::collections::HashSet<K, FastBuild>;
 
 /// Builds the hashers of maps keyed by a name's [`crate::ir::name_hash`]: the key is already a
-/// SipHash of the name, but one with a fixed key (so fresh names are the same on every run), and
-/// a file could choose names whose hashes share the low bits that pick a bucket. Each map draws
+/// hash of the name, but a fixed one (so fresh names are the same on every run), and a file
+/// could choose names whose hashes share the low bits that pick a bucket. Each map draws
 /// two keys at random (from the standard library's per-process keys) and its hash is folded
 /// 128-bit multiplies of the key with them, which moves every bit of the key into every bit of the
 /// result: a file that does not know the keys cannot steer keys into one bucket. Two

@@ -294,12 +294,23 @@ fn push_suffix(s: &mut String, mut n: u64) {
     s.push_str(std::str::from_utf8(&digits[i..]).unwrap_or_default());
 }
 
-/// The hash of a name that [`Graph::taken_names`] records (a fixed key: the same on every
-/// run, so fresh names never depend on the run).
+/// The hash of a name that [`Graph::taken_names`] records and the importer's name table is
+/// keyed by: [`hash::FastHasher`] over the name's bytes, the same on every run (so fresh names
+/// never depend on the run).
+///
+/// Why a fast hash with no secret key is enough for names read from a file: the tables keyed
+/// by it mix it again with keys drawn per table ([`hash::PreHashedBuild`]), so only names of
+/// one whole 64-bit hash share a bucket, and those are handled apart: the importer keeps a
+/// second name of a hash in a randomly keyed map by name, and in `taken_names` a shared hash
+/// only makes a fresh name skip a candidate. Two names of one length of at most 8 bytes never
+/// share a hash: each step (a multiply by an odd constant, an xor, the final mix) is a
+/// bijection of the word. The length is mixed in last: without it, a 7-byte name and the
+/// 8-byte name that adds the byte `8` (`input.1`, `input.18`) would be one word.
 pub(crate) fn name_hash(s: &str) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    s.hash(&mut h);
+    use std::hash::Hasher;
+    let mut h = hash::FastHasher::default();
+    h.write(s.as_bytes());
+    h.write_usize(s.len());
     h.finish()
 }
 
@@ -763,6 +774,35 @@ impl Graph {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The fixed name hash: the same on every run, distinct for names of one length up to 8
+    /// bytes (a bijection), and distinct for the 7- and 8-byte names that share a word without
+    /// the length.
+    #[test]
+    fn name_hash_is_fixed_and_tells_short_names_apart() {
+        assert_eq!(name_hash("input.1"), name_hash("input.1"));
+        assert_ne!(name_hash("input.1"), name_hash("input.18"));
+        assert_ne!(name_hash(""), name_hash("\0\0\0\0\0\0\0\0"));
+        assert_ne!(name_hash("ab"), name_hash("ab\0"));
+        for len in 1..=8usize {
+            let names = (0..20_000u32).map(|i| {
+                let s = format!("{i:0len$x}");
+                s[s.len() - len..].to_string()
+            });
+            let hashes: std::collections::HashSet<u64> = names.map(|s| name_hash(&s)).collect();
+            assert_eq!(
+                hashes.len(),
+                20_000.min(16usize.pow(len as u32)),
+                "length {len}"
+            );
+        }
+        // Pinned values: fresh names depend on the function (through collisions), so a change
+        // of it must be deliberate, and it must not differ between machines.
+        assert_eq!(
+            [name_hash("x"), name_hash("conv_weight_split_1")],
+            [1_061_210_681_833_646_153, 18_076_930_982_800_565_071]
+        );
+    }
 
     /// `position` finds a node wherever the last lookup left off, and removal keeps the rest
     /// of the order as it was.
