@@ -443,3 +443,85 @@ fn the_nchwc_block_size_can_be_given_and_a_wrong_one_falls_back_to_the_cpu() {
     assert_eq!(nchwc(&doc.model), 0);
     assert!(report.fallbacks.is_empty(), "{:?}", report.fallbacks);
 }
+
+/// `Cx::exact_dims` reads an undeclared initializer's own dims (no second inference) and, for
+/// a declared or overridable one, gives what the exact facts give, which is not what the
+/// assumed-size facts give when a declaration has an open dimension.
+#[test]
+fn exact_dims_are_the_exact_facts_dims() {
+    use onnx_safeify::proto::{tensor_shape_proto, TensorShapeProto};
+    let sym_vi = |name: &str, dims: &[&str]| {
+        let mut v = vi(name, &[]);
+        if let Some(type_proto::Value::TensorType(t)) =
+            v.r#type.as_mut().and_then(|t| t.value.as_mut())
+        {
+            t.shape = Some(TensorShapeProto {
+                dim: dims
+                    .iter()
+                    .map(|d| tensor_shape_proto::Dimension {
+                        value: Some(match d.parse::<i64>() {
+                            Ok(n) => tensor_shape_proto::dimension::Value::DimValue(n),
+                            Err(_) => tensor_shape_proto::dimension::Value::DimParam(d.to_string()),
+                        }),
+                        denotation: None,
+                    })
+                    .collect(),
+            });
+        }
+        v
+    };
+    let w = |name: &str| float_init(name, &[8, 1, 3, 3], &[0.5; 72]);
+    let g = GraphProto {
+        node: vec![
+            node("Conv", "c_plain", &["x", "w_plain"], &["y1"]),
+            node("Conv", "c_declared", &["x", "w_declared"], &["y2"]),
+            node("Conv", "c_input", &["x", "w_input"], &["y3"]),
+            node("Conv", "c_conflict", &["x", "w_conflict"], &["y4"]),
+        ],
+        name: Some("g".into()),
+        input: vec![
+            sym_vi("x", &["N", "8", "7", "7"]),
+            vi("w_input", &[8, 1, 3, 3]),
+        ],
+        output: vec![
+            sym_vi("y1", &["N", "8", "5", "5"]),
+            sym_vi("y2", &["N", "8", "5", "5"]),
+            sym_vi("y3", &["N", "8", "5", "5"]),
+            sym_vi("y4", &["N", "8", "5", "5"]),
+        ],
+        initializer: vec![w("w_plain"), w("w_declared"), w("w_input"), w("w_conflict")],
+        // A declaration with an open first dim that the assumed size fills in wrongly, and
+        // one that contradicts the initializer (the declaration is kept).
+        value_info: vec![
+            sym_vi("w_declared", &["N", "1", "3", "3"]),
+            sym_vi("w_conflict", &["4", "1", "3", "3"]),
+        ],
+        ..Default::default()
+    };
+    let m = onnx_safeify::import::import_model(model(g), None).unwrap();
+    let target = parse_target_str("t.yaml", UNFUSE_MS).unwrap();
+    let mut sizes = Sizes::none();
+    sizes.named.insert("N".into(), 2);
+    let cx = Cx::new(&m, &target, &sizes, "safeify_cpu");
+    let value = |name: &str| {
+        (0..m.graph.values.len())
+            .map(|i| onnx_safeify::ir::ValueId(i as u32))
+            .find(|&v| m.graph.value_name(v) == name)
+            .unwrap()
+    };
+    for (name, dims) in [
+        ("w_plain", [8, 1, 3, 3]),
+        ("w_declared", [8, 1, 3, 3]),
+        ("w_input", [8, 1, 3, 3]),
+        ("w_conflict", [4, 1, 3, 3]),
+    ] {
+        let v = value(name);
+        assert_eq!(cx.exact_dims(v), cx.exact_facts().dims(v), "{name}");
+        assert_eq!(cx.exact_dims(v), Some(dims.to_vec()), "{name}");
+    }
+    // What the fallback guards against: the assumed sizes would bake 2 for 8.
+    assert_eq!(cx.facts().dims(value("w_declared")), Some(vec![2, 1, 3, 3]));
+    // Not an initializer: the exact facts (the batch stays open).
+    assert_eq!(cx.exact_dims(value("y1")), None);
+    assert_eq!(cx.facts().dims(value("y1")), Some(vec![2, 8, 5, 5]));
+}

@@ -451,6 +451,17 @@ pub fn declared(graph: &Graph) -> Facts {
     infer_graph(&header, graph, &opts)
 }
 
+/// The shape inference gives an initializer of these dims (before any declaration is merged).
+fn initializer_shape(d: &[i64]) -> Vec<Dim> {
+    d.iter().map(|&d| dims::known_dim(d)).collect()
+}
+
+/// The known dims inference gives an initializer that nothing declares (what
+/// [`Facts::dims`] would say of it), without inferring: see `Cx::exact_dims`.
+pub(crate) fn initializer_dims(d: &[i64]) -> Option<Vec<i64>> {
+    d.iter().map(|&d| dims::known_dim(d).known()).collect()
+}
+
 /// Infer the main graph of a model.
 pub fn infer_model(model: &Model, opts: &InferOptions) -> Facts {
     infer_graph(model, &model.graph, opts)
@@ -565,7 +576,7 @@ pub(crate) fn infer_scoped(
         let t = init.tensor.view();
         let info = TensorInfo {
             dtype: t.data_type.filter(|&d| d > 0),
-            shape: Some(t.dims.iter().map(|&d| dims::known_dim(d)).collect()),
+            shape: Some(initializer_shape(t.dims)),
         };
         let overridable = graph.value(v).origin == Origin::Input && !old_ir;
         if !overridable {

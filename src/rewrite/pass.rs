@@ -221,6 +221,8 @@ pub struct Cx<'a> {
     pub nchwc_block: Option<i64>,
     facts: OnceCell<Facts>,
     exact: OnceCell<Option<Facts>>,
+    /// Per value: named by a `value_info` or graph output declaration (see [`Cx::exact_dims`]).
+    declared: OnceCell<Vec<bool>>,
 }
 
 impl<'a> Cx<'a> {
@@ -241,6 +243,7 @@ impl<'a> Cx<'a> {
             nchwc_block: None,
             facts: OnceCell::new(),
             exact: OnceCell::new(),
+            declared: OnceCell::new(),
         }
     }
     /// A context for `graph`, a body of the model, whose outer-scope reads have the facts of
@@ -280,6 +283,34 @@ impl<'a> Cx<'a> {
     pub fn facts(&self) -> &Facts {
         self.facts
             .get_or_init(|| self.infer_with(&self.sizes.infer_options(), false))
+    }
+    /// The dims of `v` that a rewrite may bake into the output: those of the exact facts. For
+    /// an initializer that is not a graph input and that no `value_info` or graph output
+    /// declares, they are its own dims, read without inferring the graph a second time (the
+    /// exact facts differ from the assumed ones only through declarations with open
+    /// dimensions, and an initializer's dims are all known).
+    pub fn exact_dims(&self, v: crate::ir::ValueId) -> Option<Vec<i64>> {
+        let g = self.graph;
+        let undeclared = || {
+            let declared = self.declared.get_or_init(|| {
+                let mut d = vec![false; g.values.len()];
+                for vi in g.value_info.iter().chain(g.outputs.iter()) {
+                    if let Some(slot) = d.get_mut(vi.value.index()) {
+                        *slot = true;
+                    }
+                }
+                d
+            });
+            !declared.get(v.index()).copied().unwrap_or(true)
+        };
+        let own = (g.values.get(v.index())?.origin == crate::ir::Origin::Initializer
+            && undeclared())
+        .then(|| g.initializer(v))
+        .flatten();
+        match own {
+            Some(t) => crate::infer::initializer_dims(t.dims),
+            None => self.exact_facts().dims(v),
+        }
     }
     /// The facts with the model's own declarations only: what rewrites may bake into the
     /// output (a size assumed for an estimate must never become part of the model).

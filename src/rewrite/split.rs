@@ -446,7 +446,7 @@ impl Pass for SplitPass {
                 .get(1)
                 .copied()
                 .flatten()
-                .and_then(|w| cx.exact_facts().dims(w));
+                .and_then(|w| cx.exact_dims(w));
             match split_conv_with(g, n, cx.opset, &r.id, axis, max, batch, w_dims) {
                 Ok(p) => out.push(Planned::one(g, n, Ok(p))),
                 Err(SplitOutcome::Fits) => {}
