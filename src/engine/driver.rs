@@ -45,6 +45,10 @@ pub(super) struct Driver<'t> {
     /// The assumed-size facts of the graph as it is now, when a step computed them and nothing
     /// changed the graph since: the next step starts from them instead of a whole inference.
     facts: std::cell::Cell<Option<crate::infer::Facts>>,
+    /// When [`Driver::settle`] last ended with every pass planning nothing: `applications`
+    /// then, and the matched rules it was given. While both are the same, the graph is the
+    /// one those passes found nothing to do on, and settling again would plan nothing.
+    quiet: Option<(u64, Vec<usize>)>,
 }
 
 impl<'t> Driver<'t> {
@@ -71,6 +75,7 @@ impl<'t> Driver<'t> {
             applications: 0,
             outer,
             facts: std::cell::Cell::new(None),
+            quiet: None,
         }
     }
 
@@ -193,12 +198,22 @@ impl<'t> Driver<'t> {
     /// The structure is stable: graph-wide passes (barrier cuts), in batches of patches, each
     /// planned on the graph the last one left. Returns how many applied.
     pub fn settle(&mut self, model: &mut Model, matches: &[Match]) -> usize {
+        let matched = matched_rules(matches);
+        if self.quiet.as_ref() == Some(&(self.applications, matched.clone())) {
+            return 0;
+        }
         let mut settled = 0usize;
-        for (action, rules) in rules_by_pass(self.target, &matched_rules(matches)) {
+        // Quiet: every pass's last plan was empty, on the graph as it ends (a pass that applies
+        // after another found nothing leaves that one's answer stale).
+        let mut quiet = true;
+        let mut passes = 0usize;
+        for (action, rules) in rules_by_pass(self.target, &matched) {
             let Some(pass) = pass_for(action).filter(|p| p.schedule() == Schedule::WhenSettled)
             else {
                 continue;
             };
+            passes += 1;
+            let mut ended_empty = false;
             let mut n = 0usize;
             // A settled pass's patches only add identities (cuts): the facts of one step,
             // extended to the new values, serve the next without a whole re-inference.
@@ -209,6 +224,7 @@ impl<'t> Driver<'t> {
                 if plans.is_empty() {
                     // Nothing changed since these facts: the next round starts from them.
                     self.keep_facts(cx);
+                    ended_empty = true;
                     break;
                 }
                 let facts = cx.into_facts();
@@ -225,8 +241,11 @@ impl<'t> Driver<'t> {
                 });
                 self.facts.set(carried);
             }
+            quiet &= ended_empty;
             settled += n;
         }
+        quiet &= settled == 0 || passes == 1;
+        self.quiet = quiet.then_some((self.applications, matched));
         settled
     }
 

@@ -412,9 +412,9 @@ impl Pass for BarrierPass {
         let Some((ri, budget)) = tightest(cx.target, rules) else {
             return Vec::new();
         };
-        match pieces(cx.graph(), cx.facts()) {
+        match cx.pieces() {
             Ok(pieces) => pieces
-                .into_iter()
+                .iter()
                 .filter(|p| p.over(budget) && p.nodes > 1)
                 .map(|p| Leftover {
                     rule: ri,
@@ -435,7 +435,7 @@ impl Pass for BarrierPass {
             Err(e) => vec![Leftover {
                 rule: ri,
                 node: String::new(),
-                reason: e,
+                reason: e.clone(),
             }],
         }
     }
@@ -444,8 +444,17 @@ impl Pass for BarrierPass {
             return;
         }
         let g = cx.graph();
-        out.pieces = pieces(g, cx.facts()).unwrap_or_default();
-        let unknown = unknown_work(g, cx.facts());
+        out.pieces = cx.pieces().clone().unwrap_or_default();
+        // The pieces count every GPU node whose work is unknown: none, no list to make.
+        let any_unknown = cx
+            .pieces()
+            .as_ref()
+            .map_or(true, |p| p.iter().any(|p| p.unknown > 0));
+        let unknown = if any_unknown {
+            unknown_work(g, cx.facts())
+        } else {
+            Vec::new()
+        };
         if !unknown.is_empty() {
             let names: Vec<String> = unknown
                 .iter()

@@ -223,6 +223,8 @@ pub struct Cx<'a> {
     exact: OnceCell<Option<Facts>>,
     /// Per value: named by a `value_info` or graph output declaration (see [`Cx::exact_dims`]).
     declared: OnceCell<Vec<bool>>,
+    /// The GPU pieces between clean cuts (see [`Cx::pieces`]).
+    pieces: OnceCell<Result<Vec<crate::rewrite::barrier::Piece>, String>>,
 }
 
 impl<'a> Cx<'a> {
@@ -244,6 +246,7 @@ impl<'a> Cx<'a> {
             facts: OnceCell::new(),
             exact: OnceCell::new(),
             declared: OnceCell::new(),
+            pieces: OnceCell::new(),
         }
     }
     /// A context for `graph`, a body of the model, whose outer-scope reads have the facts of
@@ -311,6 +314,13 @@ impl<'a> Cx<'a> {
             Some(t) => crate::infer::initializer_dims(t.dims),
             None => self.exact_facts().dims(v),
         }
+    }
+    /// The GPU pieces between clean cuts on this graph, with the assumed-size facts
+    /// ([`crate::rewrite::barrier::pieces`]), computed once: the final check's leftovers and
+    /// the summary both read them.
+    pub fn pieces(&self) -> &Result<Vec<crate::rewrite::barrier::Piece>, String> {
+        self.pieces
+            .get_or_init(|| crate::rewrite::barrier::pieces(self.graph, self.facts()))
     }
     /// The facts with the model's own declarations only: what rewrites may bake into the
     /// output (a size assumed for an estimate must never become part of the model).
