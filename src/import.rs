@@ -487,7 +487,8 @@ impl Ctx<'_> {
                     op_type: op_type.map(Cow::into_owned).unwrap_or_default(),
                     domain: domain.map(Cow::into_owned),
                     inputs: Vec::with_capacity(input.len()),
-                    outputs: Vec::with_capacity(output.len()),
+                    // Set below, once the outputs are defined.
+                    outputs: Vec::new(),
                     implicit_inputs: Vec::new(),
                     attributes: Vec::new(),
                     metadata_props,

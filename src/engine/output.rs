@@ -129,7 +129,7 @@ fn check_graph_invariants(g: &Graph) -> Result<(), String> {
         }
     };
     // Room for every value's name at once (no rehashing while it fills).
-    let mut names: HashSet<&str> = HashSet::with_capacity(g.values.len());
+    let mut names = crate::ir::hash::NameSet::with_capacity(g.values.len());
     for &n in &g.order {
         let node = g.node(n);
         for v in node

@@ -156,6 +156,39 @@ pub type HashKeySet = std::collections::HashSet<u64, PreHashedBuild>;
 /// A map keyed by name hashes (see [`PreHashedBuild`]).
 pub type HashKeyMap<V> = std::collections::HashMap<u64, V, PreHashedBuild>;
 
+/// A set of borrowed names, keyed by [`crate::ir::name_hash`] (one fast hash per name, where a
+/// `HashSet<&str>` hashes with SipHash) and exact: a name whose hash is another's is kept
+/// apart, by name, in a randomly keyed set.
+pub struct NameSet<'a> {
+    by_hash: HashKeyMap<&'a str>,
+    clashes: std::collections::HashSet<&'a str>,
+    hash: fn(&str) -> u64,
+}
+
+impl<'a> NameSet<'a> {
+    pub fn with_capacity(n: usize) -> Self {
+        Self::with_hash(n, crate::ir::name_hash)
+    }
+    fn with_hash(n: usize, hash: fn(&str) -> u64) -> Self {
+        NameSet {
+            by_hash: HashKeyMap::with_capacity_and_hasher(n, PreHashedBuild::default()),
+            clashes: std::collections::HashSet::new(),
+            hash,
+        }
+    }
+    /// Add `name`; `false` when it was there already.
+    pub fn insert(&mut self, name: &'a str) -> bool {
+        use std::collections::hash_map::Entry;
+        match self.by_hash.entry((self.hash)(name)) {
+            Entry::Vacant(e) => {
+                e.insert(name);
+                true
+            }
+            Entry::Occupied(e) => *e.get() != name && self.clashes.insert(name),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -199,5 +232,19 @@ mod tests {
         m.insert(u64::MAX, 1);
         m.insert(0, 2);
         assert_eq!((m[&u64::MAX], m[&0]), (1, 2));
+    }
+
+    /// Names are told apart by name, also when every name has one hash.
+    #[test]
+    fn name_sets_are_exact() {
+        for mut set in [NameSet::with_capacity(4), NameSet::with_hash(4, |_| 7)] {
+            let names = ["a", "b", "input.1", "input.18", ""];
+            for n in names {
+                assert!(set.insert(n), "{n}");
+            }
+            for n in names {
+                assert!(!set.insert(n), "{n} twice");
+            }
+        }
     }
 }
