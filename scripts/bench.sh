@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Benchmarks (not tests): onnx-safeify against cp, Python onnx load+save (and with --peers
-# onnxsim/onnxslim), side by side in one run: tools are interleaved run by run, every figure of a
-# table comes from the same run. Reports median wall, median cpu (user + system) and peak private
+# onnxsim/onnxslim), side by side in one run: tools are interleaved run by run, in a new order
+# each round, every figure of a table comes from the same run. Reports median wall, median cpu (user + system) and peak private
 # (anonymous) memory per tool, and each tool's wall/cpu as a multiple of cp's (or Python's).
 # On the large models `cp+37` is cp's copy written 37 bytes into the output: what moving the
 # payloads costs the kernel when the nodes before them change size (a rewritten model's floor).
@@ -13,7 +13,8 @@
 #                  same 5,250 nodes (640 channels)
 #     --callgrind  instruction counts (valgrind's Ir): the pin-every-Add compile and the rx580
 #                  `check` of the 50,000-node chain, the rx580 compile of the 326 MB model (a
-#                  repeatable figure where wall time is noisy)
+#                  repeatable figure where wall time is noisy; but fewer instructions are not
+#                  always less time: a hash of fewer instructions made the import slower)
 # RUNS (default 7) sets the counted runs per tool. BEFORE=PATH adds the same commands run with
 # another build of onnx-safeify (named "...-before"), interleaved in the same runs: a before/after
 # table from one run.
@@ -51,7 +52,8 @@ rules:
     match: {op: Add}
     action: cpu
 EOF
-bench() { "$PY" tools/bench_roundtrip.py --runs "${RUNS:-7}" "$@"; }
+# --shuffle: a new order of the tools each round (the first of a round runs slower).
+bench() { "$PY" tools/bench_roundtrip.py --runs "${RUNS:-7}" --shuffle "$@"; }
 # `check` exits 1 when it has findings; its report goes to {out}.
 check() { echo "$1 check {model} --target $2 >{out}; test \$? -le 1"; }
 

@@ -32,7 +32,11 @@ What is measured, per run:
 Before the counted runs every tool runs once as a warm-up that is not counted,
 so that all of them find the model in the page cache.  Counted runs are
 interleaved (tool A, B, C, then A, B, C, ...) so that drift in the machine's
-state does not favour one tool.  The sampler costs a few percent of one core.
+state does not favour one tool.  With ``--shuffle`` each round runs the tools in
+a new order (seeded: the same orders on every invocation): the tool that runs
+first in a round, right after the baseline, was measured several milliseconds
+slower than the same binary run later, so a fixed order favours every tool but
+the first.  The sampler costs a few percent of one core.
 
 Usage::
 
@@ -47,6 +51,7 @@ import argparse
 import json
 import os
 import platform
+import random
 import shlex
 import shutil
 import signal
@@ -410,6 +415,8 @@ def main(argv: list[str] | None = None) -> int:
                              "system's temporary folder)")
     parser.add_argument("--ratio-to", metavar="NAME",
                         help="also print each tool's median wall and cpu over this tool's")
+    parser.add_argument("--shuffle", action="store_true",
+                        help="run the tools in a new (seeded) random order each round")
     parser.add_argument("-v", "--verbose", action="store_true", help="print every run")
     args = parser.parse_args(argv)
 
@@ -432,7 +439,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"host: {info['cpus']} CPUs, {(info['mem_total_bytes'] or 0) / 2**30:.1f} GiB, "
           f"Linux {info['kernel']}; "
           + ", ".join(f"{k} {v}" for k, v in info["packages"].items()))
-    print(f"runs: 1 warm-up + {args.runs} counted per tool, interleaved; "
+    order_note = "interleaved, a new order each round" if args.shuffle else "interleaved"
+    print(f"runs: 1 warm-up + {args.runs} counted per tool, {order_note}; "
           f"sampling every {args.interval_ms:g} ms", flush=True)
 
     with tempfile.TemporaryDirectory(prefix="bench_roundtrip.", dir=args.tmpdir) as tmp:
@@ -443,8 +451,12 @@ def main(argv: list[str] | None = None) -> int:
                 why = "timed out" if run.timed_out else f"exit {run.exit_code}"
                 r.error = (f"warm-up failed ({why}, output {run.output_bytes} bytes): "
                            f"{r.tool.display()}\n" + _log_tail(log))
+        rng = random.Random(0)
         for i in range(args.runs):
-            for r in results:
+            order = list(results)
+            if args.shuffle:
+                rng.shuffle(order)
+            for r in order:
                 if r.error:
                     continue
                 run, log = run_once(r.tool, model, workdir, args, f"run {i + 1}")
