@@ -1,9 +1,8 @@
 //! A fast hasher for maps whose keys a file cannot steer into collisions: small integer
 //! indices the program assigns (value and node indices), and lookups into fixed tables the
-//! program builds (the operator table). It also makes [`crate::ir::name_hash`], the fixed hash
-//! of a name, which is never a map's hash itself: maps keyed by it mix it with random keys
-//! ([`PreHashedBuild`]). Maps keyed by strings read from a file keep the standard library's
-//! randomly keyed SipHash.
+//! program builds (the operator table). Maps keyed by names read from a file are keyed by
+//! [`crate::ir::name_hash`], a fixed hash, mixed again with random keys ([`PreHashedBuild`]), or
+//! keep the standard library's randomly keyed SipHash.
 //!
 //! The hash is one multiply-rotate-xor step per word (the Fx hash of Firefox and rustc), with
 //! a final mix that moves the high bits down (hashbrown picks buckets from the low bits).

@@ -328,8 +328,8 @@ pub(crate) fn name_hash(s: &str) -> u64 {
     }
     let b = s.as_bytes();
     let n = b.len();
-    // Each branch reads every byte of the name (the reads overlap), so two names of one
-    // length that differ give different words.
+    // Each branch reads every byte of the name (the reads overlap): two names of one length
+    // up to 16 bytes that differ give different words.
     let (first, last) = match n {
         0 => (0, 0),
         1..=3 => {
