@@ -78,7 +78,7 @@ fn rx580_extends_directml() {
         t.rule("barrier-heavy-dispatch").unwrap().action,
         Action::Barrier {
             budget: 1e9,
-            dims: vec![("batch".into(), 1), ("spatial".into(), 960)]
+            dims: vec![("batch".into(), 1), ("spatial".into(), 960)].into()
         }
     );
     assert_eq!(t.rule("unfuse-contrib").unwrap().action, Action::Unfuse);

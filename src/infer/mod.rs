@@ -302,6 +302,18 @@ impl Facts {
         self.infos[i] = info;
         self.constant[i] = constant;
     }
+    /// Room for `n` values in every table, grown as the graph's tables are (not doubled: see
+    /// [`crate::ir::Graph::reserve`]).
+    fn reserve_for(&mut self, n: usize) {
+        use crate::ir::grow_for;
+        let more = n.saturating_sub(self.infos.len());
+        grow_for(&mut self.infos, more);
+        grow_for(&mut self.consts, more);
+        grow_for(&mut self.constant, more);
+        grow_for(&mut self.used, more);
+        grow_for(&mut self.read_by_body, more);
+        grow_for(&mut self.blocked, more);
+    }
     /// The number of values covered.
     pub fn len(&self) -> usize {
         self.infos.len()
@@ -344,6 +356,7 @@ impl Facts {
         // Grow the table; the new values start unknown.
         let last = ValueId((n - 1) as u32);
         if self.infos.len() < n {
+            self.reserve_for(n);
             self.state(last, TensorInfo::default(), false);
         }
         let order = new_nodes_order(graph, producers);

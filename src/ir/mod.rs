@@ -236,6 +236,15 @@ pub struct Graph {
     pub(crate) unlinked: hash::FastSet<ValueId>,
 }
 
+/// Room in `v` for `additional` more entries. When it lacks room, it grows by `additional`
+/// or a 64th of its length, whichever is more, where `Vec::reserve` would double it: see
+/// [`Graph::reserve`]. (The 64th bounds the copies when many small batches follow.)
+pub(crate) fn grow_for<T>(v: &mut Vec<T>, additional: usize) {
+    if v.capacity() - v.len() < additional {
+        v.reserve_exact(additional.max(v.len() / 64));
+    }
+}
+
 /// Positions in `Graph::initializers` by value index (`u32::MAX`: none), so that
 /// [`Graph::initializer`] is not a linear search (it was 7 % of a 1.3 GB compile, quadratic in
 /// the number of initializers). `initializers` is public and changed in place by its users, so
@@ -512,11 +521,22 @@ impl Graph {
     /// Room for `nodes` more nodes, `edges` more edges and `values` more values, so that a
     /// batch of patches grows each table once instead of doubling it (a copy of the whole
     /// node table each time, and twice the memory touched).
+    /// A table grows by what it lacks (at least a 64th of its length, see [`grow_for`]), not
+    /// by doubling: a later round's few patches on a large graph would otherwise double
+    /// tables of hundreds of thousands of entries.
     pub fn reserve(&mut self, nodes: usize, edges: usize, values: usize) {
-        self.nodes.reserve_nodes(nodes);
-        self.nodes.reserve_edges(edges);
-        self.order.reserve(nodes);
-        self.values.reserve(values);
+        use petgraph::visit::{EdgeIndexable, NodeIndexable};
+        let (node_cap, edge_cap) = self.nodes.capacity();
+        // The slots up to the last one in use (vacant slots below it are reused first).
+        let (n, e) = (self.nodes.node_bound(), self.nodes.edge_bound());
+        if node_cap.saturating_sub(n) < nodes {
+            self.nodes.reserve_exact_nodes(nodes.max(n / 64));
+        }
+        if edge_cap.saturating_sub(e) < edges {
+            self.nodes.reserve_exact_edges(edges.max(e / 64));
+        }
+        grow_for(&mut self.order, nodes);
+        grow_for(&mut self.values, values);
     }
 
     /// Insert a node into the graph (after `after` in the write order, or at the end), with
@@ -851,6 +871,39 @@ mod tests {
                 9_854_116_498_888_399_182
             ]
         );
+    }
+
+    /// A large table grown by a few entries grows by a 64th of its length, not to twice it;
+    /// by a large batch, to what the batch needs; with room to spare, not at all. The graph's
+    /// tables follow the same rule.
+    #[test]
+    fn tables_grow_by_what_they_lack_not_by_doubling() {
+        let mut v: Vec<u64> = Vec::with_capacity(64_000);
+        v.resize(64_000, 0);
+        grow_for(&mut v, 10);
+        assert_eq!(v.capacity(), 65_000);
+        grow_for(&mut v, 10);
+        assert_eq!(v.capacity(), 65_000, "room to spare: unchanged");
+        v.resize(65_000, 0);
+        grow_for(&mut v, 100_000);
+        assert_eq!(v.capacity(), 165_000);
+
+        let mut g = Graph::default();
+        for i in 0..640 {
+            g.add_value(format!("v{i}"), Origin::Input);
+            g.insert_node(Node::new("Relu"), None);
+        }
+        // Full tables, as the importer leaves them (it sizes them exactly).
+        g.nodes.shrink_to_fit();
+        g.values.shrink_to_fit();
+        g.order.shrink_to_fit();
+        g.reserve(2, 0, 2);
+        assert_eq!(g.nodes.capacity().0, 650);
+        assert_eq!(g.values.capacity(), 650);
+        assert_eq!(g.order.capacity(), 650);
+        g.reserve(1_000, 0, 1_000);
+        assert_eq!(g.nodes.capacity().0, 1_640);
+        assert_eq!(g.values.capacity(), 1_640);
     }
 
     /// `position` finds a node wherever the last lookup left off, and removal keeps the rest

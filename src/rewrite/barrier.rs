@@ -373,7 +373,7 @@ impl Pass for BarrierPass {
     }
     fn assumed_sizes(&self, rule: &Rule) -> Vec<(String, i64)> {
         match &rule.action {
-            Action::Barrier { dims, .. } => dims.clone(),
+            Action::Barrier { dims, .. } => dims.to_vec(),
             _ => Vec::new(),
         }
     }

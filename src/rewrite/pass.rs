@@ -476,7 +476,7 @@ pub fn apply_plans(g: &mut Graph, plans: Vec<Planned>) -> Vec<Outcome> {
         inits += p.initializers.len();
     }
     g.reserve(nodes, edges, values);
-    g.initializers.reserve(inits);
+    crate::ir::grow_for(&mut g.initializers, inits);
     for plan in plans {
         let Planned {
             covers,

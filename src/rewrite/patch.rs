@@ -406,6 +406,9 @@ impl Patch {
                 node.attributes.push(Attribute::with_graphs(proto, g1, gs));
             }
             node.implicit_inputs = implicit;
+            // Room for the entries below at once, not the four a first push makes room for.
+            let entries = 1 + usize::from(!origin.is_empty()) + nn.metadata.len();
+            node.metadata_props.reserve_exact(entries);
             node.set_metadata(RULE_KEY, &rule);
             if !origin.is_empty() {
                 node.set_metadata(ORIGIN_KEY, &origin);

@@ -1041,7 +1041,10 @@ impl<'a> P<'a> {
                                 dims.push((name.to_string(), size));
                             }
                         }
-                        Some(Action::Barrier { budget: b, dims })
+                        Some(Action::Barrier {
+                            budget: b,
+                            dims: dims.into(),
+                        })
                     }
                     other => {
                         unknown(self, other, k.loc);

@@ -50,7 +50,8 @@ pub enum Action {
     /// (axis 0 of a graph input), `spatial` (axes 2.. of a rank-4 graph input), `default`.
     Barrier {
         budget: f64,
-        dims: Vec<(String, i64)>,
+        /// Shared: every match of the rule carries a copy of its action.
+        dims: std::sync::Arc<[(String, i64)]>,
     },
     /// Refuse to compile: the model cannot be made safe for this target.
     Deny,
