@@ -878,8 +878,8 @@ mod tests {
     /// tables follow the same rule.
     #[test]
     fn tables_grow_by_what_they_lack_not_by_doubling() {
-        let mut v: Vec<u64> = Vec::with_capacity(64_000);
-        v.resize(64_000, 0);
+        let mut v: Vec<u64> = vec![0; 64_000];
+        assert_eq!(v.capacity(), 64_000);
         grow_for(&mut v, 10);
         assert_eq!(v.capacity(), 65_000);
         grow_for(&mut v, 10);
