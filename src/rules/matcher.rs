@@ -335,6 +335,9 @@ impl<'a> Matcher<'a> {
             } else {
                 candidates.extend(self.graph.order.iter().copied().enumerate());
             }
+            // At most one match per candidate: room for them all at once, not a doubling
+            // vector (a rule that names every Conv matches tens of thousands of nodes).
+            out.reserve_exact(candidates.len());
             for &(_, n) in &candidates {
                 let mut caps = Vec::new();
                 if self.pattern(&rule.pattern, n, false, &mut caps).t == Tri::T {
@@ -349,8 +352,12 @@ impl<'a> Matcher<'a> {
                 }
             }
         }
-        // Stable: rule order and graph order are kept within a priority.
-        out.sort_by_key(|m| std::cmp::Reverse(m.priority));
+        // Stable: rule order and graph order are kept within a priority. (Matches are in rule
+        // order, so when the rules are in priority order already nothing moves: no sort, and
+        // no buffer of half the matches.)
+        if !out.is_sorted_by_key(|m| std::cmp::Reverse(m.priority)) {
+            out.sort_by_key(|m| std::cmp::Reverse(m.priority));
+        }
         out
     }
 
@@ -1163,6 +1170,50 @@ mod tests {
             dims_match(&[DimPat::Any, DimPat::Any, var("H"), var("H")], &odd).0,
             Tri::F
         );
+    }
+
+    /// Matches come by priority, highest first; within a priority, in rule order, each rule's
+    /// in graph order: whether the rules are written in priority order (nothing to sort) or
+    /// not.
+    #[test]
+    fn matches_by_priority_then_rule_then_graph_order() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("samples/ocr_tiny.onnx");
+        let model = crate::load(&path).unwrap().model;
+        let facts = crate::infer::infer_model(&model, &Default::default());
+        let opsets = Opsets::from_model(&model);
+        let m = Matcher::new(&model.graph, &facts, &opsets);
+        let pos: HashMap<NodeId, usize> = model
+            .graph
+            .order
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| (n, i))
+            .collect();
+        // Rules a, b, c in this order: (priority, op); the order their matches must come in.
+        let cases: [([(i64, &str); 3], [&str; 3]); 3] = [
+            ([(1, "Conv"), (1, "Relu"), (0, "Add")], ["a", "b", "c"]),
+            ([(0, "Add"), (1, "Conv"), (1, "Relu")], ["b", "c", "a"]),
+            ([(0, "Conv"), (5, "Add"), (1, "Relu")], ["b", "c", "a"]),
+        ];
+        for (rules, want) in cases {
+            let mut yaml = String::from("target: t\nrules:\n");
+            for ((p, op), id) in rules.iter().zip(["a", "b", "c"]) {
+                yaml.push_str(&format!(
+                    "  - {{id: {id}, why: t, evidence: [], priority: {p}, action: cpu, match: {{op: {op}}}}}\n"
+                ));
+            }
+            let target = crate::rules::parse_target_str("t.yaml", &yaml).unwrap();
+            let found = m.find(&target);
+            let ids: Vec<&str> = found.iter().map(|x| x.rule_id.as_str()).collect();
+            let mut runs: Vec<&str> = ids.clone();
+            runs.dedup();
+            assert_eq!(runs, want, "{yaml}");
+            for w in found.windows(2) {
+                if w[0].rule == w[1].rule {
+                    assert!(pos[&w[0].node] < pos[&w[1].node]);
+                }
+            }
+        }
     }
 
     /// `find` tries only the nodes of the ops, domains or element types a rule names; on every
