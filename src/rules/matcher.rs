@@ -1190,7 +1190,8 @@ mod tests {
             .map(|(i, &n)| (n, i))
             .collect();
         // Rules a, b, c in this order: (priority, op); the order their matches must come in.
-        let cases: [([(i64, &str); 3], [&str; 3]); 3] = [
+        type Rules<'a> = [(i64, &'a str); 3];
+        let cases: [(Rules, [&str; 3]); 3] = [
             ([(1, "Conv"), (1, "Relu"), (0, "Add")], ["a", "b", "c"]),
             ([(0, "Add"), (1, "Conv"), (1, "Relu")], ["b", "c", "a"]),
             ([(0, "Conv"), (5, "Add"), (1, "Relu")], ["b", "c", "a"]),
