@@ -521,6 +521,7 @@ impl Graph {
     /// Room for `nodes` more nodes, `edges` more edges and `values` more values, so that a
     /// batch of patches grows each table once instead of doubling it (a copy of the whole
     /// node table each time, and twice the memory touched).
+    ///
     /// A table grows by what it lacks (at least a 64th of its length, see [`grow_for`]), not
     /// by doubling: a later round's few patches on a large graph would otherwise double
     /// tables of hundreds of thousands of entries.
