@@ -188,60 +188,111 @@ fn node_label(name: Option<&str>, op: &str, index: usize) -> String {
     }
 }
 
-/// A node's fields as the importer takes them: from a decoded message, or read straight from
-/// the node's encoding ([`read_node`]), its input and output names then slices of the file.
-struct NodeParts<'a> {
-    input: Vec<Cow<'a, str>>,
-    output: Vec<Cow<'a, str>>,
+/// Nodes as the importer takes them, a run at a time: each node's own fields, and the input
+/// and output names of the whole run in two lists, a node's own being the next `n_inputs` and
+/// `n_outputs` of them. A run read from the file borrows its names from the file's bytes
+/// ([`read_run`]); three lists a run, where two per node (a graph of 50,000 nodes) were made
+/// by the reading thread and freed by the importing one.
+struct NodeRun<'a> {
+    nodes: Vec<Result<NodeHead<'a>>>,
+    inputs: Vec<Cow<'a, str>>,
+    outputs: Vec<Cow<'a, str>>,
+}
+
+/// A node's fields other than its input and output names (see [`NodeRun`]).
+struct NodeHead<'a> {
+    n_inputs: u32,
+    n_outputs: u32,
     /// Borrowed from the encoding when read there: the strings the graph keeps are made by
     /// the importing thread, not by a reading thread ([`read_nodes`]).
     name: Option<Cow<'a, str>>,
     op_type: Option<Cow<'a, str>>,
-    attribute: Vec<AttributeProto>,
-    doc_string: Option<String>,
     domain: Option<Cow<'a, str>>,
-    overload: Option<String>,
+    attribute: Vec<AttributeProto>,
     metadata_props: Vec<crate::proto::StringStringEntryProto>,
-    device_configurations: Vec<crate::proto::NodeDeviceConfigurationProto>,
+    rare: Option<Box<crate::ir::NodeRare>>,
 }
 
-impl From<NodeProto> for NodeParts<'_> {
-    fn from(n: NodeProto) -> Self {
-        NodeParts {
-            input: n.input.into_iter().map(Cow::Owned).collect(),
-            output: n.output.into_iter().map(Cow::Owned).collect(),
+impl<'a> NodeRun<'a> {
+    fn with_capacity(nodes: usize) -> Self {
+        NodeRun {
+            nodes: Vec::with_capacity(nodes),
+            inputs: Vec::with_capacity(2 * nodes),
+            outputs: Vec::with_capacity(nodes),
+        }
+    }
+
+    /// A run of decoded nodes (their names moved, not copied).
+    fn decoded(nodes: Vec<NodeProto>) -> Self {
+        let mut run = NodeRun::with_capacity(0);
+        run.nodes.reserve_exact(nodes.len());
+        for n in nodes {
+            run.push_decoded(n);
+        }
+        run
+    }
+
+    fn push_decoded(&mut self, n: NodeProto) {
+        let head = NodeHead {
+            n_inputs: count(n.input.len()),
+            n_outputs: count(n.output.len()),
             name: n.name.map(Cow::Owned),
             op_type: n.op_type.map(Cow::Owned),
-            attribute: n.attribute,
-            doc_string: n.doc_string,
             domain: n.domain.map(Cow::Owned),
-            overload: n.overload,
+            attribute: n.attribute,
             metadata_props: n.metadata_props,
-            device_configurations: n.device_configurations,
+            rare: crate::ir::NodeRare::boxed(n.doc_string, n.overload, n.device_configurations),
+        };
+        self.inputs.extend(n.input.into_iter().map(Cow::Owned));
+        self.outputs.extend(n.output.into_iter().map(Cow::Owned));
+        self.nodes.push(Ok(head));
+    }
+}
+
+/// A count of names as a run keeps it. A node's names are fields of a message of at most
+/// 2 GiB, two bytes each at the least: the count fits.
+fn count(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+/// Read the node encoded in `b` into `run` without copying its input and output names (a
+/// graph of 50,000 nodes reads 150,000 of them). The fields are read as the protobuf decoder
+/// reads them (a repeated field's occurrences in order, a later singular one replacing an
+/// earlier one, unknown fields skipped) and messages (attributes, metadata) are decoded by it.
+/// `false`, and `run` as it was, for anything else (a known field of another wire type, a name
+/// that is not UTF-8, malformed bytes): the caller then leaves the node to the decoder, which
+/// says what is wrong.
+fn read_node<'a>(b: &'a Bytes, run: &mut NodeRun<'a>) -> bool {
+    let (inputs, outputs) = (run.inputs.len(), run.outputs.len());
+    match read_node_fields(b, run) {
+        Some(head) => {
+            run.nodes.push(Ok(head));
+            true
+        }
+        None => {
+            run.inputs.truncate(inputs);
+            run.outputs.truncate(outputs);
+            false
         }
     }
 }
 
-/// A node's fields read from its encoding `b` without copying its input and output names (a
-/// graph of 50,000 nodes reads 150,000 of them). The fields are read as the protobuf decoder
-/// reads them (a repeated field's occurrences in order, a later singular one replacing an
-/// earlier one, unknown fields skipped) and messages (attributes, metadata) are decoded by it.
-/// `None` for anything else (a known field of another wire type, a name that is not UTF-8,
-/// malformed bytes): the caller then leaves the node to the decoder, which says what is wrong.
-fn read_node(b: &Bytes) -> Option<NodeParts<'_>> {
+/// [`read_node`]'s reading: the node's names are pushed onto `run`'s lists.
+fn read_node_fields<'a>(b: &'a Bytes, run: &mut NodeRun<'a>) -> Option<NodeHead<'a>> {
     use crate::io::unknown::{Reader, LEN};
-    let mut p = NodeParts {
-        input: Vec::with_capacity(2),
-        output: Vec::with_capacity(1),
+    let mut h = NodeHead {
+        n_inputs: 0,
+        n_outputs: 0,
         name: None,
         op_type: None,
-        attribute: Vec::new(),
-        doc_string: None,
         domain: None,
-        overload: None,
+        attribute: Vec::new(),
         metadata_props: Vec::new(),
-        device_configurations: Vec::new(),
+        rare: None,
     };
+    let mut doc_string = None;
+    let mut overload = None;
+    let mut device_configurations = Vec::new();
     let mut r = Reader::new(b);
     while !r.done() {
         let (number, wire) = r.key().ok()?;
@@ -256,61 +307,71 @@ fn read_node(b: &Bytes) -> Option<NodeParts<'_>> {
         let field = r.take(n).ok()?;
         let text = || std::str::from_utf8(field).ok();
         match number {
-            1 => p.input.push(Cow::Borrowed(text()?)),
-            2 => p.output.push(Cow::Borrowed(text()?)),
-            3 => p.name = Some(Cow::Borrowed(text()?)),
-            4 => p.op_type = Some(Cow::Borrowed(text()?)),
-            6 => p.doc_string = Some(text()?.to_string()),
-            7 => p.domain = Some(Cow::Borrowed(text()?)),
-            8 => p.overload = Some(text()?.to_string()),
-            5 => p
+            1 => {
+                run.inputs.push(Cow::Borrowed(text()?));
+                h.n_inputs += 1;
+            }
+            2 => {
+                run.outputs.push(Cow::Borrowed(text()?));
+                h.n_outputs += 1;
+            }
+            3 => h.name = Some(Cow::Borrowed(text()?)),
+            4 => h.op_type = Some(Cow::Borrowed(text()?)),
+            6 => doc_string = Some(text()?.to_string()),
+            7 => h.domain = Some(Cow::Borrowed(text()?)),
+            8 => overload = Some(text()?.to_string()),
+            5 => h
                 .attribute
                 .push(AttributeProto::decode(b.slice_ref(field)).ok()?),
-            9 => p
+            9 => h
                 .metadata_props
                 .push(prost::Message::decode(b.slice_ref(field)).ok()?),
-            _ => p
-                .device_configurations
-                .push(prost::Message::decode(b.slice_ref(field)).ok()?),
+            _ => device_configurations.push(prost::Message::decode(b.slice_ref(field)).ok()?),
         }
     }
-    Some(p)
+    h.rare = crate::ir::NodeRare::boxed(doc_string, overload, device_configurations);
+    Some(h)
 }
 
-/// A node still encoded, read: [`read_node`], or the decoder for what that leaves to it.
-fn read_or_decode(b: &Bytes) -> Result<NodeParts<'_>> {
-    match read_node(b) {
-        Some(parts) => Ok(parts),
-        None => NodeProto::decode(b.clone())
-            .map(NodeParts::from)
-            .map_err(decode_error),
+/// The nodes encoded in `nodes`, read into one run: [`read_node`], or the decoder for what
+/// that leaves to it.
+fn read_run(nodes: &[Bytes]) -> NodeRun<'_> {
+    let mut run = NodeRun::with_capacity(nodes.len());
+    for b in nodes {
+        if !read_node(b, &mut run) {
+            match NodeProto::decode(b.clone()) {
+                Ok(n) => run.push_decoded(n),
+                Err(e) => run.nodes.push(Err(decode_error(e))),
+            }
+        }
     }
+    run
 }
 
 /// From this many encoded nodes on, [`read_nodes`] reads them on a second thread.
 const READ_AHEAD_MIN: usize = 4096;
-/// Nodes per chunk the reading thread hands over (at most 4 chunks wait).
+/// Nodes per run the reading thread hands over (at most 4 runs wait).
 const READ_AHEAD_CHUNK: usize = 512;
 
-/// The encoded nodes, read in order ([`read_or_decode`]). Many are read on a thread of `s`
-/// ahead of the caller, chunk by chunk; when the caller stops early (an error), the thread
-/// stops at its next chunk.
+/// The encoded nodes, read in order, a run at a time ([`read_run`]). Many are read on a thread
+/// of `s` ahead of the caller; when the caller stops early (an error), the thread stops at its
+/// next run.
 fn read_nodes<'s, 'b: 's>(
     s: &'s std::thread::Scope<'s, '_>,
     nodes: &'b [Bytes],
-) -> Box<dyn Iterator<Item = Result<NodeParts<'b>>> + 's> {
+) -> Box<dyn Iterator<Item = NodeRun<'b>> + 's> {
     if nodes.len() < READ_AHEAD_MIN {
-        return Box::new(nodes.iter().map(read_or_decode));
+        return Box::new(nodes.chunks(READ_AHEAD_CHUNK).map(read_run));
     }
-    let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<Result<NodeParts<'b>>>>(4);
+    let (tx, rx) = std::sync::mpsc::sync_channel::<NodeRun<'b>>(4);
     s.spawn(move || {
         for chunk in nodes.chunks(READ_AHEAD_CHUNK) {
-            if tx.send(chunk.iter().map(read_or_decode).collect()).is_err() {
+            if tx.send(read_run(chunk)).is_err() {
                 return;
             }
         }
     });
-    Box::new(rx.into_iter().flatten())
+    Box::new(rx.into_iter())
 }
 
 /// [`node_label`] of a node already imported.
@@ -459,87 +520,91 @@ impl Ctx<'_> {
         // hands it back to the reading thread's heap while that thread still reads.
         let mut pending: Vec<(NodeId, usize, Vec<AttributeProto>)> = Vec::with_capacity(n_nodes);
         let mut pending_inputs: Vec<Cow<str>> = Vec::with_capacity(n_edges);
-        let given = node_protos.into_iter().map(|n| Ok(NodeParts::from(n)));
+        let given = NodeRun::decoded(node_protos);
         // Nodes still encoded are read (fields split, names checked as UTF-8) on a second
-        // thread when there are many, a chunk ahead of this one, which defines their values.
+        // thread when there are many, a run ahead of this one, which defines their values.
         std::thread::scope(|s| -> Result<()> {
-            for (index, np) in given.chain(read_nodes(s, more_nodes)).enumerate() {
-                let np = np?;
-                if np.op_type.as_deref().is_none_or(str::is_empty) {
-                    let op = np.op_type.as_deref().unwrap_or("?");
-                    let label = node_label(np.name.as_deref(), op, index);
-                    return Err(err(format!("{label} has no op_type")));
-                }
-                let NodeParts {
-                    input,
-                    output,
-                    name,
-                    op_type,
-                    attribute,
-                    doc_string,
-                    domain,
-                    overload,
-                    metadata_props,
-                    device_configurations,
-                } = np;
-                let node = Node {
-                    name: name.map(Cow::into_owned),
-                    op_type: op_type.map(Cow::into_owned).unwrap_or_default(),
-                    domain: domain.map(Cow::into_owned),
-                    inputs: Vec::with_capacity(input.len()),
-                    // Set below, once the outputs are defined.
-                    outputs: Vec::new(),
-                    implicit_inputs: Vec::new(),
-                    attributes: Vec::new(),
-                    metadata_props,
-                    rare: crate::ir::NodeRare::boxed(doc_string, overload, device_configurations),
-                };
-                if let Some(n) = node.name.as_deref() {
-                    g.reserve_name(n);
-                }
-                let id = g.nodes.add_node(node);
-                g.order.push(id);
-                let mut outputs = Vec::with_capacity(output.len());
-                for (slot, o) in output.into_iter().enumerate() {
-                    if o.is_empty() {
-                        outputs.push(None);
-                        continue;
+            let mut index = 0;
+            for run in std::iter::once(given).chain(read_nodes(s, more_nodes)) {
+                let mut names_in = run.inputs.into_iter();
+                let mut names_out = run.outputs.into_iter();
+                for head in run.nodes {
+                    let NodeHead {
+                        n_inputs,
+                        n_outputs,
+                        name,
+                        op_type,
+                        domain,
+                        attribute,
+                        metadata_props,
+                        rare,
+                    } = head?;
+                    if op_type.as_deref().is_none_or(str::is_empty) {
+                        let op = op_type.as_deref().unwrap_or("?");
+                        let label = node_label(name.as_deref(), op, index);
+                        return Err(err(format!("{label} has no op_type")));
                     }
-                    let hash = name_hash(&o);
-                    if let Some(prev) = defined.get_hashed(&o, hash, &g.values) {
-                        let by = match g.values[prev.index()].origin {
-                            Origin::Input => "a graph input".to_string(),
-                            Origin::Initializer => "an initializer".to_string(),
-                            Origin::Node { node, .. } => {
-                                let p = &g.nodes[node];
-                                match p.name.as_deref() {
-                                    Some(n) if !n.is_empty() => {
-                                        format!("node '{n}' ({})", p.op_type)
+                    let (n_inputs, n_outputs) = (n_inputs as usize, n_outputs as usize);
+                    let node = Node {
+                        name: name.map(Cow::into_owned),
+                        op_type: op_type.map(Cow::into_owned).unwrap_or_default(),
+                        domain: domain.map(Cow::into_owned),
+                        inputs: Vec::with_capacity(n_inputs),
+                        // Set below, once the outputs are defined.
+                        outputs: Vec::new(),
+                        implicit_inputs: Vec::new(),
+                        attributes: Vec::new(),
+                        metadata_props,
+                        rare,
+                    };
+                    if let Some(n) = node.name.as_deref() {
+                        g.reserve_name(n);
+                    }
+                    let id = g.nodes.add_node(node);
+                    g.order.push(id);
+                    let mut outputs = Vec::with_capacity(n_outputs);
+                    for (slot, o) in names_out.by_ref().take(n_outputs).enumerate() {
+                        if o.is_empty() {
+                            outputs.push(None);
+                            continue;
+                        }
+                        let hash = name_hash(&o);
+                        if let Some(prev) = defined.get_hashed(&o, hash, &g.values) {
+                            let by = match g.values[prev.index()].origin {
+                                Origin::Input => "a graph input".to_string(),
+                                Origin::Initializer => "an initializer".to_string(),
+                                Origin::Node { node, .. } => {
+                                    let p = &g.nodes[node];
+                                    match p.name.as_deref() {
+                                        Some(n) if !n.is_empty() => {
+                                            format!("node '{n}' ({})", p.op_type)
+                                        }
+                                        _ => format!("another {} node", p.op_type),
                                     }
-                                    _ => format!("another {} node", p.op_type),
                                 }
-                            }
-                            _ => "another definition".to_string(),
-                        };
-                        return Err(err(format!(
-                            "{} produces '{o}', which is already produced by {by}",
-                            ir_node_label(&g.nodes[id], index)
-                        )));
+                                _ => "another definition".to_string(),
+                            };
+                            return Err(err(format!(
+                                "{} produces '{o}', which is already produced by {by}",
+                                ir_node_label(&g.nodes[id], index)
+                            )));
+                        }
+                        let v = g.add_value_hashed(
+                            o.into_owned(),
+                            hash,
+                            Origin::Node {
+                                node: id,
+                                slot: slot as u32,
+                            },
+                        );
+                        defined.insert(hash, v, &g.values);
+                        outputs.push(Some(v));
                     }
-                    let v = g.add_value_hashed(
-                        o.into_owned(),
-                        hash,
-                        Origin::Node {
-                            node: id,
-                            slot: slot as u32,
-                        },
-                    );
-                    defined.insert(hash, v, &g.values);
-                    outputs.push(Some(v));
+                    g.nodes[id].outputs = outputs;
+                    pending_inputs.extend(names_in.by_ref().take(n_inputs));
+                    pending.push((id, pending_inputs.len(), attribute));
+                    index += 1;
                 }
-                g.nodes[id].outputs = outputs;
-                pending_inputs.extend(input);
-                pending.push((id, pending_inputs.len(), attribute));
             }
             Ok(())
         })?;
@@ -837,18 +902,24 @@ pub fn version_warnings(model: &Model) -> Vec<String> {
 mod names_tests {
     use super::*;
 
-    fn to_proto(p: NodeParts) -> NodeProto {
+    /// The message of the one node of `run`.
+    fn to_proto(run: NodeRun) -> NodeProto {
+        assert_eq!(run.nodes.len(), 1, "one node read");
+        let h = run.nodes.into_iter().next().unwrap().unwrap();
+        assert_eq!(h.n_inputs as usize, run.inputs.len());
+        assert_eq!(h.n_outputs as usize, run.outputs.len());
+        let rare = h.rare.map(|r| *r).unwrap_or_default();
         NodeProto {
-            input: p.input.into_iter().map(Cow::into_owned).collect(),
-            output: p.output.into_iter().map(Cow::into_owned).collect(),
-            name: p.name.map(Cow::into_owned),
-            op_type: p.op_type.map(Cow::into_owned),
-            attribute: p.attribute,
-            doc_string: p.doc_string,
-            domain: p.domain.map(Cow::into_owned),
-            overload: p.overload,
-            metadata_props: p.metadata_props,
-            device_configurations: p.device_configurations,
+            input: run.inputs.into_iter().map(Cow::into_owned).collect(),
+            output: run.outputs.into_iter().map(Cow::into_owned).collect(),
+            name: h.name.map(Cow::into_owned),
+            op_type: h.op_type.map(Cow::into_owned),
+            attribute: h.attribute,
+            doc_string: rare.doc_string,
+            domain: h.domain.map(Cow::into_owned),
+            overload: rare.overload,
+            metadata_props: h.metadata_props,
+            device_configurations: rare.device_configurations,
         }
     }
 
@@ -895,8 +966,9 @@ mod names_tests {
         cases.push(b);
         for case in &cases {
             let bytes = Bytes::from(case.clone());
-            let read = read_node(&bytes).expect("a well-formed node is read");
-            assert_eq!(to_proto(read), NodeProto::decode(bytes.clone()).unwrap());
+            let mut run = NodeRun::with_capacity(1);
+            assert!(read_node(&bytes, &mut run), "a well-formed node is read");
+            assert_eq!(to_proto(run), NodeProto::decode(bytes.clone()).unwrap());
         }
         // An input as a varint; a name that is not UTF-8: not read, and refused by the decoder.
         let mut varint_input = Vec::new();
@@ -906,9 +978,14 @@ mod names_tests {
         encode_key(1, WireType::LengthDelimited, &mut not_utf8);
         encode_varint(1, &mut not_utf8);
         not_utf8.push(0xff);
+        // (Read after a good node: the run is left as it was, the good node's names kept.)
+        let good = Bytes::from(full.encode_to_vec());
         for bad in [varint_input, not_utf8, vec![0x0a, 0x05, b'x']] {
             let bytes = Bytes::from(bad);
-            assert!(read_node(&bytes).is_none());
+            let mut run = NodeRun::with_capacity(2);
+            assert!(read_node(&good, &mut run));
+            assert!(!read_node(&bytes, &mut run));
+            assert_eq!(to_proto(run), NodeProto::decode(good.clone()).unwrap());
             assert!(NodeProto::decode(bytes).is_err());
         }
     }
