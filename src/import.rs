@@ -429,7 +429,6 @@ impl Ctx<'_> {
             values: Vec::with_capacity(n_values),
             ..Graph::default()
         };
-        g.taken_names.reserve(n_nodes + n_values);
         g.initializers.reserve_exact(initializer.len());
         let mut defined = Names::with_capacity(n_values);
 
@@ -557,9 +556,6 @@ impl Ctx<'_> {
                         metadata_props,
                         rare,
                     };
-                    if let Some(n) = node.name.as_deref() {
-                        g.reserve_name(n);
-                    }
                     let id = g.nodes.add_node(node);
                     g.order.push(id);
                     let mut outputs = Vec::with_capacity(n_outputs);
