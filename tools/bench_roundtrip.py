@@ -23,6 +23,13 @@ What is measured, per run:
   ``/proc/PID/status`` every ``--interval-ms`` (1 ms) for the child and all its
   descendants, sums it over the process tree and keeps the maximum.  Sampling
   can miss a peak that lasts less than an interval;
+* time and memory come from separate runs: each round runs every tool twice, once
+  timed with nothing sampling it, once sampled for memory (its time is not counted).
+  The sampler wakes every millisecond; on a 2-core machine it takes CPU from a tool
+  that uses both cores (the 50,000-node pin: 0.064 s median with the sampler waking
+  every 1 ms, 0.052 s every 20 ms; Python's single-threaded round trip 0.261 and
+  0.254 s).  ``--same-runs`` times the
+  sampled runs instead, as this script did before;
 * peak ``VmHWM`` (resident high-water mark, file-backed pages included), for
   reference: the largest sampled ``VmHWM`` of any process of the tree, or
   ``ru_maxrss`` from ``wait4`` (exact at exit) when that is larger than this
@@ -103,6 +110,8 @@ class Run:
     output_bytes: int
     timed_out: bool = False
     cpu_s: float = 0.0  # user + system CPU of the child and its reaped descendants
+    sampled: bool = True  # memory was sampled during the run
+    timed: bool = True  # the run's wall and cpu time count
 
     @property
     def ok(self) -> bool:
@@ -118,20 +127,23 @@ class Result:
     def counted(self) -> list[Run]:
         return [r for r in self.runs if r.ok]
 
+    def timed(self) -> list[Run]:
+        return [r for r in self.counted() if r.timed]
+
     def median_wall(self) -> float | None:
-        runs = self.counted()
+        runs = self.timed()
         return statistics.median(r.wall_s for r in runs) if runs else None
 
     def median_cpu(self) -> float | None:
-        runs = self.counted()
+        runs = self.timed()
         return statistics.median(r.cpu_s for r in runs) if runs else None
 
     def min_wall(self) -> float | None:
-        runs = self.counted()
+        runs = self.timed()
         return min(r.wall_s for r in runs) if runs else None
 
     def peak_rss_anon(self) -> int | None:
-        runs = self.counted()
+        runs = [r for r in self.counted() if r.sampled]
         return max(r.rss_anon_peak_bytes for r in runs) if runs else None
 
     def peak_vmhwm(self) -> int | None:
@@ -177,7 +189,8 @@ def _descendants(pid: int) -> list[int]:
 
 
 class Sampler(threading.Thread):
-    """Polls the memory of a process tree until stopped; kills it after a deadline."""
+    """Polls the memory of a process tree until stopped; kills it after a deadline.
+    With no interval it samples nothing: it only waits, to kill the tree at the deadline."""
 
     TREE_REFRESH = 10  # re-walk the process tree every this many samples
 
@@ -193,6 +206,14 @@ class Sampler(threading.Thread):
         self.timed_out = False
 
     def run(self) -> None:
+        if self.interval_s is None:
+            if not self.stop.wait(max(0.0, self.deadline - time.monotonic())):
+                self.timed_out = True
+                try:
+                    os.killpg(self.pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            return
         pids = [self.pid]
         n = 0
         while not self.stop.is_set():
@@ -220,8 +241,10 @@ class Sampler(threading.Thread):
             self.stop.wait(self.interval_s)
 
 
-def measure(argv: list[str], out: Path, log: Path, interval_s: float, timeout_s: float) -> Run:
-    """Run argv once as a child (own process group) and measure it."""
+def measure(argv: list[str], out: Path, log: Path, interval_s: float | None,
+            timeout_s: float) -> Run:
+    """Run argv once as a child (own process group) and measure it (its memory sampled every
+    interval_s seconds; None: not sampled)."""
     # ru_maxrss of a child also covers the memory image it had before exec, which
     # (fork or vfork) is this process's; it only says something about the child
     # when it is larger than our own high-water mark.
@@ -253,6 +276,7 @@ def measure(argv: list[str], out: Path, log: Path, interval_s: float, timeout_s:
         output_bytes=out.stat().st_size if out.is_file() else 0,
         timed_out=sampler.timed_out,
         cpu_s=rusage.ru_utime + rusage.ru_stime,
+        sampled=interval_s is not None,
     )
 
 
@@ -265,10 +289,12 @@ def _log_tail(log: Path, lines: int = 15) -> str:
 
 
 def run_once(tool: Tool, model: Path, workdir: Path, args: argparse.Namespace,
-             label: str) -> tuple[Run, Path]:
+             label: str, sampled: bool = True, timed: bool = True) -> tuple[Run, Path]:
     out = workdir / f"{tool.name}.out.onnx"
     log = workdir / f"{tool.name}.log"
-    run = measure(tool.argv(model, out), out, log, args.interval_ms / 1000, args.timeout)
+    interval = args.interval_ms / 1000 if sampled else None
+    run = measure(tool.argv(model, out), out, log, interval, args.timeout)
+    run.timed = timed
     # Delete the output (and any external-data file beside it) before syncing: its
     # dirty pages are dropped instead of being written back while the next tool runs.
     for p in workdir.glob(f"{tool.name}.out*"):
@@ -279,7 +305,8 @@ def run_once(tool: Tool, model: Path, workdir: Path, args: argparse.Namespace,
         "timed out" if run.timed_out else
         f"exit {run.exit_code}" if run.exit_code else "no output")
     if args.verbose or not run.ok:
-        print(f"  {label:>7} {tool.name:<14} {run.wall_s:8.3f} s  "
+        label = label + ("" if timed else " (memory)")
+        print(f"  {label:>16} {tool.name:<14} {run.wall_s:8.3f} s  "
               f"RssAnon {run.rss_anon_peak_bytes / MIB:8.1f} MiB  "
               f"VmHWM {run.vmhwm_peak_bytes / MIB:8.1f} MiB  "
               f"{run.samples} samples  {status}", file=sys.stderr)
@@ -351,7 +378,7 @@ def print_table(results: list[Result], ref: str | None = None) -> None:
         wall, anon, hwm = r.median_wall(), r.peak_rss_anon(), r.peak_vmhwm()
         speed = base_wall / wall if base_wall and wall else None
         mem = base_anon / anon if base_anon and anon else None
-        rows.append([r.tool.name, f"{len(r.counted())}/{len(r.runs)}",
+        rows.append([r.tool.name, f"{len(r.timed())}/{len([x for x in r.runs if x.timed])}",
                      _fmt(wall, ".3f"), _fmt(r.min_wall(), ".3f"), _fmt(r.median_cpu(), ".3f"),
                      _fmt(anon and anon / MIB, ".1f"), _fmt(hwm and hwm / MIB, ".1f"),
                      _fmt(speed, ".2f") + ("x" if speed else ""),
@@ -417,6 +444,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="also print each tool's median wall and cpu over this tool's")
     parser.add_argument("--shuffle", action="store_true",
                         help="run the tools in a new (seeded) random order each round")
+    parser.add_argument("--same-runs", action="store_true",
+                        help="time the runs whose memory is sampled (one run per tool and "
+                             "round) instead of timing separate runs that nothing samples")
     parser.add_argument("-v", "--verbose", action="store_true", help="print every run")
     args = parser.parse_args(argv)
 
@@ -440,7 +470,9 @@ def main(argv: list[str] | None = None) -> int:
           f"Linux {info['kernel']}; "
           + ", ".join(f"{k} {v}" for k, v in info["packages"].items()))
     order_note = "interleaved, a new order each round" if args.shuffle else "interleaved"
-    print(f"runs: 1 warm-up + {args.runs} counted per tool, {order_note}; "
+    split_note = ("time and memory from the same runs" if args.same_runs else
+                  "each timed in one run and sampled for memory in another")
+    print(f"runs: 1 warm-up + {args.runs} counted per tool, {order_note}, {split_note}; "
           f"sampling every {args.interval_ms:g} ms", flush=True)
 
     with tempfile.TemporaryDirectory(prefix="bench_roundtrip.", dir=args.tmpdir) as tmp:
@@ -452,14 +484,17 @@ def main(argv: list[str] | None = None) -> int:
                 r.error = (f"warm-up failed ({why}, output {run.output_bytes} bytes): "
                            f"{r.tool.display()}\n" + _log_tail(log))
         rng = random.Random(0)
+        # (result, sampled, timed) per run of a round.
+        kinds = [(True, True)] if args.same_runs else [(False, True), (True, False)]
         for i in range(args.runs):
-            order = list(results)
+            order = [(r, s, t) for r in results for s, t in kinds]
             if args.shuffle:
                 rng.shuffle(order)
-            for r in order:
+            for r, sampled, timed in order:
                 if r.error:
                     continue
-                run, log = run_once(r.tool, model, workdir, args, f"run {i + 1}")
+                run, log = run_once(r.tool, model, workdir, args, f"run {i + 1}",
+                                    sampled, timed)
                 r.runs.append(run)
                 if not run.ok:
                     r.error = f"run {i + 1} failed: {r.tool.display()}\n" + _log_tail(log)
