@@ -72,50 +72,75 @@ pub fn pin(g: &mut Graph, nodes: &[NodeId], rule: &str, annotation: &str) -> Vec
     added
 }
 
+/// The nodes that join the pinned region, in graph order: the least set closed under "every
+/// consumer is pinned (and there is one), no output is a graph output, and the node computes
+/// shapes or all its producers are pinned". Both conditions only grow with the pinned set, so
+/// the set does not depend on the order nodes are looked at; only a producer of a pinned node
+/// can join, so the nodes looked at are those around the region (a worklist), not the graph
+/// again and again.
 fn grow(g: &Graph, pinned: &mut HashSet<NodeId>) -> Vec<NodeId> {
     let consumers = g.consumers();
     let graph_outputs: HashSet<_> = g.outputs.iter().map(|o| o.value).collect();
-    let mut added = Vec::new();
-    loop {
-        let mut changed = false;
-        for &n in &g.order {
-            if pinned.contains(&n) {
-                continue;
-            }
-            let node = g.node(n);
-            let outs = || node.outputs.iter().flatten();
-            if outs().next().is_none() || outs().any(|v| graph_outputs.contains(v)) {
-                continue;
-            }
-            let mut uses = outs()
-                .flat_map(|v| consumers.of(*v).iter().map(|(c, _)| c))
-                .peekable();
-            if uses.peek().is_none() || !uses.all(|c| pinned.contains(c)) {
-                continue;
-            }
-            let shape_op = node.domain().is_empty() && SHAPE_OPS.contains(&node.op_type.as_str());
-            let sandwiched = node
-                .inputs
-                .iter()
-                .flatten()
-                .chain(node.implicit_inputs.iter())
-                .all(|v| match g.value(*v).origin {
-                    Origin::Node { node: p, .. } => pinned.contains(&p),
-                    Origin::Initializer => true,
-                    _ => false,
-                });
-            if shape_op || sandwiched {
-                pinned.insert(n);
-                added.push(n);
-                changed = true;
-            }
-        }
-        if !changed {
-            break;
+    let producer = |v: &crate::ir::ValueId| match g.value(*v).origin {
+        Origin::Node { node, .. } => Some(node),
+        _ => None,
+    };
+    let reads = |node: &crate::ir::Node| -> Vec<NodeId> {
+        node.inputs
+            .iter()
+            .flatten()
+            .chain(node.implicit_inputs.iter())
+            .filter_map(producer)
+            .collect()
+    };
+    let mut work: Vec<NodeId> = Vec::new();
+    for &n in pinned.iter() {
+        if let Some(node) = g.nodes.node_weight(n) {
+            work.extend(reads(node));
         }
     }
-    let pos: FastMap<NodeId, usize> = g.order.iter().enumerate().map(|(i, &n)| (n, i)).collect();
-    added.sort_by_key(|n| pos.get(n).copied());
+    let mut added = Vec::new();
+    while let Some(n) = work.pop() {
+        if pinned.contains(&n) {
+            continue;
+        }
+        let Some(node) = g.nodes.node_weight(n) else {
+            continue;
+        };
+        let outs = || node.outputs.iter().flatten();
+        if outs().next().is_none() || outs().any(|v| graph_outputs.contains(v)) {
+            continue;
+        }
+        let mut uses = outs()
+            .flat_map(|v| consumers.of(*v).iter().map(|(c, _)| c))
+            .peekable();
+        if uses.peek().is_none() || !uses.all(|c| pinned.contains(c)) {
+            continue;
+        }
+        let shape_op = node.domain().is_empty() && SHAPE_OPS.contains(&node.op_type.as_str());
+        let sandwiched = node
+            .inputs
+            .iter()
+            .flatten()
+            .chain(node.implicit_inputs.iter())
+            .all(|v| match g.value(*v).origin {
+                Origin::Node { node: p, .. } => pinned.contains(&p),
+                Origin::Initializer => true,
+                _ => false,
+            });
+        if shape_op || sandwiched {
+            pinned.insert(n);
+            added.push(n);
+            // Its producers may join now: one more of their consumers is pinned. (Its
+            // consumers were all pinned already, so none waits on it as a producer.)
+            work.extend(reads(node));
+        }
+    }
+    if added.len() > 1 {
+        let pos: FastMap<NodeId, usize> =
+            g.order.iter().enumerate().map(|(i, &n)| (n, i)).collect();
+        added.sort_by_key(|n| pos.get(n).copied());
+    }
     added
 }
 
@@ -188,5 +213,163 @@ impl Pass for CpuPass {
                 .at(i)
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::{Node, ValueId, ValueInfo};
+
+    /// The growth as first written, the oracle: sweeps of the whole graph in order until one
+    /// adds nothing (a chain of k shape ops took k sweeps).
+    fn grow_by_sweeps(g: &Graph, pinned: &mut HashSet<NodeId>) -> Vec<NodeId> {
+        let consumers = g.consumers();
+        let graph_outputs: HashSet<_> = g.outputs.iter().map(|o| o.value).collect();
+        let mut added = Vec::new();
+        loop {
+            let mut changed = false;
+            for &n in &g.order {
+                if pinned.contains(&n) {
+                    continue;
+                }
+                let node = g.node(n);
+                let outs = || node.outputs.iter().flatten();
+                if outs().next().is_none() || outs().any(|v| graph_outputs.contains(v)) {
+                    continue;
+                }
+                let mut uses = outs()
+                    .flat_map(|v| consumers.of(*v).iter().map(|(c, _)| c))
+                    .peekable();
+                if uses.peek().is_none() || !uses.all(|c| pinned.contains(c)) {
+                    continue;
+                }
+                let shape_op =
+                    node.domain().is_empty() && SHAPE_OPS.contains(&node.op_type.as_str());
+                let sandwiched = node
+                    .inputs
+                    .iter()
+                    .flatten()
+                    .chain(node.implicit_inputs.iter())
+                    .all(|v| match g.value(*v).origin {
+                        Origin::Node { node: p, .. } => pinned.contains(&p),
+                        Origin::Initializer => true,
+                        _ => false,
+                    });
+                if shape_op || sandwiched {
+                    pinned.insert(n);
+                    added.push(n);
+                    changed = true;
+                }
+            }
+            if !changed {
+                break;
+            }
+        }
+        let pos: FastMap<NodeId, usize> =
+            g.order.iter().enumerate().map(|(i, &n)| (n, i)).collect();
+        added.sort_by_key(|n| pos.get(n).copied());
+        added
+    }
+
+    /// A small pseudo-random generator (the same graphs on every run).
+    struct Lcg(u64);
+    impl Lcg {
+        fn below(&mut self, n: usize) -> usize {
+            self.0 = self
+                .0
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((self.0 >> 33) as usize) % n
+        }
+    }
+
+    /// A graph of `n` nodes, each reading one or two earlier values (a graph input, an
+    /// initializer or a node's output), of ops that compute shapes and ops that do not; some
+    /// outputs are graph outputs.
+    fn random_graph(rng: &mut Lcg, n: usize) -> Graph {
+        const OPS: &[&str] = &["Identity", "Shape", "Relu", "Conv", "Add", "Tanh", "Gather"];
+        let mut g = Graph::default();
+        let mut values: Vec<ValueId> = vec![g.add_value("x".into(), Origin::Input)];
+        values.push(g.add_value("w".into(), Origin::Initializer));
+        for i in 0..n {
+            let inputs = (0..1 + rng.below(2))
+                .map(|_| Some(values[rng.below(values.len())]))
+                .collect();
+            let outputs: Vec<Option<ValueId>> = (0..1 + usize::from(rng.below(5) == 0))
+                .map(|k| Some(g.add_value(format!("v{i}_{k}"), Origin::Unbound)))
+                .collect();
+            values.extend(outputs.iter().flatten());
+            let node = Node {
+                inputs,
+                outputs: outputs.clone(),
+                ..Node::new(OPS[rng.below(OPS.len())])
+            };
+            g.insert_node(node, None);
+            if rng.below(10) == 0 {
+                g.outputs.push(ValueInfo {
+                    value: outputs[0].unwrap(),
+                    proto: Default::default(),
+                });
+            }
+        }
+        g
+    }
+
+    /// The region grows to the same nodes, in the same order, as by sweeps of the whole graph.
+    #[test]
+    fn the_region_grows_as_by_whole_graph_sweeps() {
+        let mut rng = Lcg(7);
+        let mut grown = 0;
+        for _ in 0..400 {
+            let n = 2 + rng.below(40);
+            let g = random_graph(&mut rng, n);
+            let mut start: HashSet<NodeId> = HashSet::default();
+            for &id in &g.order {
+                if rng.below(4) == 0 {
+                    start.insert(id);
+                }
+            }
+            let (mut a, mut b) = (start.clone(), start);
+            let by_sweeps = grow_by_sweeps(&g, &mut b);
+            assert_eq!(grow(&g, &mut a), by_sweeps);
+            assert_eq!(a, b);
+            grown += by_sweeps.len();
+        }
+        assert!(
+            grown > 100,
+            "the graphs exercise growth ({grown} nodes grown)"
+        );
+    }
+
+    /// A chain of shape ops that only feeds a pinned node joins it whole (by sweeps, one
+    /// node per sweep).
+    #[test]
+    fn a_chain_of_shape_ops_joins_whole() {
+        let mut g = Graph::default();
+        let mut v = g.add_value("x".into(), Origin::Input);
+        for i in 0..3000 {
+            let out = g.add_value(format!("v{i}"), Origin::Unbound);
+            let node = Node {
+                inputs: vec![Some(v)],
+                outputs: vec![Some(out)],
+                ..Node::new("Identity")
+            };
+            g.insert_node(node, None);
+            v = out;
+        }
+        let y = g.add_value("y".into(), Origin::Unbound);
+        let add = g.insert_node(
+            Node {
+                inputs: vec![Some(v), Some(v)],
+                outputs: vec![Some(y)],
+                ..Node::new("Add")
+            },
+            None,
+        );
+        let pinned = plan_pins(&g, &[add], DEFAULT_ANNOTATION);
+        assert_eq!(pinned.len(), 3001);
+        assert_eq!(pinned[0], add);
+        assert_eq!(pinned[1..], g.order[..3000]);
     }
 }
