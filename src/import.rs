@@ -459,22 +459,29 @@ impl Ctx<'_> {
             if has_init.len() <= v.index() {
                 has_init.resize(v.index() + 1, false);
             }
-            // `None`: a second initializer of this name.
+            // `Err`: a second initializer of this name.
             let seen = std::mem::replace(&mut has_init[v.index()], true);
-            (!seen).then_some(v)
+            if seen {
+                Err(v)
+            } else {
+                Ok(v)
+            }
         };
-        for (i, t) in initializer.into_iter().enumerate() {
-            let name = t.name.clone().unwrap_or_default();
+        let twice = |g: &Graph, v: ValueId| {
+            err(format!(
+                "two initializers are named '{}'",
+                g.values[v.index()].name
+            ))
+        };
+        for (i, mut t) in initializer.into_iter().enumerate() {
+            // The value takes the tensor's name over (the tensor is stored unnamed).
+            let name = t.name.take().unwrap_or_default();
             if name.is_empty() {
                 return Err(err(format!("initializer #{i} has no name")));
             }
-            let Some(v) = init_value(&mut g, &mut defined, name) else {
-                let name = t.name.as_deref().unwrap_or("");
-                return Err(err(format!("two initializers are named '{name}'")));
-            };
-            let name = t.name.as_deref().unwrap_or("");
+            let v = init_value(&mut g, &mut defined, name).map_err(|v| twice(&g, v))?;
             self.check_tensor(&t)
-                .map_err(|m| err(format!("initializer '{name}' {m}")))?;
+                .map_err(|m| err(format!("initializer '{}' {m}", g.values[v.index()].name)))?;
             g.initializers.push(Initializer {
                 value: v,
                 tensor: crate::ir::Tensor::from_proto(t),
@@ -489,9 +496,7 @@ impl Ctx<'_> {
             if name.is_empty() {
                 return Err(err(format!("sparse initializer #{i} has no name")));
             }
-            let Some(v) = init_value(&mut g, &mut defined, name.clone()) else {
-                return Err(err(format!("two initializers are named '{name}'")));
-            };
+            let v = init_value(&mut g, &mut defined, name.clone()).map_err(|v| twice(&g, v))?;
             for (what, t) in [("values", &st.values), ("indices", &st.indices)] {
                 if let Some(t) = t {
                     self.check_tensor(t)
@@ -984,6 +989,56 @@ mod names_tests {
             assert_eq!(to_proto(run), NodeProto::decode(good.clone()).unwrap());
             assert!(NodeProto::decode(bytes).is_err());
         }
+    }
+
+    /// An initializer's name is its value's: a second initializer of a name, and a tensor
+    /// whose payload disagrees with its dims, are refused by that name; an initializer may
+    /// share its name with a graph input.
+    #[test]
+    fn initializers_are_refused_by_their_names() {
+        use crate::proto::ValueInfoProto;
+        let tensor = |name: &str, bytes: usize| TensorProto {
+            name: Some(name.into()),
+            dims: vec![2],
+            data_type: Some(1),
+            raw_data: Some(Bytes::from(vec![0u8; bytes])),
+            ..Default::default()
+        };
+        let model = |inits: Vec<TensorProto>| ModelProto {
+            ir_version: Some(8),
+            graph: Some(GraphProto {
+                name: Some("g".into()),
+                input: vec![ValueInfoProto {
+                    name: Some("x".into()),
+                    ..Default::default()
+                }],
+                output: vec![ValueInfoProto {
+                    name: Some("x".into()),
+                    ..Default::default()
+                }],
+                initializer: inits,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let e = import_model(model(vec![tensor("w", 8), tensor("w", 8)]), None).unwrap_err();
+        assert_eq!(e.to_string(), "graph 'g': two initializers are named 'w'");
+        let e = import_model(model(vec![tensor("x", 8), tensor("x", 8)]), None).unwrap_err();
+        assert_eq!(e.to_string(), "graph 'g': two initializers are named 'x'");
+        let e = import_model(model(vec![tensor("w", 4)]), None).unwrap_err();
+        assert!(
+            e.to_string().starts_with("graph 'g': initializer 'w' "),
+            "{e}"
+        );
+        let m = import_model(model(vec![tensor("x", 8), tensor("w", 8)]), None).unwrap();
+        let names: Vec<&str> = m
+            .graph
+            .initializers
+            .iter()
+            .map(|i| m.graph.value_name(i.value))
+            .collect();
+        assert_eq!(names, ["x", "w"]);
+        assert_eq!(m.graph.values.len(), 2, "x is the input's value");
     }
 
     /// Two names whose hashes are equal (forced here; real ones are 64-bit hashes) are told
