@@ -81,21 +81,21 @@ for m in "${big_models[@]}"; do
   # cp+37: the same kernel copy 37 bytes into the output (examples/copy_shifted.rs), the floor
   # for a rewritten model, whose payloads move by however much the nodes grew.
   CMDS=(--cmd 'cp=cp {model} {out}' --cmd "cp+37=$SHIFTED {model} {out}")
-  cmds none "@BIN@ {model} --target none -o {out} >/dev/null"
-  cmds rx580 "@BIN@ {model} --target rx580 -o {out} >/dev/null"
-  cmds pin-add "@BIN@ {model} --target $TMP/pin-add.yaml -o {out} >/dev/null"
+  cmds none "@BIN@ {model} --target none -o {out}"
+  cmds rx580 "@BIN@ {model} --target rx580 -o {out}"
+  cmds pin-add "@BIN@ {model} --target $TMP/pin-add.yaml -o {out}"
   bench --model "$m" "${PEERS[@]}" --ratio-to cp "${CMDS[@]}"
   PEERS=()
 done
 echo "== syn_50k_nodes.onnx: Python onnx, onnx-safeify pin every Add / check rx580"
 CMDS=()
-cmds pin-add "@BIN@ {model} --target $TMP/pin-add.yaml -o {out} >/dev/null"
+cmds pin-add "@BIN@ {model} --target $TMP/pin-add.yaml -o {out}"
 cmds check-rx580 "$(check @BIN@ rx580)"
 bench --model "$SYN/syn_50k_nodes.onnx" --ratio-to onnx "${CMDS[@]}"
 echo "== PP-OCRv4 det: check and compile, --target rx580"
 CMDS=()
 cmds check-rx580 "$(check @BIN@ rx580)"
-cmds compile-rx580 "@BIN@ {model} --target rx580 -o {out} >/dev/null"
+cmds compile-rx580 "@BIN@ {model} --target rx580 -o {out}"
 bench --model "$DET" --ratio-to onnx "${CMDS[@]}"
 if [ "$CALLGRIND" = 1 ]; then
   # `ir BIN MODEL TARGET [check]`: the instruction count of one compile (or one `check`).

@@ -74,6 +74,9 @@ from pathlib import Path
 BASELINE = "onnx"
 MIB = 1024 * 1024
 
+# Characters that make a --cmd command need the shell.
+SHELL_CHARS = set("|&;<>()$`\\\"'*?[]#~=%{}\n")
+
 PY_ROUNDTRIP = "import sys, onnx; onnx.save(onnx.load(sys.argv[1]), sys.argv[2])"
 
 
@@ -331,7 +334,14 @@ def build_tools(args: argparse.Namespace, parser: argparse.ArgumentParser) -> li
             parser.error(f"--cmd {spec!r}: expected NAME=SHELL COMMAND")
         if "{out}" not in command:
             parser.error(f"--cmd {spec!r}: the command must write to {{out}}")
-        tools.append(Tool(name, ["/bin/sh", "-c", command], shell=True))
+        # A plain command (words only) is run directly, as the Python tools are; one that
+        # needs the shell (a redirection, a pipe, `;`...) through /bin/sh, whose start is
+        # then part of its time.
+        plain = command.replace("{model}", "").replace("{out}", "")
+        if any(c in plain for c in SHELL_CHARS):
+            tools.append(Tool(name, ["/bin/sh", "-c", command], shell=True))
+        else:
+            tools.append(Tool(name, command.split()))
     names = [t.name for t in tools]
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
