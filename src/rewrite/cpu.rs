@@ -9,7 +9,7 @@
 // Node and value indices are internal: a fast hash is safe (see `crate::ir::hash`).
 use crate::ir::hash::{FastMap, FastSet as HashSet};
 
-use crate::ir::{Graph, NodeId, Origin};
+use crate::ir::{Consumers, Graph, Node, NodeId, Origin, ValueId};
 use crate::rewrite::pass::{Cx, Pass, Pending, Planned, Schedule};
 use crate::rules::schema::Rule;
 
@@ -72,6 +72,38 @@ pub fn pin(g: &mut Graph, nodes: &[NodeId], rule: &str, annotation: &str) -> Vec
     added
 }
 
+/// Does `node` (not pinned) join the region `pinned` (see [`grow`])?
+fn joins(
+    g: &Graph,
+    node: &Node,
+    consumers: &Consumers,
+    graph_outputs: &HashSet<ValueId>,
+    pinned: &HashSet<NodeId>,
+) -> bool {
+    let outs = || node.outputs.iter().flatten();
+    if outs().next().is_none() || outs().any(|v| graph_outputs.contains(v)) {
+        return false;
+    }
+    let mut uses = outs()
+        .flat_map(|v| consumers.of(*v).iter().map(|(c, _)| c))
+        .peekable();
+    if uses.peek().is_none() || !uses.all(|c| pinned.contains(c)) {
+        return false;
+    }
+    let shape_op = node.domain().is_empty() && SHAPE_OPS.contains(&node.op_type.as_str());
+    shape_op
+        || node
+            .inputs
+            .iter()
+            .flatten()
+            .chain(node.implicit_inputs.iter())
+            .all(|v| match g.value(*v).origin {
+                Origin::Node { node: p, .. } => pinned.contains(&p),
+                Origin::Initializer => true,
+                _ => false,
+            })
+}
+
 /// The nodes that join the pinned region, in graph order: the least set closed under "every
 /// consumer is pinned (and there is one), no output is a graph output, and the node computes
 /// shapes or all its producers are pinned". Both conditions only grow with the pinned set, so
@@ -81,11 +113,11 @@ pub fn pin(g: &mut Graph, nodes: &[NodeId], rule: &str, annotation: &str) -> Vec
 fn grow(g: &Graph, pinned: &mut HashSet<NodeId>) -> Vec<NodeId> {
     let consumers = g.consumers();
     let graph_outputs: HashSet<_> = g.outputs.iter().map(|o| o.value).collect();
-    let producer = |v: &crate::ir::ValueId| match g.value(*v).origin {
+    let producer = |v: &ValueId| match g.value(*v).origin {
         Origin::Node { node, .. } => Some(node),
         _ => None,
     };
-    let reads = |node: &crate::ir::Node| -> Vec<NodeId> {
+    let reads = |node: &Node| -> Vec<NodeId> {
         node.inputs
             .iter()
             .flatten()
@@ -107,28 +139,7 @@ fn grow(g: &Graph, pinned: &mut HashSet<NodeId>) -> Vec<NodeId> {
         let Some(node) = g.nodes.node_weight(n) else {
             continue;
         };
-        let outs = || node.outputs.iter().flatten();
-        if outs().next().is_none() || outs().any(|v| graph_outputs.contains(v)) {
-            continue;
-        }
-        let mut uses = outs()
-            .flat_map(|v| consumers.of(*v).iter().map(|(c, _)| c))
-            .peekable();
-        if uses.peek().is_none() || !uses.all(|c| pinned.contains(c)) {
-            continue;
-        }
-        let shape_op = node.domain().is_empty() && SHAPE_OPS.contains(&node.op_type.as_str());
-        let sandwiched = node
-            .inputs
-            .iter()
-            .flatten()
-            .chain(node.implicit_inputs.iter())
-            .all(|v| match g.value(*v).origin {
-                Origin::Node { node: p, .. } => pinned.contains(&p),
-                Origin::Initializer => true,
-                _ => false,
-            });
-        if shape_op || sandwiched {
+        if joins(g, node, &consumers, &graph_outputs, pinned) {
             pinned.insert(n);
             added.push(n);
             // Its producers may join now: one more of their consumers is pinned. (Its
@@ -219,10 +230,10 @@ impl Pass for CpuPass {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ir::{Node, ValueId, ValueInfo};
+    use crate::ir::ValueInfo;
 
     /// The growth as first written, the oracle: sweeps of the whole graph in order until one
-    /// adds nothing (a chain of k shape ops took k sweeps).
+    /// adds nothing (a chain of k shape ops took k sweeps), with the same condition to join.
     fn grow_by_sweeps(g: &Graph, pinned: &mut HashSet<NodeId>) -> Vec<NodeId> {
         let consumers = g.consumers();
         let graph_outputs: HashSet<_> = g.outputs.iter().map(|o| o.value).collect();
@@ -233,30 +244,7 @@ mod tests {
                 if pinned.contains(&n) {
                     continue;
                 }
-                let node = g.node(n);
-                let outs = || node.outputs.iter().flatten();
-                if outs().next().is_none() || outs().any(|v| graph_outputs.contains(v)) {
-                    continue;
-                }
-                let mut uses = outs()
-                    .flat_map(|v| consumers.of(*v).iter().map(|(c, _)| c))
-                    .peekable();
-                if uses.peek().is_none() || !uses.all(|c| pinned.contains(c)) {
-                    continue;
-                }
-                let shape_op =
-                    node.domain().is_empty() && SHAPE_OPS.contains(&node.op_type.as_str());
-                let sandwiched = node
-                    .inputs
-                    .iter()
-                    .flatten()
-                    .chain(node.implicit_inputs.iter())
-                    .all(|v| match g.value(*v).origin {
-                        Origin::Node { node: p, .. } => pinned.contains(&p),
-                        Origin::Initializer => true,
-                        _ => false,
-                    });
-                if shape_op || sandwiched {
+                if joins(g, g.node(n), &consumers, &graph_outputs, pinned) {
                     pinned.insert(n);
                     added.push(n);
                     changed = true;
