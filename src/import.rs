@@ -520,8 +520,7 @@ impl Ctx<'_> {
         // their producer appears in the file.
         // (A node's label for messages is made only when there is an error to report.)
         // Each node's input names are kept for pass 2 in one list for all nodes (`pending`
-        // holds where each node's run ends): a node's own list is dropped here, which also
-        // hands it back to the reading thread's heap while that thread still reads.
+        // holds where each node's run ends).
         let mut pending: Vec<(NodeId, usize, Vec<AttributeProto>)> = Vec::with_capacity(n_nodes);
         let mut pending_inputs: Vec<Cow<str>> = Vec::with_capacity(n_edges);
         let given = NodeRun::decoded(node_protos);

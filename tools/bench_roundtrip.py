@@ -28,8 +28,8 @@ What is measured, per run:
   The sampler wakes every millisecond; on a 2-core machine it takes CPU from a tool
   that uses both cores (the 50,000-node pin: 0.064 s median with the sampler waking
   every 1 ms, 0.052 s every 20 ms; Python's single-threaded round trip 0.261 and
-  0.254 s).  ``--same-runs`` times the
-  sampled runs instead, as this script did before;
+  0.254 s).  ``--same-runs`` times the sampled runs instead, as this script did
+  before;
 * peak ``VmHWM`` (resident high-water mark, file-backed pages included), for
   reference: the largest sampled ``VmHWM`` of any process of the tree, or
   ``ru_maxrss`` from ``wait4`` (exact at exit) when that is larger than this
@@ -211,11 +211,7 @@ class Sampler(threading.Thread):
     def run(self) -> None:
         if self.interval_s is None:
             if not self.stop.wait(max(0.0, self.deadline - time.monotonic())):
-                self.timed_out = True
-                try:
-                    os.killpg(self.pid, signal.SIGKILL)
-                except OSError:
-                    pass
+                self._kill()
             return
         pids = [self.pid]
         n = 0
@@ -236,12 +232,16 @@ class Sampler(threading.Thread):
                 self.samples += 1
                 self.rss_anon_peak = max(self.rss_anon_peak, total_anon)
             if time.monotonic() > self.deadline and not self.timed_out:
-                self.timed_out = True
-                try:
-                    os.killpg(self.pid, signal.SIGKILL)
-                except OSError:
-                    pass
+                self._kill()
             self.stop.wait(self.interval_s)
+
+    def _kill(self) -> None:
+        """The deadline passed: kill the process group."""
+        self.timed_out = True
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+        except OSError:
+            pass
 
 
 def measure(argv: list[str], out: Path, log: Path, interval_s: float | None,

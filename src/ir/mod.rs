@@ -492,12 +492,9 @@ impl Graph {
     fn names_in_use(&mut self) -> &mut hash::HashKeySet {
         if !self.names_indexed {
             self.names_indexed = true;
-            let named = self
-                .nodes
-                .node_weights()
-                .filter(|n| n.name.is_some())
-                .count();
-            self.taken_names.reserve(self.values.len() + named);
+            // (Room for a name per node, named or not: one walk of the nodes, not two.)
+            self.taken_names
+                .reserve(self.values.len() + self.nodes.node_count());
             for v in &self.values {
                 self.taken_names.insert(name_hash(&v.name));
             }

@@ -104,6 +104,17 @@ fn joins(
             })
 }
 
+/// The nodes whose outputs `node` reads (inputs and reads from its bodies).
+fn producers<'g>(g: &'g Graph, node: &'g Node) -> impl Iterator<Item = NodeId> + 'g {
+    let inputs = node.inputs.iter().flatten();
+    inputs
+        .chain(node.implicit_inputs.iter())
+        .filter_map(|v| match g.value(*v).origin {
+            Origin::Node { node, .. } => Some(node),
+            _ => None,
+        })
+}
+
 /// The nodes that join the pinned region, in graph order: the least set closed under "every
 /// consumer is pinned (and there is one), no output is a graph output, and the node computes
 /// shapes or all its producers are pinned". Both conditions only grow with the pinned set, so
@@ -113,22 +124,10 @@ fn joins(
 fn grow(g: &Graph, pinned: &mut HashSet<NodeId>) -> Vec<NodeId> {
     let consumers = g.consumers();
     let graph_outputs: HashSet<_> = g.outputs.iter().map(|o| o.value).collect();
-    let producer = |v: &ValueId| match g.value(*v).origin {
-        Origin::Node { node, .. } => Some(node),
-        _ => None,
-    };
-    let reads = |node: &Node| -> Vec<NodeId> {
-        node.inputs
-            .iter()
-            .flatten()
-            .chain(node.implicit_inputs.iter())
-            .filter_map(producer)
-            .collect()
-    };
     let mut work: Vec<NodeId> = Vec::new();
     for &n in pinned.iter() {
         if let Some(node) = g.nodes.node_weight(n) {
-            work.extend(reads(node));
+            work.extend(producers(g, node));
         }
     }
     let mut added = Vec::new();
@@ -144,7 +143,7 @@ fn grow(g: &Graph, pinned: &mut HashSet<NodeId>) -> Vec<NodeId> {
             added.push(n);
             // Its producers may join now: one more of their consumers is pinned. (Its
             // consumers were all pinned already, so none waits on it as a producer.)
-            work.extend(reads(node));
+            work.extend(producers(g, node));
         }
     }
     if added.len() > 1 {
