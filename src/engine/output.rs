@@ -35,11 +35,18 @@ pub(crate) fn used_values(g: &Graph) -> UsedValues {
     UsedValues(used)
 }
 
+/// What [`prune_orphans`] removed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Pruned {
+    /// `Constant` nodes.
+    pub nodes: usize,
+    pub initializers: usize,
+}
+
 /// Remove weights the rewrites orphaned: `Constant` nodes and initializers whose values were
 /// used before the compile and are used by nothing now (e.g. a split Conv's full weight).
 /// Constants that were already unused are left alone, so untouched parts stay as they were.
-/// Returns whether it removed anything.
-pub(crate) fn prune_orphans(g: &mut Graph, used_before: &UsedValues) -> bool {
+pub(crate) fn prune_orphans(g: &mut Graph, used_before: &UsedValues) -> Pruned {
     let used = used_values(g);
     let orphan = |v: &ValueId| used_before.contains(v) && !used.contains(v);
     let dead: Vec<NodeId> = g
@@ -53,7 +60,7 @@ pub(crate) fn prune_orphans(g: &mut Graph, used_before: &UsedValues) -> bool {
                 && !node.outputs.iter().flatten().any(|v| !orphan(v))
         })
         .collect();
-    let removed = dead.len();
+    let nodes = dead.len();
     for n in dead {
         g.remove_node(n);
     }
@@ -61,7 +68,10 @@ pub(crate) fn prune_orphans(g: &mut Graph, used_before: &UsedValues) -> bool {
     let before = g.initializers.len();
     g.initializers
         .retain(|i| inputs.contains(&i.value) || !orphan(&i.value));
-    removed > 0 || g.initializers.len() != before
+    Pruned {
+        nodes,
+        initializers: before - g.initializers.len(),
+    }
 }
 
 /// Metadata key prefix under which the target's runtime settings travel with the model.

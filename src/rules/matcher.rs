@@ -296,7 +296,7 @@ impl<'a> Matcher<'a> {
             }
         }
         // And of each domain, for a rule that names its domains but not its ops.
-        let mut by_domain: HashMap<&str, Vec<(usize, NodeId)>> = HashMap::new();
+        let mut by_domain: FastMap<&str, Vec<(usize, NodeId)>> = FastMap::default();
         let mut candidates: Vec<(usize, NodeId)> = Vec::new();
         for (ri, (rule, ops)) in target.rules.iter().zip(&rule_ops).enumerate() {
             self.linked.borrow_mut().clear();
