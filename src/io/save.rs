@@ -1147,4 +1147,68 @@ mod tests {
             assert_eq!(compact.to_proto("renamed"), renamed);
         }
     }
+
+    /// A mapped file of `len` bytes (a pattern that differs page to page), and its map.
+    fn mapped(len: usize) -> (tempfile::NamedTempFile, Bytes) {
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        let data: Vec<u8> = (0..len)
+            .map(|i| (i % 251) as u8 ^ (i >> 12) as u8)
+            .collect();
+        f.write_all(&data).unwrap();
+        f.flush().unwrap();
+        // SAFETY: the file is this test's own and changes only where the test says.
+        let map = unsafe { memmap2::Mmap::map(f.as_file()) }.unwrap();
+        (f, Bytes::from_owner(map))
+    }
+
+    /// Ranges of a mapped source, at offsets that are no multiple of the page size (as a
+    /// rewrite leaves them), come out exactly: contiguous payloads as one range, the bytes
+    /// between them in order.
+    #[test]
+    fn payload_ranges_of_a_source_come_out_exactly() {
+        let len = (9 << 20) + 12_345;
+        let (f, map) = mapped(len);
+        let out = tempfile::NamedTempFile::new().unwrap();
+        let mut w = Sink::new(
+            out.reopen().unwrap(),
+            vec![Source::new(map.clone(), f.path().to_path_buf())],
+        );
+        w.write_all(b"head: 37 bytes that are not the file")
+            .unwrap();
+        w.write_payload(&map[5..len / 2]).unwrap();
+        w.write_all(b"between").unwrap();
+        w.write_payload(&map[len / 2 + 1..len - 7]).unwrap();
+        w.write_payload(&map[len - 7..]).unwrap();
+        w.write_payload(&map[100..STREAM_THRESHOLD + 100]).unwrap();
+        w.flush().unwrap();
+        let mut want = b"head: 37 bytes that are not the file".to_vec();
+        want.extend_from_slice(&map[5..len / 2]);
+        want.extend_from_slice(b"between");
+        want.extend_from_slice(&map[len / 2 + 1..]);
+        want.extend_from_slice(&map[100..STREAM_THRESHOLD + 100]);
+        assert_eq!(w.written(), want.len() as u64);
+        drop(w);
+        assert!(std::fs::read(out.path()).unwrap() == want);
+    }
+
+    /// A source that shrinks while it is mapped fails the write with a message that names it
+    /// (the copy comes up short), never a crash and never a file with a hole.
+    #[test]
+    fn a_source_that_shrinks_fails_the_write() {
+        let len = 4 << 20;
+        let (f, map) = mapped(len);
+        f.as_file().set_len(4096).unwrap();
+        let out = tempfile::NamedTempFile::new().unwrap();
+        let mut w = Sink::new(
+            out.reopen().unwrap(),
+            vec![Source::new(map.clone(), f.path().to_path_buf())],
+        );
+        w.write_all(b"x").unwrap();
+        w.write_payload(&map[..]).unwrap();
+        let e = w.flush().unwrap_err();
+        assert!(
+            e.to_string().contains("changed while it was being read"),
+            "{e}"
+        );
+    }
 }
