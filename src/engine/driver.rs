@@ -255,14 +255,14 @@ impl<'t> Driver<'t> {
     pub fn finish(mut self, model: &mut Model, settled: Option<Vec<Match>>) -> Report {
         // Pruning removes only what nothing reads (orphaned constants and initializers): the
         // facts of every value still read are the same, so they stay current.
-        let pruned = prune_orphans(&mut model.graph, &self.used_before);
+        let pruned_nodes = prune_orphans(&mut model.graph, &self.used_before);
         let cx = self.cx(model);
         // One match of the final graph serves the check and the summaries (the model's opsets
         // are the ones the driver started with: no rewrite changes them). A match is of nodes,
         // and what it tests is read from them: the last round's matches stay the graph's when
         // pruning removed initializers only (which no node reads), not when a `Constant` went.
         let matches = match settled {
-            Some(m) if pruned.nodes == 0 => m,
+            Some(m) if pruned_nodes == 0 => m,
             _ => find(&cx, &self.opsets),
         };
         let findings = check_matches(&cx, self.opts, &matches);

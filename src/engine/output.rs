@@ -35,18 +35,11 @@ pub(crate) fn used_values(g: &Graph) -> UsedValues {
     UsedValues(used)
 }
 
-/// What [`prune_orphans`] removed.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct Pruned {
-    /// `Constant` nodes.
-    pub nodes: usize,
-    pub initializers: usize,
-}
-
 /// Remove weights the rewrites orphaned: `Constant` nodes and initializers whose values were
 /// used before the compile and are used by nothing now (e.g. a split Conv's full weight).
 /// Constants that were already unused are left alone, so untouched parts stay as they were.
-pub(crate) fn prune_orphans(g: &mut Graph, used_before: &UsedValues) -> Pruned {
+/// Returns how many `Constant` nodes it removed (what can change a match of the graph).
+pub(crate) fn prune_orphans(g: &mut Graph, used_before: &UsedValues) -> usize {
     let used = used_values(g);
     let orphan = |v: &ValueId| used_before.contains(v) && !used.contains(v);
     let dead: Vec<NodeId> = g
@@ -65,13 +58,9 @@ pub(crate) fn prune_orphans(g: &mut Graph, used_before: &UsedValues) -> Pruned {
         g.remove_node(n);
     }
     let inputs: HashSet<ValueId> = g.inputs.iter().map(|i| i.value).collect();
-    let before = g.initializers.len();
     g.initializers
         .retain(|i| inputs.contains(&i.value) || !orphan(&i.value));
-    Pruned {
-        nodes,
-        initializers: before - g.initializers.len(),
-    }
+    nodes
 }
 
 /// Metadata key prefix under which the target's runtime settings travel with the model.
