@@ -1161,6 +1161,14 @@ mod tests {
         (f, Bytes::from_owner(map))
     }
 
+    /// A sink writing to a new temporary file, with `map` (of file `f`) as its one source.
+    fn sink_over(f: &tempfile::NamedTempFile, map: &Bytes) -> (tempfile::NamedTempFile, Sink) {
+        let out = tempfile::NamedTempFile::new().unwrap();
+        let sources = vec![Source::new(map.clone(), f.path().to_path_buf())];
+        let w = Sink::new(out.reopen().unwrap(), sources);
+        (out, w)
+    }
+
     /// Ranges of a mapped source, at offsets that are no multiple of the page size (as a
     /// rewrite leaves them), come out exactly: contiguous payloads as one range, the bytes
     /// between them in order.
@@ -1168,11 +1176,7 @@ mod tests {
     fn payload_ranges_of_a_source_come_out_exactly() {
         let len = (9 << 20) + 12_345;
         let (f, map) = mapped(len);
-        let out = tempfile::NamedTempFile::new().unwrap();
-        let mut w = Sink::new(
-            out.reopen().unwrap(),
-            vec![Source::new(map.clone(), f.path().to_path_buf())],
-        );
+        let (out, mut w) = sink_over(&f, &map);
         w.write_all(b"head: 37 bytes that are not the file")
             .unwrap();
         w.write_payload(&map[5..len / 2]).unwrap();
@@ -1198,11 +1202,7 @@ mod tests {
         let len = 4 << 20;
         let (f, map) = mapped(len);
         f.as_file().set_len(4096).unwrap();
-        let out = tempfile::NamedTempFile::new().unwrap();
-        let mut w = Sink::new(
-            out.reopen().unwrap(),
-            vec![Source::new(map.clone(), f.path().to_path_buf())],
-        );
+        let (_out, mut w) = sink_over(&f, &map);
         w.write_all(b"x").unwrap();
         w.write_payload(&map[..]).unwrap();
         let e = w.flush().unwrap_err();

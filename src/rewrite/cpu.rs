@@ -146,12 +146,17 @@ fn grow(g: &Graph, pinned: &mut HashSet<NodeId>) -> Vec<NodeId> {
             work.extend(producers(g, node));
         }
     }
-    if added.len() > 1 {
+    in_write_order(g, &mut added);
+    added
+}
+
+/// Sort `nodes` by their place in the graph's write order.
+fn in_write_order(g: &Graph, nodes: &mut [NodeId]) {
+    if nodes.len() > 1 {
         let pos: FastMap<NodeId, usize> =
             g.order.iter().enumerate().map(|(i, &n)| (n, i)).collect();
-        added.sort_by_key(|n| pos.get(n).copied());
+        nodes.sort_by_key(|n| pos.get(n).copied());
     }
-    added
 }
 
 /// The nodes [`pin`] would pin (requested ones first, then grown ones), without pinning them.
@@ -253,9 +258,7 @@ mod tests {
                 break;
             }
         }
-        let pos: FastMap<NodeId, usize> =
-            g.order.iter().enumerate().map(|(i, &n)| (n, i)).collect();
-        added.sort_by_key(|n| pos.get(n).copied());
+        in_write_order(g, &mut added);
         added
     }
 
