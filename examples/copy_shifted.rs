@@ -5,9 +5,11 @@
 //! the node section grew or shrank, so a payload's source and destination no longer share their
 //! offset within a page, and the kernel's file-to-file copy costs more than `cp`'s (each
 //! destination page is put together from two source pages). This copy measures that cost on
-//! its own: the floor for writing a rewritten model whose weights are copied, as `cp` is the
-//! floor for an unchanged one. `--pieces N` copies in N consecutive ranges (a system call each),
-//! as a rewrite that drops tensors from between the others does.
+//! its own: the floor for writing a rewritten model whose weights are copied file to file, as
+//! `cp` is the floor for an unchanged one. (onnx-safeify writes them from the mapped input
+//! instead, in writes of 256 KiB, with the pages mapped ahead by another thread, which costs
+//! about what `cp` does.) `--pieces N` copies in N consecutive ranges (a system call each), as
+//! a rewrite that drops tensors from between the others does.
 //!
 //! `cargo run --release --example copy_shifted -- SRC DST [--shift 37] [--pieces 1]`
 

@@ -4,7 +4,8 @@
 # each round, every figure of a table comes from the same run. Reports median wall, median cpu (user + system) and peak private
 # (anonymous) memory per tool, and each tool's wall/cpu as a multiple of cp's (or Python's).
 # On the large models `cp+37` is cp's copy written 37 bytes into the output: what moving the
-# payloads costs the kernel when the nodes before them change size (a rewritten model's floor).
+# payloads costs the kernel's file-to-file copy when the nodes before them change size
+# (onnx-safeify writes them from the mapped input instead, which costs what cp does).
 #   scripts/bench.sh [--peers] [--big] [--callgrind]
 #     --peers      add onnxsim and onnxslim on the 326 MB model (slow)
 #     --big        also two ~1.3 GB variants of the 326 MB model, written once by
@@ -79,7 +80,8 @@ fi
 for m in "${big_models[@]}"; do
   echo "== $(basename "$m"): cp, cp+37, Python onnx, onnx-safeify --target none / rx580 / pin every Add"
   # cp+37: the same kernel copy 37 bytes into the output (examples/copy_shifted.rs), the floor
-  # for a rewritten model, whose payloads move by however much the nodes grew.
+  # of a file-to-file copy for a rewritten model, whose payloads move by however much the nodes
+  # grew (onnx-safeify's writes from the map go below it).
   CMDS=(--cmd 'cp=cp {model} {out}' --cmd "cp+37=$SHIFTED {model} {out}")
   cmds none "@BIN@ {model} --target none -o {out}"
   cmds rx580 "@BIN@ {model} --target rx580 -o {out}"
