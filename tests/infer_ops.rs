@@ -591,6 +591,63 @@ fn contrib_and_nchwc() {
     );
 }
 
+/// Facts extended to nodes a change added (the identities of a barrier cut) agree with a whole
+/// inference of the changed graph, the NCHWc layout included: a cut of a blocked tensor holds
+/// a blocked tensor too.
+#[test]
+fn facts_extended_to_new_nodes_agree_with_a_whole_inference() {
+    use onnx_safeify::rewrite::{PValue, Patch};
+    let nchwc = || Some("com.microsoft.nchwc".to_string());
+    let mut g = G::new(12)
+        .input("x", F, &[K(1), K(8), K(10), K(10)])
+        .init(t_f32("w", &[16, 8, 3, 3], &vec![0.0; 1152]))
+        .node(NodeProto {
+            domain: nchwc(),
+            ..node(
+                "Conv",
+                &["x", "w"],
+                &["b"],
+                vec![aints("pads", &[1, 1, 1, 1])],
+            )
+        })
+        .node(node("Relu", &["b"], &["r"], vec![]))
+        .node(NodeProto {
+            domain: nchwc(),
+            ..node("ReorderOutput", &["r"], &["o"], vec![ai("channels", 16)])
+        })
+        .output("o");
+    g.domains = vec![("com.microsoft.nchwc", 1)];
+    let mut m = g.build();
+    let opts = InferOptions::default();
+    let mut facts = infer_model(&m, &opts);
+    let r = id(&m, "r");
+    assert!(facts.is_blocked(r));
+    // The cut: Max(r, r), placed before the reorder, which is re-pointed to it.
+    let reorder = *m
+        .graph
+        .order
+        .iter()
+        .find(|&&n| m.graph.node(n).op_type == "ReorderOutput")
+        .unwrap();
+    let first_new = m.graph.values.len();
+    let mut p = Patch::new("cut", "test", Some(reorder));
+    let cut = p.op("Max", &[PValue::Existing(r), PValue::Existing(r)], &[]);
+    p.repoint.push((reorder, 0, cut));
+    p.apply(&mut m.graph).expect("apply");
+    assert!(facts.extend_with_new_nodes(&m, &m.graph, &opts, first_new));
+    let whole = infer_model(&m, &opts);
+    let cut = ValueId(first_new as u32);
+    assert!(
+        whole.is_blocked(cut),
+        "the cut of a blocked tensor is blocked"
+    );
+    for (i, v) in m.graph.values.iter().enumerate() {
+        let id = ValueId(i as u32);
+        assert_eq!(facts.info(id), whole.info(id), "{}", v.name);
+        assert_eq!(facts.is_blocked(id), whole.is_blocked(id), "{}", v.name);
+    }
+}
+
 #[test]
 fn malformed_models_give_unknowns_not_panics() {
     let big = i64::MAX;

@@ -21,6 +21,9 @@ use super::matmul::{gemm_shape, matmul_shape};
 use super::Dim;
 use crate::ir::{Graph, Origin};
 
+/// The domain of ONNX Runtime's NCHWc (blocked layout) operators.
+const NCHWC_DOMAIN: &str = "com.microsoft.nchwc";
+
 /// `FusedConv(X, W, B, Z)`: a Conv.
 pub(crate) fn fused_conv(c: &Ctx) -> Vec<Out> {
     conv::conv(c)
@@ -220,13 +223,12 @@ fn round_up(x: i64, b: i64) -> Option<i64> {
 /// The NCHWc block size a model was optimized for, when its nchwc `Conv` -> `ReorderOutput`
 /// pairs leave exactly one candidate.
 pub(crate) fn nchwc_block(g: &Graph) -> Option<i64> {
-    const NCHWC: &str = "com.microsoft.nchwc";
     let mut candidates: Vec<i64> = vec![2, 4, 8, 16, 32, 64, 128];
     let mut evidence = false;
     let mut first_dims: Option<std::collections::HashMap<crate::ir::ValueId, i64>> = None;
     for &id in &g.order {
         let n = g.node(id);
-        if n.domain() != NCHWC || n.op_type != "ReorderOutput" {
+        if n.domain() != NCHWC_DOMAIN || n.op_type != "ReorderOutput" {
             continue;
         }
         let Some(channels) = n.attr("channels").and_then(|a| a.i()) else {
@@ -244,7 +246,7 @@ pub(crate) fn nchwc_block(g: &Graph) -> Option<i64> {
         let Some(p) = g.nodes.node_weight(prod) else {
             continue;
         };
-        if p.domain() != NCHWC || p.op_type != "Conv" {
+        if p.domain() != NCHWC_DOMAIN || p.op_type != "Conv" {
             continue;
         }
         let first = first_dims.get_or_insert_with(|| {
@@ -275,26 +277,33 @@ pub(crate) fn nchwc_block(g: &Graph) -> Option<i64> {
 /// `ReorderOutput`, and of any operator (element-wise ops of any domain, `Concat`, ORT's
 /// `Reshape`s) that reads one, except `Shape` and `Size`. `order` is topological.
 pub(crate) fn mark_blocked(g: &Graph, order: &[crate::ir::NodeId], blocked: &mut [bool]) {
-    const NCHWC: &str = "com.microsoft.nchwc";
-    if !g.order.iter().any(|&n| g.node(n).domain() == NCHWC) {
+    if !g.order.iter().any(|&n| g.node(n).domain() == NCHWC_DOMAIN) {
         return;
     }
-    let is = |b: &[bool], v: &crate::ir::ValueId| b.get(v.index()).copied().unwrap_or(false);
     for &id in order {
         let Some(node) = g.nodes.node_weight(id) else {
             continue;
         };
-        let out_blocked = if node.domain() == NCHWC {
-            node.op_type != "ReorderOutput"
-        } else {
-            !matches!(node.op_type.as_str(), "Shape" | "Size")
-                && node.inputs.iter().flatten().any(|v| is(blocked, v))
-        };
-        if out_blocked {
-            for v in node.outputs.iter().flatten() {
-                if let Some(b) = blocked.get_mut(v.index()) {
-                    *b = true;
-                }
+        mark_outputs_blocked(node, blocked);
+    }
+}
+
+/// Mark `node`'s outputs blocked when it writes NCHWc-blocked tensors, given which of its
+/// inputs are: every node of the NCHWc domain but `ReorderOutput` does, and any other node
+/// that reads a blocked tensor (but `Shape` and `Size`) passes the layout on. Without a node
+/// of that domain in the graph nothing is blocked, and this marks nothing.
+pub(crate) fn mark_outputs_blocked(node: &crate::ir::Node, blocked: &mut [bool]) {
+    let is = |b: &[bool], v: &crate::ir::ValueId| b.get(v.index()).copied().unwrap_or(false);
+    let out_blocked = if node.domain() == NCHWC_DOMAIN {
+        node.op_type != "ReorderOutput"
+    } else {
+        !matches!(node.op_type.as_str(), "Shape" | "Size")
+            && node.inputs.iter().flatten().any(|v| is(blocked, v))
+    };
+    if out_blocked {
+        for v in node.outputs.iter().flatten() {
+            if let Some(b) = blocked.get_mut(v.index()) {
+                *b = true;
             }
         }
     }

@@ -384,6 +384,8 @@ impl Facts {
                     self.store(v, out, None);
                 }
             }
+            // The layout, as a whole inference marks it (from the inputs' marks).
+            contrib::mark_outputs_blocked(node, &mut self.blocked);
         }
         true
     }
