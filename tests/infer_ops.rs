@@ -592,8 +592,8 @@ fn contrib_and_nchwc() {
 }
 
 /// Facts extended to nodes a change added (the identities of a barrier cut) agree with a whole
-/// inference of the changed graph, the NCHWc layout included: a cut of a blocked tensor holds
-/// a blocked tensor too.
+/// inference of the changed graph, the NCHWc layout and the marks of use included: a cut of a
+/// blocked tensor holds a blocked tensor too, and it is read.
 #[test]
 fn facts_extended_to_new_nodes_agree_with_a_whole_inference() {
     use onnx_safeify::rewrite::{PValue, Patch};
@@ -645,6 +645,7 @@ fn facts_extended_to_new_nodes_agree_with_a_whole_inference() {
         let id = ValueId(i as u32);
         assert_eq!(facts.info(id), whole.info(id), "{}", v.name);
         assert_eq!(facts.is_blocked(id), whole.is_blocked(id), "{}", v.name);
+        assert_eq!(facts.is_used(id), whole.is_used(id), "{}", v.name);
     }
 }
 

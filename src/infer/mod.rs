@@ -249,7 +249,9 @@ impl Facts {
     pub fn const_ints(&self, v: ValueId) -> Option<&[i64]> {
         self.const_value(v).and_then(|c| c.ints.as_deref())
     }
-    /// Is the value read by a node, a body or as a graph output?
+    /// Is the value read by a node, a body or as a graph output? After facts were extended to
+    /// new nodes ([`Facts::extend_with_new_nodes`]) an earlier value that lost its readers may
+    /// still read as used: an over-approximation, never an under-one.
     pub fn is_used(&self, v: ValueId) -> bool {
         self.used.get(v.index()).copied().unwrap_or(false)
     }
@@ -313,6 +315,22 @@ impl Facts {
         grow_for(&mut self.used, more);
         grow_for(&mut self.read_by_body, more);
         grow_for(&mut self.blocked, more);
+    }
+    /// Mark what `node` reads as used (and what its bodies read by name as read by a body).
+    fn mark_reads(&mut self, node: &crate::ir::Node) {
+        for v in node.inputs.iter().flatten() {
+            if let Some(u) = self.used.get_mut(v.index()) {
+                *u = true;
+            }
+        }
+        for v in &node.implicit_inputs {
+            if let (Some(u), Some(r)) = (
+                self.used.get_mut(v.index()),
+                self.read_by_body.get_mut(v.index()),
+            ) {
+                (*u, *r) = (true, true);
+            }
+        }
     }
     /// The number of values covered.
     pub fn len(&self) -> usize {
@@ -386,6 +404,26 @@ impl Facts {
             }
             // The layout, as a whole inference marks it (from the inputs' marks).
             contrib::mark_outputs_blocked(node, &mut self.blocked);
+            // What the new node reads is used (an earlier value may only lose readers, which
+            // leaves its mark an over-approximation: see `Facts::is_used`).
+            self.mark_reads(node);
+        }
+        // The new values that earlier nodes were re-pointed to read (one pass over the reads).
+        for &id in &graph.order {
+            let Some(node) = graph.nodes.node_weight(id) else {
+                continue;
+            };
+            let new = |v: &ValueId| v.index() >= first_new;
+            if node.inputs.iter().flatten().any(new) || node.implicit_inputs.iter().any(new) {
+                self.mark_reads(node);
+            }
+        }
+        for o in &graph.outputs {
+            if o.value.index() >= first_new {
+                if let Some(u) = self.used.get_mut(o.value.index()) {
+                    *u = true;
+                }
+            }
         }
         true
     }
@@ -527,21 +565,8 @@ pub(crate) fn infer_scoped(
     let mut facts = Facts::unknown(n);
     // Uses: what rewrites must keep (a value read by a body is read by name).
     for &id in &graph.order {
-        let Some(node) = graph.nodes.node_weight(id) else {
-            continue;
-        };
-        for v in node.inputs.iter().flatten() {
-            if let Some(u) = facts.used.get_mut(v.index()) {
-                *u = true;
-            }
-        }
-        for v in &node.implicit_inputs {
-            if let (Some(u), Some(r)) = (
-                facts.used.get_mut(v.index()),
-                facts.read_by_body.get_mut(v.index()),
-            ) {
-                (*u, *r) = (true, true);
-            }
+        if let Some(node) = graph.nodes.node_weight(id) {
+            facts.mark_reads(node);
         }
     }
     for o in &graph.outputs {
