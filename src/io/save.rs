@@ -484,8 +484,8 @@ impl Source {
 ///
 /// A payload that is a slice of a source file opens a *pending range* of that file instead of
 /// being written at once. Later bytes that equal the source's next bytes (an unchanged tensor
-/// header, the next payload) extend the range, so the unchanged stretches of a model cost one
-/// write each rather than one per tensor.
+/// header, the next payload) extend the range, so each unchanged stretch of a model is one
+/// range (written in pieces of [`WRITE_PIECE`]) rather than one write per tensor.
 ///
 /// A range is written with `write` from the map, not copied file to file by the kernel
 /// (`copy_file_range`): when a rewrite changed the nodes, the payloads move in the file by a
