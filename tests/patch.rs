@@ -132,3 +132,30 @@ fn a_bad_patch_changes_nothing() {
     assert!(e.0.contains("still in use"), "{e}");
     assert_eq!(before, onnx_safeify::ir::dump::dump_model(&doc.model));
 }
+
+/// A reader re-pointed to a value whose producer the same patch adds has no edge to that
+/// producer (the graph finds such readers by a scan, and `topo_order` follows edges). Placed
+/// after the reader in the write order, the producer would be written after the node that
+/// reads it: the check before writing refuses that graph. Placed before the reader, as passes
+/// place new nodes, the graph passes.
+#[test]
+fn a_new_producer_placed_after_its_reader_fails_the_check() {
+    for before_reader in [false, true] {
+        let src = common::sample();
+        let mut doc = onnx_safeify::load(&src).unwrap();
+        let g = &mut doc.model.graph;
+        let reader = g.order[g.order.len() / 2];
+        let x = g.node(reader).inputs[0].expect("an input");
+        let mut p = Patch::new("test-cut", "test", before_reader.then_some(reader));
+        let cut = p.op("Identity", &[PValue::Existing(x)], &[]);
+        p.repoint.push((reader, 0, cut));
+        p.apply(g).unwrap();
+        let checked = onnx_safeify::engine::check_invariants(g);
+        if before_reader {
+            assert_eq!(checked, Ok(()));
+        } else {
+            let e = checked.expect_err("a read before its producer");
+            assert!(e.contains("before the node that produces it"), "{e}");
+        }
+    }
+}

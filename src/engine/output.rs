@@ -117,6 +117,37 @@ fn check_graph_invariants(g: &Graph) -> Result<(), String> {
             cycle.len()
         ));
     }
+    // A read without an edge (a patch re-pointed a reader to a value whose producer it added
+    // afterwards: see `Graph::unlinked`) is not seen by `topo_order`, which follows edges. Its
+    // producer must still come first in the write order, which is the order the file gets:
+    // each node's write position, and which values are unlinked (a table lookup per read).
+    let unlinked_reads = (!g.unlinked.is_empty()).then(|| {
+        let bound = g.order.iter().map(|n| n.index() + 1).max().unwrap_or(0);
+        let mut pos = vec![usize::MAX; bound];
+        for (i, n) in g.order.iter().enumerate() {
+            pos[n.index()] = i;
+        }
+        let mut unlinked = vec![false; g.values.len()];
+        for v in &g.unlinked {
+            if let Some(u) = unlinked.get_mut(v.index()) {
+                *u = true;
+            }
+        }
+        (pos, unlinked)
+    });
+    let produced_later = |v: ValueId, at: usize| -> bool {
+        let Some((pos, unlinked)) = &unlinked_reads else {
+            return false;
+        };
+        if !unlinked.get(v.index()).copied().unwrap_or(false) {
+            return false;
+        }
+        let Origin::Node { node: p, .. } = g.value(v).origin else {
+            return false;
+        };
+        pos.get(p.index())
+            .is_some_and(|&q| q != usize::MAX && q >= at)
+    };
     let defined = |v: ValueId| -> bool {
         match g.value(v).origin {
             Origin::Input | Origin::Initializer | Origin::OuterScope => true,
@@ -129,7 +160,7 @@ fn check_graph_invariants(g: &Graph) -> Result<(), String> {
     };
     // Room for every value's name at once (no rehashing while it fills).
     let mut names = crate::ir::hash::NameSet::with_capacity(g.values.len());
-    for &n in &g.order {
+    for (at, &n) in g.order.iter().enumerate() {
         let node = g.node(n);
         for v in node
             .inputs
@@ -140,6 +171,14 @@ fn check_graph_invariants(g: &Graph) -> Result<(), String> {
             if !defined(*v) {
                 return Err(format!(
                     "node '{}' ({}) reads '{}', which nothing defines",
+                    node.name(),
+                    node.op_type,
+                    g.value_name(*v)
+                ));
+            }
+            if produced_later(*v, at) {
+                return Err(format!(
+                    "node '{}' ({}) reads '{}' before the node that produces it",
                     node.name(),
                     node.op_type,
                     g.value_name(*v)
