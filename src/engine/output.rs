@@ -122,11 +122,7 @@ fn check_graph_invariants(g: &Graph) -> Result<(), String> {
     // producer must still come first in the write order, which is the order the file gets:
     // each node's write position, and which values are unlinked (a table lookup per read).
     let unlinked_reads = (!g.unlinked.is_empty()).then(|| {
-        let bound = g.order.iter().map(|n| n.index() + 1).max().unwrap_or(0);
-        let mut pos = vec![usize::MAX; bound];
-        for (i, n) in g.order.iter().enumerate() {
-            pos[n.index()] = i;
-        }
+        let pos = crate::ir::Positions::new(&g.order);
         let mut unlinked = vec![false; g.values.len()];
         for v in &g.unlinked {
             if let Some(u) = unlinked.get_mut(v.index()) {
@@ -145,8 +141,7 @@ fn check_graph_invariants(g: &Graph) -> Result<(), String> {
         let Origin::Node { node: p, .. } = g.value(v).origin else {
             return false;
         };
-        pos.get(p.index())
-            .is_some_and(|&q| q != usize::MAX && q >= at)
+        pos.get(&p).is_some_and(|q| q >= at)
     };
     let defined = |v: ValueId| -> bool {
         match g.value(v).origin {

@@ -404,17 +404,19 @@ impl Facts {
             }
             // The layout, as a whole inference marks it (from the inputs' marks).
             contrib::mark_outputs_blocked(node, &mut self.blocked);
-            // What the new node reads is used (an earlier value may only lose readers, which
-            // leaves its mark an over-approximation: see `Facts::is_used`).
-            self.mark_reads(node);
         }
-        // The new values that earlier nodes were re-pointed to read (one pass over the reads).
+        // What the new nodes read, and the new values earlier nodes were re-pointed to, are
+        // used (one pass over the reads; an earlier value may only lose readers, which leaves
+        // its mark an over-approximation: see `Facts::is_used`).
         for &id in &graph.order {
             let Some(node) = graph.nodes.node_weight(id) else {
                 continue;
             };
             let new = |v: &ValueId| v.index() >= first_new;
-            if node.inputs.iter().flatten().any(new) || node.implicit_inputs.iter().any(new) {
+            if node.outputs.iter().flatten().any(new)
+                || node.inputs.iter().flatten().any(new)
+                || node.implicit_inputs.iter().any(new)
+            {
                 self.mark_reads(node);
             }
         }

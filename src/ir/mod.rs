@@ -366,6 +366,25 @@ pub(crate) fn name_hash(s: &str) -> u64 {
     fold(first ^ K1, last ^ K2 ^ n as u64)
 }
 
+/// Each node's place in a list of nodes (the write order, a topological order), by node
+/// index: one table lookup per question, not a hash.
+pub(crate) struct Positions(Vec<usize>);
+
+impl Positions {
+    pub(crate) fn new(nodes: &[NodeId]) -> Self {
+        let bound = nodes.iter().map(|n| n.index() + 1).max().unwrap_or(0);
+        let mut v = vec![usize::MAX; bound];
+        for (i, n) in nodes.iter().enumerate() {
+            v[n.index()] = i;
+        }
+        Positions(v)
+    }
+    /// Where `n` is (`None`: not in the list).
+    pub(crate) fn get(&self, n: &NodeId) -> Option<usize> {
+        self.0.get(n.index()).copied().filter(|&p| p != usize::MAX)
+    }
+}
+
 /// [`Graph::consumers`]: each value's readers in two flat vectors (one allocation, not one per
 /// value: a graph of 50,000 nodes has 75,000 values).
 #[derive(Debug, Clone, Default)]

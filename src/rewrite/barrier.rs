@@ -52,23 +52,6 @@ fn is_constant_node(g: &Graph, n: NodeId) -> bool {
     node.op_type == "Constant" && node.domain().is_empty()
 }
 
-/// Positions in the topological order, by node index (`None`: not in it).
-struct Positions(Vec<usize>);
-
-impl Positions {
-    fn new(topo: &[NodeId]) -> Self {
-        let bound = topo.iter().map(|n| n.index() + 1).max().unwrap_or(0);
-        let mut v = vec![usize::MAX; bound];
-        for (i, n) in topo.iter().enumerate() {
-            v[n.index()] = i;
-        }
-        Positions(v)
-    }
-    fn get(&self, n: &NodeId) -> Option<usize> {
-        self.0.get(n.index()).copied().filter(|&p| p != usize::MAX)
-    }
-}
-
 /// Per node index: on the CPU (pinned), and out of the GPU's work (pinned, or a `Constant`).
 struct Kinds {
     cpu: Vec<bool>,
@@ -99,7 +82,7 @@ impl Kinds {
 
 struct Layout {
     topo: Vec<NodeId>,
-    pos: Positions,
+    pos: crate::ir::Positions,
     /// Each value's readers (computed once per layout: `cut_before` reads them too).
     consumers: crate::ir::Consumers,
     kinds: Kinds,
@@ -111,7 +94,7 @@ fn layout(g: &Graph) -> Result<Layout, String> {
     let topo = g
         .topo_order()
         .map_err(|_| "the graph has a cycle".to_string())?;
-    let pos = Positions::new(&topo);
+    let pos = crate::ir::Positions::new(&topo);
     let consumers = g.consumers();
     let kinds = Kinds::new(g);
     let mut diff = vec![0i64; topo.len() + 2];

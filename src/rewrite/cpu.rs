@@ -7,7 +7,7 @@
 //! so does a node sandwiched between pinned producers and pinned consumers.
 
 // Node and value indices are internal: a fast hash is safe (see `crate::ir::hash`).
-use crate::ir::hash::{FastMap, FastSet as HashSet};
+use crate::ir::hash::FastSet as HashSet;
 
 use crate::ir::{Consumers, Graph, Node, NodeId, Origin, ValueId};
 use crate::rewrite::pass::{Cx, Pass, Pending, Planned, Schedule};
@@ -153,9 +153,8 @@ fn grow(g: &Graph, pinned: &mut HashSet<NodeId>) -> Vec<NodeId> {
 /// Sort `nodes` by their place in the graph's write order.
 fn in_write_order(g: &Graph, nodes: &mut [NodeId]) {
     if nodes.len() > 1 {
-        let pos: FastMap<NodeId, usize> =
-            g.order.iter().enumerate().map(|(i, &n)| (n, i)).collect();
-        nodes.sort_by_key(|n| pos.get(n).copied());
+        let pos = crate::ir::Positions::new(&g.order);
+        nodes.sort_by_key(|n| pos.get(n));
     }
 }
 
