@@ -82,6 +82,62 @@ fn unfusing_hardswish_in_the_sample_keeps_the_function() {
     }
 }
 
+/// The write order after a patch: its new nodes go where its anchor was, in the order they
+/// were added, and every other node keeps its place. When the anchor is a node the patch
+/// removes (a replacement), the new nodes take its place; when the anchor stays, they go
+/// just before it, and a removed node elsewhere just leaves.
+#[test]
+fn new_nodes_take_the_place_of_the_node_they_replace() {
+    let mut doc = onnx_safeify::load(&common::sample()).unwrap();
+    let g = &mut doc.model.graph;
+    let swishes: Vec<NodeId> = g
+        .order
+        .iter()
+        .copied()
+        .filter(|&n| g.node(n).op_type == "HardSwish")
+        .collect();
+    assert!(swishes.len() >= 2, "the sample has two HardSwish nodes");
+    let expect = |before: &[NodeId], x: NodeId, new: &[NodeId], at: usize| {
+        let mut e: Vec<NodeId> = before.iter().copied().filter(|&n| n != x).collect();
+        e.splice(at..at, new.iter().copied());
+        e
+    };
+
+    // Anchored at the node it removes: in its place.
+    let before = g.order.clone();
+    let x = swishes[0];
+    let at = before.iter().position(|&n| n == x).unwrap();
+    assert!(at > 0 && at + 1 < before.len(), "a node in the middle");
+    unfuse_hardswish(g, x);
+    let new: Vec<NodeId> = g.order[at..at + 2].to_vec();
+    assert_eq!(g.node(new[0]).op_type, "HardSigmoid");
+    assert_eq!(g.node(new[1]).op_type, "Mul");
+    assert_eq!(g.order, expect(&before, x, &new, at));
+
+    // Anchored at a node that stays (the first node), removing one further on: the new nodes
+    // go before the anchor, and the removed node's place closes.
+    let before = g.order.clone();
+    let y = swishes[1];
+    let node = g.node(y).clone();
+    let first = before[0];
+    let mut p = Patch::new("test-anchor", node.name(), Some(first));
+    let hs = p.op(
+        "HardSigmoid",
+        &[PValue::Existing(node.inputs[0].unwrap())],
+        &[
+            ("alpha", AttrValue::Float(1.0 / 6.0)),
+            ("beta", AttrValue::Float(0.5)),
+        ],
+    );
+    let out = p.op("Mul", &[PValue::Existing(node.inputs[0].unwrap()), hs], &[]);
+    p.replace(node.outputs[0].unwrap(), out);
+    p.remove(y);
+    p.apply(g).unwrap();
+    let new: Vec<NodeId> = g.order[0..2].to_vec();
+    assert_eq!(g.node(new[0]).op_type, "HardSigmoid");
+    assert_eq!(g.order, expect(&before, y, &new, 0));
+}
+
 #[test]
 fn patch_replacing_a_graph_output_keeps_its_name() {
     let src = common::sample();

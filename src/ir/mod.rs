@@ -721,6 +721,17 @@ impl Graph {
     /// Remove a node and its edges. Its output values stay (origin left dangling as `Unbound`)
     /// so a patch can re-point them.
     pub fn remove_node(&mut self, n: NodeId) -> Option<Node> {
+        let node = self.remove_node_unlisted(n)?;
+        if let Some(at) = self.position(n) {
+            self.order.remove(at);
+        }
+        Some(node)
+    }
+
+    /// [`Graph::remove_node`] for a node the caller has already taken out of the write order
+    /// (a patch puts its new nodes in the place of the node they replace: one shift of the
+    /// order, where removing it too would shift everything after it a second time).
+    pub(crate) fn remove_node_unlisted(&mut self, n: NodeId) -> Option<Node> {
         // The node's name stays taken (and the names of the graph as it was are known only
         // while every node is there).
         self.names_in_use();
@@ -729,9 +740,6 @@ impl Graph {
             if matches!(self.values[v.index()].origin, Origin::Node { node, .. } if node == n) {
                 self.values[v.index()].origin = Origin::Unbound;
             }
-        }
-        if let Some(at) = self.position(n) {
-            self.order.remove(at);
         }
         Some(node)
     }

@@ -423,8 +423,13 @@ impl Patch {
         }
         // One shift of the write order for all new nodes, not one per node (the same order:
         // they go to consecutive places from `first_at`, which is at most the order's length).
+        // When the node at that place is one this patch removes (a replaced node, as a split
+        // is), the new nodes take its place in the same shift: removing it afterwards would
+        // shift the rest of the order again (once per patch, quadratic in a graph's size).
         let at = first_at.min(g.order.len());
-        g.order.splice(at..at, created.iter().copied());
+        let taken_place = g.order.get(at).copied().filter(|n| remove.contains(n));
+        let end = at + usize::from(taken_place.is_some());
+        g.order.splice(at..end, created.iter().copied());
         // Room for each node's new entries at once (a node's entries are consecutive), not
         // the four a first push makes room for.
         let mut i = 0;
@@ -441,7 +446,11 @@ impl Patch {
             i += run;
         }
         for n in remove {
-            g.remove_node(n);
+            if Some(n) == taken_place {
+                g.remove_node_unlisted(n);
+            } else {
+                g.remove_node(n);
+            }
         }
         // Nodes whose bodies read a replaced value by name read the replacement (which takes
         // the name over below); their implicit edges follow.
