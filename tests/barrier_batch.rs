@@ -1,12 +1,13 @@
 //! The barrier pass plans every cut from one layout (`barrier::cuts`), each lowering the live
 //! counts of the values it re-points. Applied in order, those patches must give the graph that
 //! planning one cut at a time gives: take the first cut of a fresh plan, apply it, plan again,
-//! until no cut is left (the pass as it was, a fresh layout and facts per cut).
+//! until no cut is left (the pass as it was, a fresh layout and facts per cut). When no cut is
+//! left, the pieces the plan gives are the pieces `barrier::pieces` finds on that graph.
 
 mod common;
 
 use onnx_safeify::infer::{infer_model, InferOptions};
-use onnx_safeify::rewrite::barrier::cuts;
+use onnx_safeify::rewrite::barrier::{cuts, pieces, plan_cuts, CutPlan};
 use prost::Message as _;
 
 const RULE: &str = "test-barrier";
@@ -32,10 +33,17 @@ fn cut(model: &onnx_safeify::ir::Model, budget: u64, one_at_a_time: bool) -> (Ve
     let mut applied = 0;
     loop {
         let facts = infer_model(&m, &opts);
-        let mut patches = cuts(&m.graph, &facts, budget, RULE, ANNOTATION, opset).unwrap();
-        if patches.is_empty() {
-            break;
-        }
+        let mut patches = match plan_cuts(&m.graph, &facts, budget, RULE, ANNOTATION, opset) {
+            Ok(CutPlan::Cuts(patches)) => patches,
+            Ok(CutPlan::Fits(found)) => {
+                // What the pass keeps for the summary and the final check.
+                assert_eq!(found, pieces(&m.graph, &facts).unwrap(), "budget {budget}");
+                assert!(found.iter().all(|p| !p.over(budget) || p.nodes == 1));
+                break;
+            }
+            Err(e) => panic!("{e}"),
+        };
+        assert!(!patches.is_empty(), "a plan of cuts has at least one");
         if one_at_a_time {
             patches.truncate(1);
         }

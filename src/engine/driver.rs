@@ -12,7 +12,7 @@ use crate::analysis::Sizes;
 use crate::ir::{Graph, Model, NodeId};
 use crate::rewrite::cpu::LAYER_ANN_KEY;
 use crate::rewrite::pass::{
-    apply_plans, rules_by_pass, Cause, Cx, OuterFacts, Pending, Planned, Schedule, Summary,
+    apply_plans, rules_by_pass, Cause, Cx, OuterFacts, Pending, Pieces, Planned, Schedule, Summary,
 };
 use crate::rewrite::{pass_for, PASSES};
 use crate::rules::matcher::{Match, Opsets};
@@ -45,6 +45,9 @@ pub(super) struct Driver<'t> {
     /// The assumed-size facts of the graph as it is now, when a step computed them and nothing
     /// changed the graph since: the next step starts from them instead of a whole inference.
     facts: std::cell::Cell<Option<crate::infer::Facts>>,
+    /// The GPU pieces of the graph as it is now, when a step found them and nothing changed
+    /// the graph since (a pin changes them: any patch drops them).
+    pieces: std::cell::Cell<Option<Pieces>>,
     /// When [`Driver::settle`] last ended with every pass planning nothing: `applications`
     /// then, and the matched rules it was given. While both are the same, the graph is the
     /// one those passes found nothing to do on, and settling again would plan nothing.
@@ -75,6 +78,7 @@ impl<'t> Driver<'t> {
             applications: 0,
             outer,
             facts: std::cell::Cell::new(None),
+            pieces: std::cell::Cell::new(None),
             quiet: None,
         }
     }
@@ -92,15 +96,23 @@ impl<'t> Driver<'t> {
             Some(o) => cx.in_body(&model.graph, o),
             None => cx,
         };
-        match self.facts.take() {
+        let cx = match self.facts.take() {
             Some(f) => cx.with_facts(f),
             None => cx,
+        };
+        // Pieces are kept only with the facts they were found with.
+        match cx.has_facts() {
+            true => cx.with_pieces(self.pieces.take()),
+            false => cx,
         }
     }
 
-    /// Keep the facts `cx` computed for the next step (the graph has not changed since).
+    /// Keep the facts (and pieces) `cx` computed for the next step (the graph has not changed
+    /// since).
     fn keep_facts(&self, cx: Cx) {
-        self.facts.set(cx.into_facts());
+        let (facts, pieces) = cx.into_kept();
+        self.pieces.set(pieces.filter(|_| facts.is_some()));
+        self.facts.set(facts);
     }
 
     /// Match; plan the per-match passes (a planned match keeps later rules off its nodes);
@@ -256,6 +268,9 @@ impl<'t> Driver<'t> {
         // Pruning removes only what nothing reads (orphaned constants and initializers): the
         // facts of every value still read are the same, so they stay current.
         let pruned_nodes = prune_orphans(&mut model.graph, &self.used_before);
+        if pruned_nodes > 0 {
+            self.pieces.take();
+        }
         let cx = self.cx(model);
         // One match of the final graph serves the check and the summaries (the model's opsets
         // are the ones the driver started with: no rewrite changes them). A match is of nodes,
@@ -314,6 +329,8 @@ impl<'t> Driver<'t> {
                     .map_or(true, |steps| steps.iter().all(|s| s.patch.only_annotates()))
         });
         let kept = self.facts.take().filter(|_| pins_only);
+        // Pins move nodes to the CPU: the pieces change with any patch.
+        self.pieces.take();
         let rules: Vec<usize> = plans.iter().map(|(r, _)| *r).collect();
         let outcomes = apply_plans(g, plans.into_iter().map(|(_, p)| p).collect());
         let mut applied: Vec<(usize, Applied)> = Vec::new();

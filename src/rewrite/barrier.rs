@@ -203,6 +203,31 @@ pub fn cuts(
     annotation: &str,
     opset: i64,
 ) -> Result<Vec<Patch>, String> {
+    Ok(match plan_cuts(g, s, budget, rule, annotation, opset)? {
+        CutPlan::Cuts(patches) => patches,
+        CutPlan::Fits(_) => Vec::new(),
+    })
+}
+
+/// What [`plan_cuts`] found.
+pub enum CutPlan {
+    /// The cuts to make (at least one).
+    Cuts(Vec<Patch>),
+    /// No cut is needed: the pieces as the graph stands, what [`pieces`] gives (from the same
+    /// layout and work estimates, not computed a second time).
+    Fits(Vec<Piece>),
+}
+
+/// [`cuts`], and the pieces when no cut is needed. Until a cut is made nothing is lowered,
+/// so the places where the cuts' running sum starts again are where [`pieces`] splits.
+pub fn plan_cuts(
+    g: &Graph,
+    s: &Facts,
+    budget: u64,
+    rule: &str,
+    annotation: &str,
+    opset: i64,
+) -> Result<CutPlan, String> {
     let l = layout(g)?;
     let mut out = Vec::new();
     let mut acc = 0u64;
@@ -212,6 +237,14 @@ pub fn cuts(
     let mut lowered = 0usize;
     let mut ends = vec![0usize; l.topo.len() + 2];
     let mut from = 0usize;
+    let new_piece = || Piece {
+        nodes: 0,
+        work: 0,
+        first: String::new(),
+        unknown: 0,
+    };
+    let mut pieces = Vec::new();
+    let mut cur = new_piece();
     for (i, &n) in l.topo.iter().enumerate() {
         lowered -= ends[i];
         // Every value lowered is one `gpu_live[i]` counts (it is live from its producer to
@@ -220,6 +253,9 @@ pub fn cuts(
         if i > 0 && l.gpu_live[i].saturating_sub(lowered) == 0 {
             acc = 0;
             count = 0;
+            if out.is_empty() && cur.nodes > 0 {
+                pieces.push(std::mem::replace(&mut cur, new_piece()));
+            }
         }
         if l.kinds.skip(n) {
             continue;
@@ -227,6 +263,14 @@ pub fn cuts(
         // Work that cannot be estimated counts as over the budget: such a node runs between
         // cuts of its own (the unsafe direction would be to count it as nothing).
         let w = work(g, n, s);
+        if out.is_empty() {
+            if cur.nodes == 0 {
+                cur.first = g.node(n).name().to_string();
+            }
+            cur.nodes += 1;
+            cur.work = cur.work.saturating_add(w.unwrap_or(0));
+            cur.unknown += usize::from(w.is_none());
+        }
         let over = w.is_none_or(|w| acc.saturating_add(w) > budget);
         if count > 0 && over {
             let (patch, last_reads) = cut_before(g, &l, from, i, rule, annotation, s, opset);
@@ -242,7 +286,13 @@ pub fn cuts(
         acc = w.map_or(u64::MAX, |w| acc.saturating_add(w));
         count += 1;
     }
-    Ok(out)
+    if !out.is_empty() {
+        return Ok(CutPlan::Cuts(out));
+    }
+    if cur.nodes > 0 {
+        pieces.push(cur);
+    }
+    Ok(CutPlan::Fits(pieces))
 }
 
 /// Can `Max` pass this element type through at this opset (ONNX Max-8: float types;
@@ -377,8 +427,14 @@ impl Pass for BarrierPass {
             report_at: 0,
             frees: Vec::new(),
         };
-        match cuts(g, cx.facts(), budget, &rule.id, cx.annotation, cx.opset) {
-            Ok(patches) => patches
+        match plan_cuts(g, cx.facts(), budget, &rule.id, cx.annotation, cx.opset) {
+            // The pieces are what the summary and the final check read: kept with the facts
+            // until the graph changes (see `Cx::set_pieces`).
+            Ok(CutPlan::Fits(pieces)) => {
+                cx.set_pieces(Ok(pieces));
+                Vec::new()
+            }
+            Ok(CutPlan::Cuts(patches)) => patches
                 .into_iter()
                 .map(|p| {
                     let at = p.origin.clone();

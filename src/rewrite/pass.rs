@@ -224,8 +224,11 @@ pub struct Cx<'a> {
     /// Per value: named by a `value_info` or graph output declaration (see [`Cx::exact_dims`]).
     declared: OnceCell<Vec<bool>>,
     /// The GPU pieces between clean cuts (see [`Cx::pieces`]).
-    pieces: OnceCell<Result<Vec<crate::rewrite::barrier::Piece>, String>>,
+    pieces: OnceCell<Pieces>,
 }
+
+/// The GPU pieces between clean cuts, or why they cannot be found (see [`Cx::pieces`]).
+pub(crate) type Pieces = Result<Vec<crate::rewrite::barrier::Piece>, String>;
 
 impl<'a> Cx<'a> {
     pub fn new(
@@ -278,8 +281,28 @@ impl<'a> Cx<'a> {
     pub fn into_facts(self) -> Option<Facts> {
         self.facts.into_inner()
     }
+    /// A context whose pieces are already known (found on this very graph, with these facts).
+    pub(crate) fn with_pieces(self, pieces: Option<Pieces>) -> Self {
+        if let Some(p) = pieces {
+            let _ = self.pieces.set(p);
+        }
+        self
+    }
+    /// The facts and the pieces, where they were computed (see [`Cx::with_pieces`]).
+    pub(crate) fn into_kept(self) -> (Option<Facts>, Option<Pieces>) {
+        (self.facts.into_inner(), self.pieces.into_inner())
+    }
+    /// The pieces, found by a pass that had them as it planned (see [`Cx::pieces`]); kept
+    /// where they were already known.
+    pub(crate) fn set_pieces(&self, pieces: Pieces) {
+        let _ = self.pieces.set(pieces);
+    }
     pub fn graph(&self) -> &'a Graph {
         self.graph
+    }
+    /// Whether the assumed-size facts are known (computed or carried over).
+    pub(crate) fn has_facts(&self) -> bool {
+        self.facts.get().is_some()
     }
     /// The facts with the sizes assumed for open dimensions (`--dim`, the target's defaults):
     /// what matching and work estimates see.
