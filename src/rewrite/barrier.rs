@@ -139,40 +139,48 @@ fn layout(g: &Graph) -> Result<Layout, String> {
 /// piece of more than one node over any budget ([`unknown_work`] lists them).
 pub fn pieces(g: &Graph, s: &Facts) -> Result<Vec<Piece>, String> {
     let l = layout(g)?;
-    let mut out = Vec::new();
-    let mut cur = Piece {
-        nodes: 0,
-        work: 0,
-        first: String::new(),
-        unknown: 0,
-    };
+    let mut pieces = PieceList::default();
     for (i, &n) in l.topo.iter().enumerate() {
-        if i > 0 && l.gpu_live[i] == 0 && cur.nodes > 0 {
-            out.push(std::mem::replace(
-                &mut cur,
-                Piece {
-                    nodes: 0,
-                    work: 0,
-                    first: String::new(),
-                    unknown: 0,
-                },
-            ));
+        if i > 0 && l.gpu_live[i] == 0 {
+            pieces.split();
         }
         if l.kinds.skip(n) {
             continue;
         }
-        let w = work(g, n, s);
-        if cur.nodes == 0 {
-            cur.first = g.node(n).name().to_string();
-        }
+        pieces.add(g, n, work(g, n, s));
+    }
+    Ok(pieces.finish())
+}
+
+/// The pieces as a walk of the layout finds them: nodes are added to the current piece, and
+/// a clean cut starts a new one.
+#[derive(Default)]
+struct PieceList {
+    done: Vec<Piece>,
+    cur: Option<Piece>,
+}
+
+impl PieceList {
+    /// A clean cut here: the current piece (if it has a node) is done.
+    fn split(&mut self) {
+        self.done.extend(self.cur.take());
+    }
+    /// A GPU node of work `w` (`None`: unknown).
+    fn add(&mut self, g: &Graph, n: NodeId, w: Option<u64>) {
+        let cur = self.cur.get_or_insert_with(|| Piece {
+            nodes: 0,
+            work: 0,
+            first: g.node(n).name().to_string(),
+            unknown: 0,
+        });
         cur.nodes += 1;
         cur.work = cur.work.saturating_add(w.unwrap_or(0));
         cur.unknown += usize::from(w.is_none());
     }
-    if cur.nodes > 0 {
-        out.push(cur);
+    fn finish(mut self) -> Vec<Piece> {
+        self.split();
+        self.done
     }
-    Ok(out)
 }
 
 /// GPU nodes whose work cannot be estimated (their shapes are unknown).
@@ -237,14 +245,7 @@ pub fn plan_cuts(
     let mut lowered = 0usize;
     let mut ends = vec![0usize; l.topo.len() + 2];
     let mut from = 0usize;
-    let new_piece = || Piece {
-        nodes: 0,
-        work: 0,
-        first: String::new(),
-        unknown: 0,
-    };
-    let mut pieces = Vec::new();
-    let mut cur = new_piece();
+    let mut pieces = PieceList::default();
     for (i, &n) in l.topo.iter().enumerate() {
         lowered -= ends[i];
         // Every value lowered is one `gpu_live[i]` counts (it is live from its producer to
@@ -253,8 +254,8 @@ pub fn plan_cuts(
         if i > 0 && l.gpu_live[i].saturating_sub(lowered) == 0 {
             acc = 0;
             count = 0;
-            if out.is_empty() && cur.nodes > 0 {
-                pieces.push(std::mem::replace(&mut cur, new_piece()));
+            if out.is_empty() {
+                pieces.split();
             }
         }
         if l.kinds.skip(n) {
@@ -264,12 +265,7 @@ pub fn plan_cuts(
         // cuts of its own (the unsafe direction would be to count it as nothing).
         let w = work(g, n, s);
         if out.is_empty() {
-            if cur.nodes == 0 {
-                cur.first = g.node(n).name().to_string();
-            }
-            cur.nodes += 1;
-            cur.work = cur.work.saturating_add(w.unwrap_or(0));
-            cur.unknown += usize::from(w.is_none());
+            pieces.add(g, n, w);
         }
         let over = w.is_none_or(|w| acc.saturating_add(w) > budget);
         if count > 0 && over {
@@ -286,13 +282,11 @@ pub fn plan_cuts(
         acc = w.map_or(u64::MAX, |w| acc.saturating_add(w));
         count += 1;
     }
-    if !out.is_empty() {
-        return Ok(CutPlan::Cuts(out));
-    }
-    if cur.nodes > 0 {
-        pieces.push(cur);
-    }
-    Ok(CutPlan::Fits(pieces))
+    Ok(if out.is_empty() {
+        CutPlan::Fits(pieces.finish())
+    } else {
+        CutPlan::Cuts(out)
+    })
 }
 
 /// Can `Max` pass this element type through at this opset (ONNX Max-8: float types;
