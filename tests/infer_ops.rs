@@ -649,6 +649,90 @@ fn facts_extended_to_new_nodes_agree_with_a_whole_inference() {
     }
 }
 
+/// Facts extended past patches that add nodes and initializers and replace a value (an op
+/// unfused, as a split or an unfusing rule patches) agree with a whole inference of the
+/// patched graph, but for the replaced value, which no node produces or reads any more (its
+/// facts, and its mark of use, are kept as they were: an over-approximation of use). A
+/// replacement whose facts differ from the value it replaces is refused (`false`: the caller
+/// infers the whole graph).
+#[test]
+fn facts_extended_past_a_replacement_agree_with_a_whole_inference() {
+    use onnx_safeify::rewrite::{AttrValue, PValue, Patch};
+    use onnx_safeify::tensor::dtype::FLOAT;
+    let build = || {
+        G::new(13)
+            .input("x", F, &[K(1), K(8), K(10), K(10)])
+            .node(node("Relu", &["x"], &["r"], vec![]))
+            .node(node("HardSwish", &["r"], &["h"], vec![]))
+            .node(node("Relu", &["h"], &["o"], vec![]))
+            .output("o")
+            .build()
+    };
+    let scalar = |dims: &[i64], n: usize| onnx_safeify::proto::TensorProto {
+        data_type: Some(FLOAT),
+        dims: dims.to_vec(),
+        raw_data: Some(bytes::Bytes::from(1.0f32.to_le_bytes().repeat(n))),
+        ..Default::default()
+    };
+    // HardSwish(r) = r * HardSigmoid(r) (alpha 1/6, beta 0.5), times a new constant of `dims`.
+    let patch = |m: &mut Model, dims: &[i64], n: usize| {
+        let hs = *m
+            .graph
+            .order
+            .iter()
+            .find(|&&n| m.graph.node(n).op_type == "HardSwish")
+            .unwrap();
+        let (r, h) = (id(m, "r"), id(m, "h"));
+        let mut p = Patch::new("unfuse", "test", Some(hs));
+        let s = p.op(
+            "HardSigmoid",
+            &[PValue::Existing(r)],
+            &[
+                ("alpha", AttrValue::Float(1.0 / 6.0)),
+                ("beta", AttrValue::Float(0.5)),
+            ],
+        );
+        let y = p.op("Mul", &[PValue::Existing(r), s], &[]);
+        let c = p.initializer("one", scalar(dims, n));
+        let out = p.op("Mul", &[y, c], &[]);
+        p.replace(h, out);
+        p.remove(hs);
+        let (_, replaced) = p.apply_with_map(&mut m.graph).expect("apply");
+        replaced
+    };
+    let opts = InferOptions::default();
+
+    let mut m = build();
+    let mut facts = infer_model(&m, &opts);
+    let first_new = m.graph.values.len();
+    let h = id(&m, "h");
+    let replaced = patch(&mut m, &[1], 1);
+    assert!(facts.extend_after_patches(&m, &m.graph, &opts, first_new, &replaced));
+    let whole = infer_model(&m, &opts);
+    assert!(
+        m.graph.values.len() > first_new + 3,
+        "new values to compare"
+    );
+    for (i, v) in m.graph.values.iter().enumerate() {
+        let id = ValueId(i as u32);
+        if id == h {
+            continue;
+        }
+        assert_eq!(facts.info(id), whole.info(id), "{}", v.name);
+        assert_eq!(facts.is_constant(id), whole.is_constant(id), "{}", v.name);
+        assert_eq!(facts.const_value(id), whole.const_value(id), "{}", v.name);
+        assert_eq!(facts.is_used(id), whole.is_used(id), "{}", v.name);
+    }
+    assert!(facts.is_used(h) && !whole.is_used(h));
+
+    // A constant of [2, 8, 1, 1] broadcasts the replacement to [2, 8, 10, 10]: refused.
+    let mut m = build();
+    let mut facts = infer_model(&m, &opts);
+    let first_new = m.graph.values.len();
+    let replaced = patch(&mut m, &[2, 8, 1, 1], 16);
+    assert!(!facts.extend_after_patches(&m, &m.graph, &opts, first_new, &replaced));
+}
+
 #[test]
 fn malformed_models_give_unknowns_not_panics() {
     let big = i64::MAX;

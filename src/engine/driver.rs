@@ -25,6 +25,15 @@ pub(super) struct Round {
     pub per_rule: BTreeMap<usize, Vec<NodeId>>,
 }
 
+/// Facts inferred before patches that only added nodes and initializers and re-pointed the
+/// readers of the values they replace (a split, an unfused op): the values from `first_new`
+/// on are new, and `replaced` pairs each old value with its replacement.
+struct Stale {
+    facts: crate::infer::Facts,
+    first_new: usize,
+    replaced: Vec<(crate::ir::ValueId, crate::ir::ValueId)>,
+}
+
 /// The state of one compile: the report being written and the (rule, node) pairs whose action
 /// was refused (not asked again).
 pub(super) struct Driver<'t> {
@@ -45,6 +54,9 @@ pub(super) struct Driver<'t> {
     /// The assumed-size facts of the graph as it is now, when a step computed them and nothing
     /// changed the graph since: the next step starts from them instead of a whole inference.
     facts: std::cell::Cell<Option<crate::infer::Facts>>,
+    /// Facts of the graph before the last patches, and what they need to be brought up to
+    /// date (see [`Stale`]): the next step extends them instead of inferring the whole graph.
+    stale: std::cell::Cell<Option<Stale>>,
     /// The GPU pieces of the graph as it is now, when a step found them and nothing changed
     /// the graph since (a pin changes them: any patch drops them).
     pieces: std::cell::Cell<Option<Pieces>>,
@@ -79,6 +91,7 @@ impl<'t> Driver<'t> {
             outer,
             facts: std::cell::Cell::new(None),
             pieces: std::cell::Cell::new(None),
+            stale: std::cell::Cell::new(None),
             quiet: None,
         }
     }
@@ -96,7 +109,16 @@ impl<'t> Driver<'t> {
             Some(o) => cx.in_body(&model.graph, o),
             None => cx,
         };
-        let cx = match self.facts.take() {
+        let facts = self.facts.take().or_else(|| {
+            // Facts from before the last patches, extended to what they added when that
+            // gives what a whole inference would (else the whole graph is inferred).
+            let mut st = self.stale.take()?;
+            let opts = self.sizes.infer_options();
+            st.facts
+                .extend_after_patches(model, &model.graph, &opts, st.first_new, &st.replaced)
+                .then_some(st.facts)
+        });
+        let cx = match facts {
             Some(f) => cx.with_facts(f),
             None => cx,
         };
@@ -328,7 +350,26 @@ impl<'t> Driver<'t> {
                     .as_ref()
                     .map_or(true, |steps| steps.iter().all(|s| s.patch.only_annotates()))
         });
-        let kept = self.facts.take().filter(|_| pins_only);
+        // Patches that add nodes and initializers and replace values, and touch no body, leave
+        // facts that the next step can extend (see `Stale`). Only from facts of the graph as
+        // it is now, and in the main graph (a body's new nodes could read outer values by
+        // name).
+        let extendable = !pins_only
+            && self.outer.is_none()
+            && plans.iter().all(|(_, p)| {
+                p.frees.is_empty()
+                    && p.outcome
+                        .as_ref()
+                        .map_or(true, |steps| steps.iter().all(|s| s.patch.extends_facts()))
+            });
+        let before = self.facts.take();
+        self.stale.take();
+        let (kept, stale) = match before {
+            Some(f) if pins_only => (Some(f), None),
+            Some(f) if extendable => (None, Some(f)),
+            _ => (None, None),
+        };
+        let first_new = g.values.len();
         // Pins move nodes to the CPU: the pieces change with any patch.
         self.pieces.take();
         let rules: Vec<usize> = plans.iter().map(|(r, _)| *r).collect();
@@ -337,10 +378,12 @@ impl<'t> Driver<'t> {
         let mut refused: Vec<(usize, Finding)> = Vec::new();
         let mut fell_back: BTreeMap<usize, Vec<NodeId>> = BTreeMap::new();
         let mut done = Vec::new();
+        let mut replaced = Vec::new();
         for (ri, o) in rules.into_iter().zip(outcomes) {
             let rule = &self.target.rules[ri];
             match o.result {
                 Ok(steps) => {
+                    replaced.extend(steps.iter().flat_map(|s| s.replaced.iter().copied()));
                     applied.extend(steps.into_iter().map(|s| {
                         let a = Applied {
                             rule: rule.id.clone(),
@@ -415,6 +458,13 @@ impl<'t> Driver<'t> {
             }
         }
         self.facts.set(kept);
+        if let Some(facts) = stale {
+            self.stale.set(Some(Stale {
+                facts,
+                first_new,
+                replaced,
+            }));
+        }
         applied.sort_by_key(|(at, _)| *at);
         refused.sort_by_key(|(at, _)| *at);
         self.report

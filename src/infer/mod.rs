@@ -361,11 +361,13 @@ impl Facts {
             return true;
         }
         let mut producers: Vec<crate::ir::NodeId> = Vec::new();
-        for v in graph.values.iter().skip(first_new) {
+        let mut initializers: Vec<ValueId> = Vec::new();
+        for (i, v) in graph.values.iter().enumerate().skip(first_new) {
             match v.origin {
                 Origin::Node { node, .. } if graph.nodes.contains_node(node) => {
                     producers.push(node)
                 }
+                Origin::Initializer => initializers.push(ValueId(i as u32)),
                 // A removed value no node reads is no fact anyone needs.
                 Origin::Unbound => {}
                 _ => return false,
@@ -376,6 +378,24 @@ impl Facts {
         if self.infos.len() < n {
             self.reserve_for(n);
             self.state(last, TensorInfo::default(), false);
+        }
+        // New initializers, as a whole inference reads them (a new value is no graph input,
+        // and the caller vouches that none is declared).
+        for v in initializers {
+            let Some(t) = graph.initializer(v) else {
+                return false;
+            };
+            let info = TensorInfo {
+                dtype: t.data_type.filter(|&d| d > 0),
+                shape: Some(initializer_shape(t.dims)),
+            };
+            self.constant[v.index()] = true;
+            let (konst, lazy) = consts::read_tensor(t);
+            self.consts[v.index()] = konst.map(Box::new);
+            if let Some(l) = lazy {
+                self.lazy.insert(v.index(), l);
+            }
+            self.set(v, info, None);
         }
         let order = new_nodes_order(graph, producers);
         let ops = table::table();
@@ -428,6 +448,47 @@ impl Facts {
             }
         }
         true
+    }
+}
+
+impl Facts {
+    /// Extend facts inferred on `graph` before patches that added nodes and initializers and
+    /// re-pointed every reader of some values (`replaced`: old value, new value) to new ones,
+    /// as [`Facts::extend_with_new_nodes`] does. No node but the new ones reads anything other
+    /// than it read before, so every other value keeps its facts exactly when each replacement
+    /// has the facts of the value it replaces: this is checked, and `false` (with a partial
+    /// table) is returned when one differs, when a new value is declared (`value_info`, a
+    /// graph output: a whole inference would merge the declaration), or when a replaced value
+    /// held contents or a shape computation. The caller then infers the whole graph.
+    pub fn extend_after_patches(
+        &mut self,
+        model: &Model,
+        graph: &Graph,
+        opts: &InferOptions,
+        first_new: usize,
+        replaced: &[(ValueId, ValueId)],
+    ) -> bool {
+        let declared_new = graph
+            .value_info
+            .iter()
+            .chain(graph.outputs.iter())
+            .any(|vi| vi.value.index() >= first_new);
+        if declared_new || !self.extend_with_new_nodes(model, graph, opts, first_new) {
+            return false;
+        }
+        replaced.iter().all(|&(old, new)| {
+            // (Contents looked up, not decoded.)
+            let plain = |v: ValueId| {
+                matches!(self.consts.get(v.index()), Some(None))
+                    && !self.lazy.contains_key(&v.index())
+                    && self.shape_data(v).is_none()
+                    && !self.is_constant(v)
+            };
+            self.info(old) == self.info(new)
+                && plain(old)
+                && plain(new)
+                && self.blocked.get(old.index()) == self.blocked.get(new.index())
+        })
     }
 }
 

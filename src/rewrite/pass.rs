@@ -467,6 +467,8 @@ pub struct Done {
     pub op: String,
     pub count: usize,
     pub report_at: usize,
+    /// The values whose readers now read another (old, new).
+    pub replaced: Vec<(crate::ir::ValueId, crate::ir::ValueId)>,
 }
 
 /// What became of one plan.
@@ -532,12 +534,13 @@ pub fn apply_plans(g: &mut Graph, plans: Vec<Planned>) -> Vec<Outcome> {
             let origin = p.origin.clone();
             match p.apply_with_map(g) {
                 Ok((_, replaced)) => {
-                    value_map.extend(replaced);
+                    value_map.extend(replaced.iter().copied());
                     done.push(Done {
                         node: origin,
                         op: step.op,
                         count: step.count,
                         report_at: step.report_at,
+                        replaced,
                     });
                 }
                 Err(e) => {

@@ -136,6 +136,18 @@ impl Patch {
         }
     }
 
+    /// Does this patch leave facts that [`crate::infer::Facts::extend_after_patches`] can
+    /// bring up to date: it re-points no single input (only whole replacements, whose facts
+    /// are compared there) and its new nodes hold no subgraph.
+    pub fn extends_facts(&self) -> bool {
+        self.repoint.is_empty()
+            && self.nodes.iter().all(|n| {
+                n.attributes
+                    .iter()
+                    .all(|a| a.message_graphs().next().is_none())
+            })
+    }
+
     /// Whether applying this patch only sets metadata on existing nodes (a pin): the graph's
     /// nodes, values, edges and initializers stay as they were.
     pub fn only_annotates(&self) -> bool {
