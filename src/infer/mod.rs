@@ -316,6 +316,22 @@ impl Facts {
         grow_for(&mut self.read_by_body, more);
         grow_for(&mut self.blocked, more);
     }
+    /// The facts of an initializer no caller can override: its type and dims, a constant,
+    /// and its contents (decoded now when small, else on first use).
+    fn read_initializer(
+        &mut self,
+        v: ValueId,
+        t: crate::ir::tensor::TensorView<'_>,
+        declared: Option<&TensorInfo>,
+    ) {
+        self.constant[v.index()] = true;
+        let (konst, lazy) = consts::read_tensor(t);
+        self.consts[v.index()] = konst.map(Box::new);
+        if let Some(l) = lazy {
+            self.lazy.insert(v.index(), l);
+        }
+        self.set(v, initializer_info(t), declared);
+    }
     /// Mark what `node` reads as used (and what its bodies read by name as read by a body).
     fn mark_reads(&mut self, node: &crate::ir::Node) {
         for v in node.inputs.iter().flatten() {
@@ -385,17 +401,7 @@ impl Facts {
             let Some(t) = graph.initializer(v) else {
                 return false;
             };
-            let info = TensorInfo {
-                dtype: t.data_type.filter(|&d| d > 0),
-                shape: Some(initializer_shape(t.dims)),
-            };
-            self.constant[v.index()] = true;
-            let (konst, lazy) = consts::read_tensor(t);
-            self.consts[v.index()] = konst.map(Box::new);
-            if let Some(l) = lazy {
-                self.lazy.insert(v.index(), l);
-            }
-            self.set(v, info, None);
+            self.read_initializer(v, t, None);
         }
         let order = new_nodes_order(graph, producers);
         let ops = table::table();
@@ -567,6 +573,14 @@ pub fn declared(graph: &Graph) -> Facts {
     infer_graph(&header, graph, &opts)
 }
 
+/// What an initializer's own fields say of it: its element type and dims.
+fn initializer_info(t: crate::ir::tensor::TensorView<'_>) -> TensorInfo {
+    TensorInfo {
+        dtype: t.data_type.filter(|&d| d > 0),
+        shape: Some(initializer_shape(t.dims)),
+    }
+}
+
 /// The shape inference gives an initializer of these dims (before any declaration is merged).
 fn initializer_shape(d: &[i64]) -> Vec<Dim> {
     d.iter().map(|&d| dims::known_dim(d)).collect()
@@ -677,26 +691,16 @@ pub(crate) fn infer_scoped(
             continue;
         }
         let t = init.tensor.view();
-        let info = TensorInfo {
-            dtype: t.data_type.filter(|&d| d > 0),
-            shape: Some(initializer_shape(t.dims)),
-        };
         let overridable = graph.value(v).origin == Origin::Input && !old_ir;
-        if !overridable {
-            facts.constant[v.index()] = true;
-            let (konst, lazy) = consts::read_tensor(t);
-            facts.consts[v.index()] = konst.map(Box::new);
-            if let Some(l) = lazy {
-                facts.lazy.insert(v.index(), l);
-            }
-        }
-        let info = if overridable {
+        if overridable {
             // The caller may feed another tensor: only the declaration speaks for it.
-            declared[v.index()].clone().unwrap_or(info)
+            let info = declared[v.index()]
+                .clone()
+                .unwrap_or_else(|| initializer_info(t));
+            facts.set(v, info, declared[v.index()].as_ref());
         } else {
-            info
-        };
-        facts.set(v, info, declared[v.index()].as_ref());
+            facts.read_initializer(v, t, declared[v.index()].as_ref());
+        }
     }
     for sp in &graph.sparse_initializers {
         let v = sp.value;
