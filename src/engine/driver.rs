@@ -122,11 +122,8 @@ impl<'t> Driver<'t> {
             Some(f) => cx.with_facts(f),
             None => cx,
         };
-        // Pieces are kept only with the facts they were found with.
-        match cx.has_facts() {
-            true => cx.with_pieces(self.pieces.take()),
-            false => cx,
-        }
+        // (Pieces are kept only with the facts they were found with: see `keep_facts`.)
+        cx.with_pieces(self.pieces.take())
     }
 
     /// Keep the facts (and pieces) `cx` computed for the next step (the graph has not changed
@@ -383,7 +380,9 @@ impl<'t> Driver<'t> {
             let rule = &self.target.rules[ri];
             match o.result {
                 Ok(steps) => {
-                    replaced.extend(steps.iter().flat_map(|s| s.replaced.iter().copied()));
+                    if stale.is_some() {
+                        replaced.extend(steps.iter().flat_map(|s| s.replaced.iter().copied()));
+                    }
                     applied.extend(steps.into_iter().map(|s| {
                         let a = Applied {
                             rule: rule.id.clone(),

@@ -455,9 +455,7 @@ impl Facts {
         }
         true
     }
-}
 
-impl Facts {
     /// Extend facts inferred on `graph` before patches that added nodes and initializers and
     /// re-pointed every reader of some values (`replaced`: old value, new value) to new ones,
     /// as [`Facts::extend_with_new_nodes`] does. No node but the new ones reads anything other
@@ -482,14 +480,14 @@ impl Facts {
         if declared_new || !self.extend_with_new_nodes(model, graph, opts, first_new) {
             return false;
         }
+        // No contents or shape computation (looked up, not decoded).
+        let plain = |v: ValueId| {
+            matches!(self.consts.get(v.index()), Some(None))
+                && !self.lazy.contains_key(&v.index())
+                && self.shape_data(v).is_none()
+                && !self.is_constant(v)
+        };
         replaced.iter().all(|&(old, new)| {
-            // (Contents looked up, not decoded.)
-            let plain = |v: ValueId| {
-                matches!(self.consts.get(v.index()), Some(None))
-                    && !self.lazy.contains_key(&v.index())
-                    && self.shape_data(v).is_none()
-                    && !self.is_constant(v)
-            };
             self.info(old) == self.info(new)
                 && plain(old)
                 && plain(new)

@@ -300,10 +300,6 @@ impl<'a> Cx<'a> {
     pub fn graph(&self) -> &'a Graph {
         self.graph
     }
-    /// Whether the assumed-size facts are known (computed or carried over).
-    pub(crate) fn has_facts(&self) -> bool {
-        self.facts.get().is_some()
-    }
     /// The facts with the sizes assumed for open dimensions (`--dim`, the target's defaults):
     /// what matching and work estimates see.
     pub fn facts(&self) -> &Facts {
