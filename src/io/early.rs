@@ -74,6 +74,9 @@ impl Drop for EarlyCopy {
 }
 
 fn copy_chunks(mut src: File, mut dst: File, cancel: &AtomicBool) -> std::io::Result<u64> {
+    // The copy's blocks are allocated first, as the save's are (`Sink::reserve`).
+    let len = src.metadata()?.len();
+    let reserved = len >= super::save::RESERVE_MIN && super::save::allocate(&dst, len)?;
     let mut total = 0u64;
     loop {
         if cancel.load(Ordering::Relaxed) {
@@ -82,6 +85,10 @@ fn copy_chunks(mut src: File, mut dst: File, cancel: &AtomicBool) -> std::io::Re
         let n = std::io::copy(&mut Read::by_ref(&mut src).take(CHUNK), &mut dst)?;
         total += n;
         if n < CHUNK {
+            // A source that shrank while it was copied leaves no allocated bytes past the copy.
+            if reserved && total < len {
+                dst.set_len(total)?;
+            }
             return Ok(total);
         }
     }
