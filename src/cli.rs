@@ -314,13 +314,20 @@ fn compile(a: &CompileArgs) -> Result<u8, Error> {
             .clone()
             .unwrap_or_else(|| default_output(model, &slug, "onnx"))
     };
-    // A target without rules leaves the model as it is: copy the input to the output's folder
-    // while the model is read and checked (the copy becomes the output if it is unchanged).
-    let early = (target.rules.is_empty() && matches!(a.cpu_subgraphs, CpuMode::Annotate))
+    // The output file is started beside the output by a second thread. A target without rules
+    // leaves the model as it is: the input is copied while the model is read and checked (the
+    // copy becomes the output if it is unchanged).
+    let annotate = matches!(a.cpu_subgraphs, CpuMode::Annotate);
+    let mut early = (annotate && target.rules.is_empty())
         .then(|| onnx_safeify::io::EarlyCopy::start(model, &annotate_out()))
         .flatten();
     let pb = progress(&format!("reading {}", model.display()));
     let mut doc = onnx_safeify::load(model)?;
+    // Otherwise the file's pages are written ahead while the rules run (not while the model is
+    // read, which has threads of its own), for the save to write the output over.
+    if annotate && early.is_none() {
+        early = onnx_safeify::io::EarlyCopy::prepare(model, &annotate_out());
+    }
     let dot_before = a.dot.as_ref().map(|_| dot_text(model, "before", &doc));
     pb.set_message(format!("rewriting for {}", target.name));
     let compiled =

@@ -200,9 +200,9 @@ pub fn save(doc: &Document, out: &Path) -> Result<io::SaveSummary> {
     save_with(doc, out, None)
 }
 
-/// [`save`], given an early copy of the input to the output's folder ([`io::EarlyCopy`],
-/// started when the model was read): when the output is the input's bytes, that copy becomes
-/// the output; otherwise it is cancelled.
+/// [`save`], given an early output file in the output's folder ([`io::EarlyCopy`], started
+/// when the model was read): when it is a copy of the input and the output is the input's
+/// bytes, that copy becomes the output; otherwise the output is written over it.
 pub fn save_with(
     doc: &Document,
     out: &Path,
@@ -221,14 +221,19 @@ pub fn save_with(
     if opts.carry.is_none() && !doc.source.external_used {
         // The common case: the nodes and initializers are exported as they are written.
         let src = export::Streamed::new(&doc.model);
-        if let Some(early) = early {
-            if !original.is_empty() && io::save::encodes_as(&src, original) {
-                if let Some(s) = use_early_copy(early, out, &opts, original.len() as u64)? {
-                    return Ok(s);
-                }
+        let early = match early {
+            Some(e)
+                if e.is_copy() && !original.is_empty() && io::save::encodes_as(&src, original) =>
+            {
+                return match use_early_copy(e, out, &opts, original.len() as u64)? {
+                    Some(s) => Ok(s),
+                    None => io::save::save_streamed(&src, out, sources, &opts),
+                };
             }
-        }
-        return io::save::save_streamed(&src, out, sources, &opts);
+            e => e,
+        };
+        // Otherwise the output is written over the early file (its pages are there already).
+        return io::save::save_streamed_over(&src, out, sources, &opts, early);
     }
     let proto = export::export_model(&doc.model);
     if unchanged_with_unknown_fields(doc, &proto)? {

@@ -186,3 +186,46 @@ fn the_output_is_the_early_copy_itself() {
     onnx_safeify::save_with(&doc, &out, Some(early)).unwrap();
     assert_eq!(std::fs::read(&out).unwrap(), marked);
 }
+
+/// The pages written ahead for a target with rules (`EarlyCopy::prepare`, zeros as long as the
+/// input) are written over: the output is what a save without them writes, cut to its length,
+/// and no other file is left.
+#[test]
+fn a_prepared_file_is_written_over_and_cut_to_the_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("in.onnx");
+    std::fs::copy(common::sample(), &src).unwrap();
+    // Only the length of the file `prepare` is given counts: one larger than the output.
+    let big = dir.path().join("big.bin");
+    let len = onnx_safeify::io::early::PREPARE_MIN + 12_345;
+    std::fs::File::create(&big).unwrap().set_len(len).unwrap();
+    let (early_out, plain_out) = (dir.path().join("a.onnx"), dir.path().join("b.onnx"));
+    let early = EarlyCopy::prepare(&big, &early_out).expect("the pages are written ahead");
+    assert!(!early.is_copy());
+    let mut doc = onnx_safeify::load(&src).unwrap();
+    doc.model.doc_string = Some("changed".into());
+    let s = onnx_safeify::save_with(&doc, &early_out, Some(early)).unwrap();
+    onnx_safeify::save(&doc, &plain_out).unwrap();
+    let written = std::fs::read(&early_out).unwrap();
+    assert_eq!(written, std::fs::read(&plain_out).unwrap());
+    assert_eq!(s.bytes, written.len() as u64);
+    assert_eq!(
+        listing(dir.path()),
+        ["a.onnx", "b.onnx", "big.bin", "in.onnx"]
+    );
+    // An unchanged model is written over them too (they are no copy of the input).
+    let early = EarlyCopy::prepare(&big, &early_out).unwrap();
+    let doc = onnx_safeify::load(&src).unwrap();
+    onnx_safeify::save_with(&doc, &early_out, Some(early)).unwrap();
+    assert_eq!(
+        std::fs::read(&early_out).unwrap(),
+        std::fs::read(&src).unwrap()
+    );
+    // A small input has none; dropped unused, the file is removed.
+    assert!(EarlyCopy::prepare(&src, &early_out).is_none());
+    drop(EarlyCopy::prepare(&big, &dir.path().join("c.onnx")).unwrap());
+    assert_eq!(
+        listing(dir.path()),
+        ["a.onnx", "b.onnx", "big.bin", "in.onnx"]
+    );
+}
