@@ -67,8 +67,11 @@ impl EarlyCopy {
     /// for an input smaller than [`PREPARE_MIN`], or when the thread cannot start.
     pub fn prepare(input: &Path, out: &Path) -> Option<Self> {
         let meta = std::fs::metadata(input).ok()?;
+        if !meta.is_file() || meta.len() < PREPARE_MIN {
+            return None;
+        }
         let len = meta.len().min(pages_limit()?);
-        if !meta.is_file() || len < PREPARE_MIN {
+        if len < PREPARE_MIN {
             return None;
         }
         Self::spawn(out, Kind::Pages, move |dst, cancel| {

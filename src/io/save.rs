@@ -663,8 +663,9 @@ impl Sink {
     }
 }
 
-/// Files smaller than this are not allocated ahead ([`Sink::reserve`]).
-pub(crate) const RESERVE_MIN: u64 = 1 << 20;
+/// Files smaller than this are not allocated ahead ([`Sink::reserve`]): their writes take a few
+/// milliseconds either way.
+pub(crate) const RESERVE_MIN: u64 = 8 << 20;
 
 /// Allocate `len` bytes of disk space for `file` from its start, growing it to that length.
 /// `Ok(false)` when the filesystem (or the system) cannot: nothing changed. `Err` only for no
@@ -1446,7 +1447,7 @@ mod tests {
     /// reservation once something was written changes nothing.
     #[test]
     fn reserved_space_ends_where_the_writes_end() {
-        let len = 3 * RESERVE_MIN as usize;
+        let len = RESERVE_MIN as usize + 3 * 4097;
         let (f, map) = mapped(len);
         for reserve in [len as u64 + 4097, len as u64 - 10, 2 * len as u64] {
             let (out, mut w) = sink_over(&f, &map);
