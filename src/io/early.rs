@@ -182,7 +182,12 @@ fn copy_chunks(mut src: File, mut dst: File, cancel: &AtomicBool) -> std::io::Re
 
 /// Allocate `len` bytes for `dst` and write them with zeros, in the pieces the save writes
 /// ([`WRITE_PIECE`]: the page cache takes them in the same folios), until done or cancelled.
+/// Only on a filesystem of local disks or memory ([`pages_pay`]); elsewhere nothing is
+/// written and the save writes the file as it would without it.
 fn write_pages(mut dst: File, len: u64, cancel: &AtomicBool) -> std::io::Result<(File, u64)> {
+    if !pages_pay(&dst) {
+        return Ok((dst, 0));
+    }
     allocate(&dst, len)?;
     let zeros = vec![0u8; WRITE_PIECE];
     let mut done = 0u64;
@@ -192,4 +197,53 @@ fn write_pages(mut dst: File, len: u64, cancel: &AtomicBool) -> std::io::Result<
         done += n as u64;
     }
     Ok((dst, done))
+}
+
+/// Is `file` on a filesystem where zeros written ahead stay in this machine's page cache until
+/// the output replaces them (ext4, XFS, Btrfs, F2FS, tmpfs, and overlayfs, which containers
+/// write through to one of those)? On a network or user-space
+/// filesystem they could be sent away before they are written over, a second write of the
+/// whole file.
+fn pages_pay(file: &File) -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        // Magic numbers of <linux/magic.h>.
+        const LOCAL: [u32; 6] = [
+            0xEF53,      // ext2/3/4
+            0x5846_5342, // XFS
+            0x9123_683E, // Btrfs
+            0xF2F5_2010, // F2FS
+            0x0102_1994, // tmpfs
+            0x794C_7630, // overlayfs
+        ];
+        // SAFETY: `fstatfs` fills the zeroed struct it is given for the open descriptor.
+        let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+        if unsafe { libc::fstatfs(file.as_raw_fd(), &mut st) } != 0 {
+            return false;
+        }
+        // The type's width differs between systems; the magic numbers are 32-bit.
+        LOCAL.contains(&(st.f_type as u32))
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = file;
+        false
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+
+    /// Zeros are written ahead on a filesystem of memory (tmpfs) and never on one that is not
+    /// of disks or memory (procfs stands in for a network or user-space filesystem).
+    #[test]
+    fn pages_are_written_ahead_only_on_local_filesystems() {
+        assert!(!pages_pay(&File::open("/proc/self/status").unwrap()));
+        match tempfile::tempfile_in("/dev/shm") {
+            Ok(f) => assert!(pages_pay(&f)),
+            Err(e) => eprintln!("SKIPPED the tmpfs half: no /dev/shm to write in ({e})"),
+        }
+    }
 }
