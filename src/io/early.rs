@@ -189,7 +189,10 @@ fn write_pages(mut dst: File, len: u64, cancel: &AtomicBool) -> std::io::Result<
         return Ok((dst, 0));
     }
     allocate(&dst, len)?;
-    let zeros = vec![0u8; WRITE_PIECE];
+    // Zeros from a mapping never written to: its pages are the system's shared zero page, so
+    // the buffer adds nothing to the process's memory (a heap buffer would be touched, and
+    // with huge pages that is 2 MiB).
+    let zeros = memmap2::MmapOptions::new().len(WRITE_PIECE).map_anon()?;
     let mut done = 0u64;
     while done < len && !cancel.load(Ordering::Relaxed) {
         let n = (len - done).min(WRITE_PIECE as u64) as usize;
