@@ -237,13 +237,15 @@ pub fn save_with(
     }
     let proto = export::export_model(&doc.model);
     if unchanged_with_unknown_fields(doc, &proto)? {
-        if let Some(early) = early {
+        if let Some(early) = early.filter(io::EarlyCopy::is_copy) {
             if let Some(s) = use_early_copy(early, out, &opts, original.len() as u64)? {
                 return Ok(s);
             }
         }
         return io::save::save_verbatim(original, out, sources, &opts);
     }
+    // The early file is not written over here: stop its thread before the writes start.
+    drop(early);
     io::save_model(proto, out, Some(&doc.source.external), sources, &opts)
 }
 
