@@ -542,6 +542,64 @@ fn constants_and_folding() {
     assert_eq!(r.ints.as_deref(), Some(&[0, 5, 10, 15, 20][..]));
 }
 
+/// A float tensor of more than four elements in `raw_data`: contents decoded on first use.
+fn t_f32_raw(name: &str, dims: &[i64], v: &[f32]) -> TensorProto {
+    TensorProto {
+        name: Some(name.into()),
+        dims: dims.to_vec(),
+        data_type: Some(F),
+        raw_data: Some(
+            v.iter()
+                .flat_map(|x| x.to_le_bytes())
+                .collect::<Vec<u8>>()
+                .into(),
+        ),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn deferred_float_contents_keep_the_tensors_dims() {
+    let w: Vec<f32> = (0..6).map(|i| i as f32 * 0.5).collect();
+    let mut g = G::new(13)
+        .input("x", F, &[K(2), K(3)])
+        .init(t_f32_raw("w", &[2, 3], &w))
+        .init(t_f32_raw("v", &[2, 3], &w))
+        .node(node(
+            "Constant",
+            &[],
+            &["c"],
+            vec![at("value", t_f32_raw("", &[3, 2], &w))],
+        ))
+        .node(node("Add", &["x", "w"], &["y"], vec![]))
+        .node(node("Add", &["y", "v"], &["z"], vec![]))
+        .node(node("Reshape", &["c", "s"], &["r"], vec![]))
+        .init(t_i64("s", &[2], &[2, 3]))
+        .output("z")
+        .output("r");
+    // A declaration of `v` that its tensor contradicts (the declaration is kept).
+    g.value_info.push(vi("v", F, Some(&[K(3), K(2)])));
+    let m = g.build();
+    let facts = infer_model(&m, &InferOptions::default());
+    let w_ = facts.const_value(id(&m, "w")).expect("w decodes");
+    assert_eq!(
+        (w_.dims.clone(), w_.floats.clone()),
+        (vec![2, 3], Some(w.iter().map(|&x| f64::from(x)).collect()))
+    );
+    // The declared dims are the value's; its contents keep the tensor's.
+    assert_eq!(facts.info(id(&m, "v")).dims_known(), Some(vec![3, 2]));
+    let v_ = facts.const_value(id(&m, "v")).expect("v decodes");
+    assert_eq!(v_.dims, vec![2, 3]);
+    assert_eq!(v_.floats.as_ref().map(Vec::len), Some(6));
+    let c = facts
+        .const_value(id(&m, "c"))
+        .expect("a Constant's value decodes");
+    assert_eq!(c.dims, vec![3, 2]);
+    assert_eq!(c.floats.as_ref().map(|f| f[5]), Some(2.5));
+    // Asked twice, the same contents.
+    assert_eq!(facts.const_value(id(&m, "c")), Some(c));
+}
+
 #[test]
 fn contrib_and_nchwc() {
     let mut g = G::new(12)

@@ -214,6 +214,16 @@ mod tests {
         Dim::Sym(x.into())
     }
 
+    /// A shape is a vector of dims, one per value of a graph: a dim is two words, a known
+    /// size and the variant, not three (a symbol is one pointer).
+    #[test]
+    fn a_dim_is_two_words() {
+        assert_eq!(std::mem::size_of::<Dim>(), 16);
+        let n = s("N");
+        assert_eq!(n.clone(), n);
+        assert_eq!(n.to_string(), "N");
+    }
+
     #[test]
     fn broadcast_rules() {
         use Dim::*;
