@@ -293,6 +293,18 @@ impl std::fmt::Debug for InitIndex {
 }
 
 /// Append `_` and `n` in decimal (what `write!(s, "_{n}")` does, without the formatter).
+/// `base`, with `_n` after it when `n` is not 0, allocated at its length.
+fn with_suffix(base: &str, n: u64) -> String {
+    if n == 0 {
+        return base.to_owned();
+    }
+    let digits = n.checked_ilog10().unwrap_or(0) as usize + 1;
+    let mut s = String::with_capacity(base.len() + 1 + digits);
+    s.push_str(base);
+    push_suffix(&mut s, n);
+    s
+}
+
 fn push_suffix(s: &mut String, mut n: u64) {
     let mut digits = [0u8; 20];
     let mut i = digits.len();
@@ -547,18 +559,17 @@ impl Graph {
         let base_hash = name_hash(base);
         self.names_in_use();
         let next = self.name_suffixes.entry(base_hash).or_insert(0);
-        // Room for the longest suffix (`_` and 20 digits): the candidate never grows.
-        let mut candidate = String::with_capacity(base.len() + 21);
-        candidate.push_str(base);
-        let mut hash = base_hash;
-        if *next > 0 {
-            push_suffix(&mut candidate, *next);
-            hash = name_hash(&candidate);
-        }
+        // Each candidate is allocated at its length: a graph keeps every name it makes (one per
+        // new value and node), and room for the longest suffix was 21 bytes more in each.
+        let mut candidate = with_suffix(base, *next);
+        let mut hash = if *next > 0 {
+            name_hash(&candidate)
+        } else {
+            base_hash
+        };
         while !self.taken_names.insert(hash) {
             *next += 1;
-            candidate.truncate(base.len());
-            push_suffix(&mut candidate, *next);
+            candidate = with_suffix(base, *next);
             hash = name_hash(&candidate);
         }
         // Every candidate up to this one is taken now (names are never freed): the next
@@ -997,6 +1008,12 @@ mod tests {
         assert_eq!(g.fresh_name("n0"), "n0_2");
         assert_eq!(g.fresh_name("m"), "m");
         assert_eq!(g.fresh_name("m"), "m_1");
+        // Names are kept as long as the graph: each is allocated at its length.
+        for _ in 0..12 {
+            let n = g.fresh_name("m");
+            assert_eq!(n.capacity(), n.len(), "{n}");
+        }
+        assert_eq!(g.fresh_name("m"), "m_14");
     }
 
     /// The names in use are indexed when first needed, and those of the graph as it was stay
