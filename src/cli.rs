@@ -171,6 +171,16 @@ struct DoctorArgs {
 /// free the model it loaded.
 static PROCESS_ENDS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
+/// Called when a compile starts on a large input (see [`on_large_input`]).
+static LARGE_INPUT: std::sync::OnceLock<fn()> = std::sync::OnceLock::new();
+
+/// Have `hook` called when a compile starts on an input of [`onnx_safeify::io::early::PREPARE_MIN`]
+/// bytes or more, before the model is read (the `onnx-safeify` binary tunes its allocator
+/// there). Only the first hook given is kept.
+pub fn on_large_input(hook: fn()) {
+    let _ = LARGE_INPUT.set(hook);
+}
+
 /// [`run`] for a process that exits with the returned code right after (the `onnx-safeify`
 /// binary): the loaded model is left to the process's end instead of being freed piece by
 /// piece. A caller that goes on (the Python module's `run_cli`) uses [`run`].
@@ -321,6 +331,11 @@ fn compile(a: &CompileArgs) -> Result<u8, Error> {
     let mut early = (annotate && target.rules.is_empty())
         .then(|| onnx_safeify::io::EarlyCopy::start(model, &annotate_out()))
         .flatten();
+    if let Some(hook) = LARGE_INPUT.get() {
+        if std::fs::metadata(model).is_ok_and(|m| m.len() >= onnx_safeify::io::early::PREPARE_MIN) {
+            hook();
+        }
+    }
     let pb = progress(&format!("reading {}", model.display()));
     let mut doc = onnx_safeify::load(model)?;
     // Otherwise the file's pages are written ahead while the rules run (not while the model is
