@@ -174,9 +174,9 @@ static PROCESS_ENDS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBo
 /// Called when a compile starts on a large input (see [`on_large_input`]).
 static LARGE_INPUT: std::sync::OnceLock<fn()> = std::sync::OnceLock::new();
 
-/// Have `hook` called when a compile starts on an input of [`onnx_safeify::io::early::PREPARE_MIN`]
-/// bytes or more, before the model is read (the `onnx-safeify` binary tunes its allocator
-/// there). Only the first hook given is kept.
+/// Have `hook` called when a compile starts on an input of
+/// [`onnx_safeify::io::early::PREPARE_MIN`] bytes or more, before the model is read (the
+/// `onnx-safeify` binary tunes its allocator there). Only the first hook given is kept.
 pub fn on_large_input(hook: fn()) {
     let _ = LARGE_INPUT.set(hook);
 }

@@ -292,7 +292,6 @@ impl std::fmt::Debug for InitIndex {
     }
 }
 
-/// Append `_` and `n` in decimal (what `write!(s, "_{n}")` does, without the formatter).
 /// `base`, with `_n` after it when `n` is not 0, allocated at its length.
 fn with_suffix(base: &str, n: u64) -> String {
     if n == 0 {
@@ -305,6 +304,7 @@ fn with_suffix(base: &str, n: u64) -> String {
     s
 }
 
+/// Append `_` and `n` in decimal (what `write!(s, "_{n}")` does, without the formatter).
 fn push_suffix(s: &mut String, mut n: u64) {
     let mut digits = [0u8; 20];
     let mut i = digits.len();
