@@ -506,12 +506,7 @@ fn sample_keeps_batch_symbolic_through_resize() {
         *out,
         TensorInfo {
             dtype: Some(1),
-            shape: Some(vec![
-                n.clone(),
-                Dim::Known(1),
-                Dim::Known(64),
-                Dim::Known(64)
-            ])
+            shape: Some(vec![n.clone(), Dim::Known(1), Dim::Known(64), Dim::Known(64)].into())
         }
     );
     // A --dim override fixes N.

@@ -249,7 +249,7 @@ fn exporter_shape_chain_keeps_the_batch_symbolic() {
     );
     assert_eq!(
         facts.info(id(&m, "y")).shape,
-        Some(vec![sym("N"), k(64), k(16)])
+        Some(vec![sym("N"), k(64), k(16)].into())
     );
     assert_eq!(facts.info(id(&m, "y")).dtype, Some(F));
     assert!(facts.is_constant(id(&m, "c64")));
@@ -291,7 +291,7 @@ fn paddle_style_cast_slice_concat_chain() {
         .build();
     let y = info(&m, "y");
     // The batch is unknown (declared -1 / no name), 200 is solved anyway.
-    assert_eq!(y.shape, Some(vec![Dim::Unknown, k(200)]));
+    assert_eq!(y.shape, Some(vec![Dim::Unknown, k(200)].into()));
 }
 
 #[test]
@@ -307,10 +307,10 @@ fn reshape_cancels_symbols_and_handles_zero() {
         .build();
     assert_eq!(
         info(&m, "y1").shape,
-        Some(vec![sym("B"), sym("T"), k(3), k(4)])
+        Some(vec![sym("B"), sym("T"), k(3), k(4)].into())
     );
     // -1 = B*T: not a single name, so unknown.
-    assert_eq!(info(&m, "y2").shape, Some(vec![Dim::Unknown, k(12)]));
+    assert_eq!(info(&m, "y2").shape, Some(vec![Dim::Unknown, k(12)].into()));
 }
 
 #[test]
@@ -344,16 +344,16 @@ fn broadcast_and_conv_keep_symbols() {
         .build();
     assert_eq!(
         info(&m, "a").shape,
-        Some(vec![sym("N"), k(8), sym("H"), sym("W")])
+        Some(vec![sym("N"), k(8), sym("H"), sym("W")].into())
     );
     // Stride 2 on a symbolic size: not expressible, unknown.
     assert_eq!(
         info(&m, "s2").shape,
-        Some(vec![sym("N"), k(8), Dim::Unknown, Dim::Unknown])
+        Some(vec![sym("N"), k(8), Dim::Unknown, Dim::Unknown].into())
     );
     assert_eq!(
         info(&m, "same").shape,
-        Some(vec![sym("N"), k(8), sym("H"), sym("W")])
+        Some(vec![sym("N"), k(8), sym("H"), sym("W")].into())
     );
 }
 
@@ -422,7 +422,7 @@ fn opset_differences() {
         .build();
     assert_eq!(
         info(&r10, "y").shape,
-        Some(vec![sym("N"), k(3), k(10), k(2)])
+        Some(vec![sym("N"), k(3), k(10), k(2)].into())
     );
     let r13 = G::new(13)
         .input("x", F, &[S("N"), K(3), K(5), K(5)])
@@ -432,7 +432,7 @@ fn opset_differences() {
         .build();
     assert_eq!(
         info(&r13, "y").shape,
-        Some(vec![sym("N"), k(3), k(10), k(2)])
+        Some(vec![sym("N"), k(3), k(10), k(2)].into())
     );
     let sizes = G::new(13)
         .input("x", F, &[S("N"), K(3), K(5), K(5)])
@@ -637,15 +637,21 @@ fn contrib_and_nchwc() {
     let m = g.build();
     assert_eq!(
         info(&m, "y").shape,
-        Some(vec![sym("N"), k(16), k(10), k(10)])
+        Some(vec![sym("N"), k(16), k(10), k(10)].into())
     );
-    assert_eq!(info(&m, "b").shape, Some(vec![sym("N"), k(16), k(5), k(5)]));
-    assert_eq!(info(&m, "o").shape, Some(vec![sym("N"), k(12), k(5), k(5)]));
+    assert_eq!(
+        info(&m, "b").shape,
+        Some(vec![sym("N"), k(16), k(5), k(5)].into())
+    );
+    assert_eq!(
+        info(&m, "o").shape,
+        Some(vec![sym("N"), k(12), k(5), k(5)].into())
+    );
     // 16 written for 12 logical channels: blocks of 8 and of 16 both explain it, so the
     // block size is not pinned down and the padded count of the reorder stays unknown.
     assert_eq!(
         info(&m, "ri").shape,
-        Some(vec![sym("N"), Dim::Unknown, k(5), k(5)])
+        Some(vec![sym("N"), Dim::Unknown, k(5), k(5)].into())
     );
 }
 
@@ -927,7 +933,10 @@ fn torch_expand_pattern_where_equal_minus_one() {
     let eq = facts.const_value(id(&m, "eq")).expect("a size is never -1");
     assert_eq!(eq.ints.as_deref(), Some(&[0, 1][..]));
     assert_eq!(facts.shape_data(id(&m, "w")), Some(&[sym("N"), k(1)][..]));
-    assert_eq!(facts.info(id(&m, "e")).shape, Some(vec![sym("N"), k(5)]));
+    assert_eq!(
+        facts.info(id(&m, "e")).shape,
+        Some(vec![sym("N"), k(5)].into())
+    );
 }
 
 /// An `If` whose branches are both `depth - 1` levels of the same, on a runtime condition.
@@ -978,4 +987,38 @@ fn nested_branches_are_bounded() {
     assert!(t.elapsed().as_secs() < 20, "took {:?}", t.elapsed());
     // The declared output still speaks.
     assert_eq!(facts.info(id(&m, "y")).dims_known(), Some(vec![2]));
+}
+
+/// The facts keep one copy of each distinct shape: values of equal shapes share it, whether
+/// the shape was declared, read from an initializer or inferred.
+#[test]
+fn values_of_one_shape_share_one_copy() {
+    let m = G::new(13)
+        .input("x", F, &[S("N"), K(3)])
+        .input("a", F, &[K(2), K(3)])
+        .init(t_f32_raw("w", &[2, 3], &[0.5; 6]))
+        .init(t_f32_raw("v", &[2, 3], &[1.5; 6]))
+        .node(node("Add", &["a", "w"], &["y"], vec![]))
+        .node(node("Mul", &["v", "y"], &["z"], vec![]))
+        .node(node("Relu", &["z"], &["r"], vec![]))
+        .node(node("Add", &["x", "x"], &["q"], vec![]))
+        .node(node("Concat", &["r", "r"], &["c"], vec![ai("axis", 0)]))
+        .node(node("Concat", &["y", "z"], &["d"], vec![ai("axis", 0)]))
+        .output("r")
+        .output("q")
+        .output("c")
+        .output("d")
+        .build();
+    let facts = infer_model(&m, &InferOptions::default());
+    let shape = |n: &str| facts.info(id(&m, n)).shape.clone().expect(n);
+    let a = shape("a");
+    assert_eq!(a, vec![k(2), k(3)]);
+    for n in ["w", "v", "y", "z", "r"] {
+        assert!(shape(n).same_copy(&a), "{n}");
+    }
+    // Inferred anew (Concat builds its shape): still the one copy of [4, 3].
+    assert_eq!(shape("c"), vec![k(4), k(3)]);
+    assert!(shape("c").same_copy(&shape("d")));
+    assert!(shape("q").same_copy(&shape("x")));
+    assert!(!shape("q").same_copy(&a));
 }

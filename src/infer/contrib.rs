@@ -322,7 +322,10 @@ pub(crate) fn qlinear_binary(c: &Ctx) -> Vec<Out> {
 /// The one-input QLinear ops `(X, X_scale, X_zp, Y_scale, Y_zp)` whose output has X's shape:
 /// QLinearSigmoid, QLinearLeakyRelu, QLinearSoftmax.
 pub(crate) fn qlinear_like_x(c: &Ctx) -> Vec<Out> {
-    vec![Out::new(c.dtype(4).or(c.dtype(0)), c.info(0).shape.clone())]
+    vec![Out::with_shape(
+        c.dtype(4).or(c.dtype(0)),
+        c.info(0).shape.clone(),
+    )]
 }
 
 /// `QLinearGlobalAveragePool`: `[N, C, 1...]`, or `[N, 1..., C]` with `channels_last`.
@@ -440,7 +443,7 @@ pub(crate) fn dynamic_quantize_lstm(c: &Ctx) -> Vec<Out> {
             .unwrap_or(Dim::Unknown);
         for o in &mut out {
             if let Some(s) = &mut o.info.shape {
-                if let Some(last) = s.last_mut() {
+                if let Some(last) = s.make_mut().last_mut() {
                     *last = h.clone();
                 }
             }

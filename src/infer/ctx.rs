@@ -7,7 +7,7 @@ use crate::ir::{Graph, Model, Node, ValueId};
 use crate::proto::TensorProto;
 
 use super::consts::{self, Elems, ValueData};
-use super::{ConstTensor, Dim, Facts, InferOptions, Seed, TensorInfo};
+use super::{ConstTensor, Dim, Facts, InferOptions, Seed, Shape, TensorInfo};
 
 /// An inference function: the facts of a node's outputs, in output order (missing entries
 /// are unknown).
@@ -27,6 +27,10 @@ pub(crate) struct Out {
 
 impl Out {
     pub fn new(dtype: Option<i32>, shape: Option<Vec<Dim>>) -> Out {
+        Out::with_shape(dtype, shape.map(Shape::from))
+    }
+    /// An output of this element type and shape (a shape another value has, shared).
+    pub fn with_shape(dtype: Option<i32>, shape: Option<Shape>) -> Out {
         Out {
             info: TensorInfo { dtype, shape },
             ..Out::default()

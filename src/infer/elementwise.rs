@@ -9,7 +9,7 @@ use super::consts::{self, broadcast_index, fit_int, is_float_type, is_int_type, 
 use super::consts::{Elems, ValueData};
 use super::ctx::{Ctx, Out};
 use super::dims::broadcast_shapes;
-use super::Dim;
+use super::{Dim, Shape};
 
 /// Same element type and shape as input 0.
 pub(crate) fn same(c: &Ctx) -> Vec<Out> {
@@ -26,7 +26,7 @@ pub(crate) fn identity(c: &Ctx) -> Vec<Out> {
 
 /// Same shape as input 0, element type bool (`IsNaN`, `IsInf`, `Not` is folded apart).
 pub(crate) fn same_shape_bool(c: &Ctx) -> Vec<Out> {
-    vec![Out::new(Some(BOOL), c.info(0).shape.clone())]
+    vec![Out::with_shape(Some(BOOL), c.info(0).shape.clone())]
 }
 
 /// An elementwise scalar function for folding.
@@ -80,9 +80,19 @@ fn fold(c: &Ctx, ins: &[usize], out_dtype: i32, f: &dyn Fn(&[S]) -> Option<S>) -
 }
 
 /// Output shape of a broadcasting operator over inputs `ins`.
-fn broadcast_info(c: &Ctx, ins: &[usize]) -> Option<Vec<Dim>> {
+/// The broadcast shape of the inputs: one of theirs, shared, when it is one of them (the
+/// usual case: the others are equal or broadcast to it).
+fn broadcast_info(c: &Ctx, ins: &[usize]) -> Option<Shape> {
     let shapes: Vec<Option<&[Dim]>> = ins.iter().map(|&i| c.shape(i)).collect();
-    broadcast_shapes(&shapes)
+    let out = broadcast_shapes(&shapes)?;
+    for &i in ins {
+        if let Some(s) = &c.info(i).shape {
+            if **s == *out {
+                return Some(s.clone());
+            }
+        }
+    }
+    Some(out.into())
 }
 
 /// A broadcasting operator (legacy broadcast before `legacy_until`), with optional folding.
@@ -106,7 +116,7 @@ fn broadcasting(
     } else {
         broadcast_info(c, &ins)
     };
-    vec![Out::new(out_dtype, shape)]
+    vec![Out::with_shape(out_dtype, shape)]
 }
 
 fn int2<'a>(a: &'a S, b: &'a S) -> Option<(&'a Dim, &'a Dim)> {
@@ -322,7 +332,7 @@ pub(crate) fn where_op(c: &Ctx) -> Vec<Out> {
             return vec![o];
         }
     }
-    vec![Out::new(dtype, broadcast_info(c, &[0, 1, 2]))]
+    vec![Out::with_shape(dtype, broadcast_info(c, &[0, 1, 2]))]
 }
 
 /// A unary map with optional folding (integer / float).
@@ -415,7 +425,7 @@ fn cast_elem(x: &S, to: i32) -> Option<S> {
 
 fn cast_to(c: &Ctx, to: Option<i32>) -> Vec<Out> {
     let Some(to) = to.filter(|&t| t > 0) else {
-        return vec![Out::new(None, c.info(0).shape.clone())];
+        return vec![Out::with_shape(None, c.info(0).shape.clone())];
     };
     let f = move |a: &[S]| -> Option<S> { cast_elem(a.first()?, to) };
     if is_int_type(to) || matches!(to, FLOAT | DOUBLE) {
@@ -423,7 +433,7 @@ fn cast_to(c: &Ctx, to: Option<i32>) -> Vec<Out> {
             return vec![o];
         }
     }
-    vec![Out::new(Some(to), c.info(0).shape.clone())]
+    vec![Out::with_shape(Some(to), c.info(0).shape.clone())]
 }
 
 pub(crate) fn cast(c: &Ctx) -> Vec<Out> {
@@ -444,7 +454,7 @@ pub(crate) fn dropout(c: &Ctx) -> Vec<Out> {
     };
     vec![
         Out::info(c.info(0).clone()),
-        Out::new(mask_t, c.info(0).shape.clone()),
+        Out::with_shape(mask_t, c.info(0).shape.clone()),
     ]
 }
 
@@ -455,7 +465,7 @@ pub(crate) fn like_with_dtype_attr(c: &Ctx) -> Vec<Out> {
         .attr_i("dtype")
         .and_then(|t| i32::try_from(t).ok())
         .or(c.dtype(0));
-    vec![Out::new(t, c.info(0).shape.clone())]
+    vec![Out::with_shape(t, c.info(0).shape.clone())]
 }
 
 /// `Constant`: the attribute's tensor (or scalar / list forms).
@@ -538,7 +548,7 @@ pub(crate) fn quantize_linear(c: &Ctx) -> Vec<Out> {
                 Some(crate::tensor::dtype::UINT8)
             }
         });
-    vec![Out::new(t, c.info(0).shape.clone())]
+    vec![Out::with_shape(t, c.info(0).shape.clone())]
 }
 
 /// `DequantizeLinear(x, x_scale, x_zero_point)`: x's shape; the type from `output_dtype`
@@ -549,14 +559,14 @@ pub(crate) fn dequantize_linear(c: &Ctx) -> Vec<Out> {
         .filter(|&t| t > 0)
         .and_then(|t| i32::try_from(t).ok())
         .or(c.dtype(1));
-    vec![Out::new(t, c.info(0).shape.clone())]
+    vec![Out::with_shape(t, c.info(0).shape.clone())]
 }
 
 /// `DynamicQuantizeLinear(x)`: y uint8 like x, scalar float scale, scalar uint8 zero point.
 pub(crate) fn dynamic_quantize_linear(c: &Ctx) -> Vec<Out> {
     use crate::tensor::dtype::UINT8;
     vec![
-        Out::new(Some(UINT8), c.info(0).shape.clone()),
+        Out::with_shape(Some(UINT8), c.info(0).shape.clone()),
         Out::new(Some(FLOAT), Some(vec![])),
         Out::new(Some(UINT8), Some(vec![])),
     ]
@@ -581,8 +591,8 @@ pub(crate) fn loss(c: &Ctx) -> Vec<Out> {
     let dtype = c.dtype(0);
     let shape = match c.attr_s("reduction").unwrap_or("mean") {
         "none" => c.info(1).shape.clone(),
-        "mean" | "sum" => Some(vec![]),
+        "mean" | "sum" => Some(Vec::new().into()),
         _ => None,
     };
-    vec![Out::new(dtype, shape), Out::info(c.info(0).clone())]
+    vec![Out::with_shape(dtype, shape), Out::info(c.info(0).clone())]
 }

@@ -103,18 +103,93 @@ impl std::fmt::Display for Dim {
     }
 }
 
+/// The dimensions of a tensor, shared: a clone is a count, not a copy, and the facts of a
+/// graph keep one copy of each distinct shape (see [`Facts`]). Read it as a slice of [`Dim`];
+/// make one from a `Vec<Dim>` or by collecting dims.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct Shape(std::sync::Arc<[Dim]>);
+
+impl std::ops::Deref for Shape {
+    type Target = [Dim];
+    fn deref(&self) -> &[Dim] {
+        &self.0
+    }
+}
+
+impl std::borrow::Borrow<[Dim]> for Shape {
+    fn borrow(&self) -> &[Dim] {
+        &self.0
+    }
+}
+
+impl From<Vec<Dim>> for Shape {
+    fn from(dims: Vec<Dim>) -> Shape {
+        Shape(dims.into())
+    }
+}
+
+impl From<&[Dim]> for Shape {
+    fn from(dims: &[Dim]) -> Shape {
+        Shape(dims.into())
+    }
+}
+
+impl FromIterator<Dim> for Shape {
+    fn from_iter<I: IntoIterator<Item = Dim>>(dims: I) -> Shape {
+        Shape(dims.into_iter().collect())
+    }
+}
+
+impl std::fmt::Debug for Shape {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+impl<'a> IntoIterator for &'a Shape {
+    type Item = &'a Dim;
+    type IntoIter = std::slice::Iter<'a, Dim>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter()
+    }
+}
+
+impl Shape {
+    /// Whether another handle holds these dims too.
+    fn is_shared(&self) -> bool {
+        std::sync::Arc::strong_count(&self.0) > 1
+    }
+    /// Whether `other` is this very copy (not only equal dims).
+    pub fn same_copy(&self, other: &Shape) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
+    /// The dims to change in place (copied first when another value shares them).
+    pub fn make_mut(&mut self) -> &mut [Dim] {
+        std::sync::Arc::make_mut(&mut self.0)
+    }
+}
+
+impl PartialEq<Vec<Dim>> for Shape {
+    fn eq(&self, other: &Vec<Dim>) -> bool {
+        **self == **other
+    }
+}
+
 /// What is known of a tensor: its element type and its shape.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct TensorInfo {
     /// `TensorProto.DataType` number, when known.
     pub dtype: Option<i32>,
     /// The dimensions; `None` when even the rank is unknown.
-    pub shape: Option<Vec<Dim>>,
+    pub shape: Option<Shape>,
 }
 
 impl TensorInfo {
     pub fn new(dtype: Option<i32>, shape: Option<Vec<Dim>>) -> Self {
-        TensorInfo { dtype, shape }
+        TensorInfo {
+            dtype,
+            shape: shape.map(Shape::from),
+        }
     }
     /// A tensor of fully known dimensions.
     pub fn known(dtype: Option<i32>, dims: &[i64]) -> Self {
@@ -238,6 +313,10 @@ pub struct Facts {
     blocked: Vec<bool>,
     /// The NCHWc block size the inference used (given, or proved by the model).
     nchwc_block: Option<i64>,
+    /// One copy of each distinct shape in `infos`: the values of a graph have few distinct
+    /// shapes (a stack of identical blocks repeats them), and a shape is then a pointer, not
+    /// a vector of its own (the deep rx580 output of the bench has 156,000 values).
+    shapes: crate::ir::hash::FastSet<Shape>,
 }
 
 static UNKNOWN: TensorInfo = TensorInfo {
@@ -345,7 +424,7 @@ impl Facts {
             self.read_by_body.resize(n, false);
             self.blocked.resize(n, false);
         }
-        self.infos[i] = info;
+        self.put(i, info);
         self.constant[i] = constant;
     }
     /// Room for `n` values in every table, grown as the graph's tables are (not doubled: see
@@ -645,7 +724,7 @@ pub fn declared(graph: &Graph) -> Facts {
 fn initializer_info(t: crate::ir::tensor::TensorView<'_>) -> TensorInfo {
     TensorInfo {
         dtype: t.data_type.filter(|&d| d > 0),
-        shape: Some(initializer_shape(t.dims)),
+        shape: Some(initializer_shape(t.dims).into()),
     }
 }
 
@@ -743,11 +822,15 @@ pub(crate) fn infer_scoped(
                 .get_mut(vi.value.index())
                 .map(|s| s.as_mut().and_then(|t| t.shape.as_mut()))
             {
-                if let Some(slot) = d.get_mut(axis) {
+                if let Some(slot) = d.make_mut().get_mut(axis) {
                     *slot = dims::known_dim(size);
                 }
             }
         }
+    }
+    // Their shapes are the kept copies (facts merged with a declaration may share its shape).
+    for d in declared.iter_mut().flatten() {
+        facts.intern(&mut d.shape);
     }
 
     // Before IR version 4 every initializer is also a graph input: a default value a caller
@@ -810,7 +893,7 @@ pub(crate) fn infer_scoped(
     for (i, d) in declared.iter().enumerate() {
         if let Some(d) = d {
             if facts.infos[i] == TensorInfo::default() {
-                facts.infos[i] = d.clone();
+                facts.put(i, d.clone());
             }
         }
     }
@@ -883,7 +966,29 @@ impl Facts {
             }
             None => inferred,
         };
-        self.infos[v.index()] = merged;
+        self.put(v.index(), merged);
+    }
+
+    /// Keep `info` as value `i`'s, its shape shared with an equal one already kept.
+    fn put(&mut self, i: usize, mut info: TensorInfo) {
+        // A shape held elsewhere too is a kept copy already (a value's, a declaration's, or
+        // one an operator took from its input): only a new one is looked up.
+        if info.shape.as_ref().is_some_and(|s| !s.is_shared()) {
+            self.intern(&mut info.shape);
+        }
+        self.infos[i] = info;
+    }
+
+    /// Make `shape` the kept copy of its dims (kept now if there is none).
+    fn intern(&mut self, shape: &mut Option<Shape>) {
+        if let Some(shape) = shape {
+            match self.shapes.get(&**shape) {
+                Some(kept) => *shape = kept.clone(),
+                None => {
+                    self.shapes.insert(shape.clone());
+                }
+            }
+        }
     }
 
     /// Record a node output: its info, and its contents when they were folded.

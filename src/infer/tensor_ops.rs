@@ -625,7 +625,7 @@ pub(crate) fn gather(c: &Ctx) -> Vec<Out> {
 
 /// `GatherElements`: the shape of the indices.
 pub(crate) fn gather_elements(c: &Ctx) -> Vec<Out> {
-    vec![Out::new(c.dtype(0), c.info(1).shape.clone())]
+    vec![Out::with_shape(c.dtype(0), c.info(1).shape.clone())]
 }
 
 /// `GatherND`: `indices[:-1] + data[batch_dims + indices[-1]:]`.
