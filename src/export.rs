@@ -2,7 +2,7 @@
 //! was not changed gives back exactly the message it was imported from. Value names are labels
 //! written where the value is used; payloads are shared (`Bytes`), never copied.
 
-use crate::ir::{Attribute, Graph, Model, ValueId};
+use crate::ir::{Attribute, Graph, MetaEntry, Model, ValueId};
 use crate::proto::{
     AttributeProto, GraphProto, ModelProto, NodeProto, TensorProto, ValueInfoProto,
 };
@@ -70,7 +70,7 @@ pub fn export_node(g: &Graph, id: crate::ir::NodeId) -> NodeProto {
         doc_string: n.doc_string().map(str::to_string),
         domain: n.domain.clone(),
         overload: n.overload().map(str::to_string),
-        metadata_props: n.metadata_props.clone(),
+        metadata_props: n.metadata_props.iter().map(MetaEntry::to_proto).collect(),
         device_configurations: n.device_configurations().to_vec(),
     }
 }
@@ -149,7 +149,7 @@ pub fn encode_node_field(g: &Graph, id: crate::ir::NodeId, buf: &mut Vec<u8>) {
     }
     tail_strings(&mut |t, s| put(buf, t, s));
     for m in &n.metadata_props {
-        prost::encoding::message::encode(9, m, buf);
+        m.encode(9, buf);
     }
     for d in n.device_configurations() {
         prost::encoding::message::encode(10, d, buf);

@@ -12,8 +12,8 @@ use crate::error::{Error, Result};
 use crate::io::external::{external_ref, is_external, ExternalData};
 use crate::io::load::decode_error;
 use crate::ir::{
-    name_hash, Attribute, Edge, Graph, Initializer, Model, Node, NodeId, Origin, SparseInitializer,
-    Value, ValueId, ValueInfo, IMPLICIT_SLOT,
+    name_hash, Attribute, Edge, Graph, Initializer, MetaEntry, Model, Node, NodeId, Origin,
+    SparseInitializer, Value, ValueId, ValueInfo, IMPLICIT_SLOT,
 };
 use crate::proto::{AttributeProto, GraphProto, ModelProto, NodeProto, TensorProto};
 use crate::tensor::{check_tensor, raw_size};
@@ -557,7 +557,7 @@ impl Ctx<'_> {
                         outputs: Vec::new(),
                         implicit_inputs: Vec::new(),
                         attributes: Vec::new(),
-                        metadata_props,
+                        metadata_props: metadata_props.into_iter().map(MetaEntry::from).collect(),
                         rare,
                     };
                     let id = g.nodes.add_node(node);

@@ -7,6 +7,7 @@ mod attr;
 pub mod dot;
 pub mod dump;
 pub mod hash;
+pub mod meta;
 pub mod scope;
 pub mod tensor;
 
@@ -17,6 +18,7 @@ use petgraph::visit::{EdgeRef, IntoEdgeReferences};
 use petgraph::Direction;
 
 pub use attr::Attribute;
+pub use meta::{MetaEntry, Text};
 pub use tensor::{Tensor, TensorView};
 
 use crate::proto::{
@@ -81,7 +83,7 @@ pub struct Node {
     /// Values of this graph read only inside the node's subgraphs (by name, outer scope).
     pub implicit_inputs: Vec<ValueId>,
     pub attributes: Vec<Attribute>,
-    pub metadata_props: Vec<StringStringEntryProto>,
+    pub metadata_props: Vec<MetaEntry>,
     /// The fields few nodes carry, boxed: a node is 72 bytes smaller (`None`: all absent).
     pub rare: Option<Box<NodeRare>>,
 }
@@ -155,20 +157,23 @@ impl Node {
     pub fn metadata(&self, key: &str) -> Option<&str> {
         self.metadata_props
             .iter()
-            .find(|e| e.key.as_deref() == Some(key))
-            .and_then(|e| e.value.as_deref())
+            .find(|e| e.key() == Some(key))
+            .and_then(MetaEntry::value)
     }
-    /// Set (or replace) one metadata_props entry.
-    pub fn set_metadata(&mut self, key: &str, value: &str) {
+    /// Set (or replace) one metadata_props entry. Give a shared value ([`Text`]) when many
+    /// nodes get it.
+    pub fn set_metadata(&mut self, key: impl Into<Text>, value: impl Into<Text>) {
+        let key = key.into();
+        let value = Some(value.into());
         match self
             .metadata_props
             .iter_mut()
-            .find(|e| e.key.as_deref() == Some(key))
+            .find(|e| e.key() == Some(&*key))
         {
-            Some(e) => e.value = Some(value.to_string()),
-            None => self.metadata_props.push(StringStringEntryProto {
-                key: Some(key.to_string()),
-                value: Some(value.to_string()),
+            Some(e) => e.value = value,
+            None => self.metadata_props.push(MetaEntry {
+                key: Some(key),
+                value,
             }),
         }
     }

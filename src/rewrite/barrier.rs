@@ -14,7 +14,7 @@
 //! take at the model's opset (bool, strings) fall back to Identity.
 
 use crate::infer::Facts;
-use crate::ir::{Graph, NodeId, Origin, ValueId};
+use crate::ir::{Graph, NodeId, Origin, Text, ValueId};
 use crate::rewrite::cpu::LAYER_ANN_KEY;
 use crate::rewrite::pass::{Cx, Leftover, Pass, Pending, Planned, Schedule, Summary};
 use crate::rewrite::work::work;
@@ -356,7 +356,7 @@ fn cut_before(
             inputs,
             outputs: vec![out],
             attributes: Vec::new(),
-            metadata: vec![(LAYER_ANN_KEY.to_string(), annotation.to_string())],
+            metadata: vec![(LAYER_ANN_KEY.into(), Text::copy(annotation))],
         });
         for (c, slot) in consumers.of(v) {
             let later = l.pos.get(c).is_some_and(|q| q >= i);

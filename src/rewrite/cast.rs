@@ -95,7 +95,7 @@ pub fn cast_node(
         nn.metadata = node
             .metadata_props
             .iter()
-            .filter_map(|e| Some((e.key.clone()?, e.value.clone().unwrap_or_default())))
+            .filter_map(|e| Some((e.key.clone()?, e.value.clone().unwrap_or("".into()))))
             .filter(|(k, _)| !k.starts_with("onnx_safeify."))
             .collect();
     }

@@ -9,7 +9,7 @@
 // Node and value indices are internal: a fast hash is safe (see `crate::ir::hash`).
 use crate::ir::hash::FastSet as HashSet;
 
-use crate::ir::{Consumers, Graph, Node, NodeId, Origin, ValueId};
+use crate::ir::{Consumers, Graph, Node, NodeId, Origin, Text, ValueId};
 use crate::rewrite::pass::{Cx, Pass, Pending, Planned, Schedule};
 use crate::rules::schema::Rule;
 
@@ -64,10 +64,11 @@ pub fn is_pinned(g: &Graph, n: NodeId, annotation: &str) -> bool {
 /// first, then grown ones, each in graph order).
 pub fn pin(g: &mut Graph, nodes: &[NodeId], rule: &str, annotation: &str) -> Vec<NodeId> {
     let added = plan_pins(g, nodes, annotation);
+    let (annotation, rule) = (Text::copy(annotation), Text::copy(rule));
     for &n in &added {
         let node = g.node_mut(n);
-        node.set_metadata(LAYER_ANN_KEY, annotation);
-        node.set_metadata(crate::rewrite::RULE_KEY, rule);
+        node.set_metadata(LAYER_ANN_KEY, annotation.clone());
+        node.set_metadata(crate::rewrite::RULE_KEY, rule.clone());
     }
     added
 }

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use crate::ir::{
-    Attribute, Graph, Initializer, Node, NodeId, Origin, Tensor, ValueId, IMPLICIT_SLOT,
+    Attribute, Graph, Initializer, Node, NodeId, Origin, Tensor, Text, ValueId, IMPLICIT_SLOT,
 };
 use crate::proto::{attribute_proto::AttributeType, AttributeProto, TensorProto};
 
@@ -81,7 +81,7 @@ pub struct NewNode {
     /// stay in their messages until the patch is applied, which imports them.
     pub attributes: Vec<Attribute>,
     /// Extra metadata (e.g. `layer_ann`), besides the rule and origin stamps.
-    pub metadata: Vec<(String, String)>,
+    pub metadata: Vec<(Text, Text)>,
 }
 
 /// A value to add (produced by a new node, or an initializer).
@@ -369,6 +369,9 @@ impl Patch {
 
         let mut created = Vec::with_capacity(nodes.len());
         let first_at = anchor_pos.unwrap_or(g.order.len());
+        // The stamps every new node gets, one copy for all.
+        let rule = Text::from(rule);
+        let origin = (!origin.is_empty()).then(|| Text::copy(&origin));
         for nn in nodes {
             let name = g.fresh_name(stem(&mut base, &prefix, &nn.name_hint));
             let mut node = Node {
@@ -419,13 +422,13 @@ impl Patch {
             }
             node.implicit_inputs = implicit;
             // Room for the entries below at once, not the four a first push makes room for.
-            let entries = 1 + usize::from(!origin.is_empty()) + nn.metadata.len();
+            let entries = 1 + usize::from(origin.is_some()) + nn.metadata.len();
             node.metadata_props.reserve_exact(entries);
-            node.set_metadata(RULE_KEY, &rule);
-            if !origin.is_empty() {
-                node.set_metadata(ORIGIN_KEY, &origin);
+            node.set_metadata(RULE_KEY, rule.clone());
+            if let Some(origin) = &origin {
+                node.set_metadata(ORIGIN_KEY, origin.clone());
             }
-            for (k, v) in &nn.metadata {
+            for (k, v) in nn.metadata {
                 node.set_metadata(k, v);
             }
             let id = g.insert_node(node, None);
@@ -452,7 +455,7 @@ impl Patch {
                 let node = &mut g.nodes[n];
                 node.metadata_props.reserve_exact(run);
                 for (_, k, v) in &annotate[i..i + run] {
-                    node.set_metadata(k, v);
+                    node.set_metadata(*k, v.clone());
                 }
             }
             i += run;
