@@ -8,7 +8,9 @@ use std::path::Path;
 use onnx_safeify::ir::NodeId;
 use onnx_safeify::rewrite::split::{split_conv, SplitAxis, SplitOutcome};
 
-/// Split every Conv the axis applies to; returns (split, fits, unsupported).
+/// Split every Conv the axis applies to; returns (split, fits, unsupported). Each patch
+/// changes the node table by what its `growth` says, and the edge table by at most that (the
+/// room made for a batch of patches).
 fn split_all(
     doc: &mut onnx_safeify::Document,
     axis: SplitAxis,
@@ -27,7 +29,19 @@ fn split_all(
     for n in convs {
         match split_conv(g, n, opset, "test-split", axis, max, batch) {
             Ok(p) => {
+                let grow = p.growth(g);
+                let before = (g.nodes.node_count(), g.nodes.edge_count());
                 p.apply(g).unwrap();
+                let after = (g.nodes.node_count(), g.nodes.edge_count());
+                assert_eq!(
+                    after.0 + grow.nodes_removed,
+                    before.0 + grow.nodes_added,
+                    "{grow:?}"
+                );
+                assert!(
+                    after.1 + grow.edges_removed <= before.1 + grow.edges_added,
+                    "{grow:?}: {before:?} -> {after:?}"
+                );
                 done += 1;
             }
             Err(SplitOutcome::Fits) => fits += 1,

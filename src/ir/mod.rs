@@ -605,12 +605,31 @@ impl Graph {
         grow_for(&mut self.values, values);
     }
 
+    /// Room for one more node: when the node table is full (every slot in use, none vacant)
+    /// it grows by a 64th, where petgraph would double it. [`Graph::reserve`] makes room for
+    /// a batch beforehand; this keeps an estimate that fell short from doubling the table.
+    fn room_for_node(&mut self) {
+        let cap = self.nodes.capacity().0;
+        if self.nodes.node_count() == cap {
+            self.nodes.reserve_exact_nodes((cap / 64).max(1));
+        }
+    }
+
+    /// Room for one more edge (as [`Graph::room_for_node`] for nodes).
+    pub(crate) fn room_for_edge(&mut self) {
+        let cap = self.nodes.capacity().1;
+        if self.nodes.edge_count() == cap {
+            self.nodes.reserve_exact_edges((cap / 64).max(1));
+        }
+    }
+
     /// Insert a node into the graph (after `after` in the write order, or at the end), with
     /// edges from the producers of its inputs. Its outputs' origins are set to it.
     pub fn insert_node(&mut self, node: Node, after: Option<NodeId>) -> NodeId {
         let inputs = node.inputs.clone();
         let outputs = node.outputs.clone();
         let implicit = node.implicit_inputs.clone();
+        self.room_for_node();
         let id = self.nodes.add_node(node);
         for (slot, o) in outputs.iter().enumerate() {
             if let Some(v) = o {
@@ -639,6 +658,7 @@ impl Graph {
     fn connect(&mut self, v: ValueId, to: NodeId, slot: u32) {
         if let Origin::Node { node, .. } = self.values[v.index()].origin {
             if self.nodes.contains_node(node) {
+                self.room_for_edge();
                 self.nodes.add_edge(node, to, Edge { value: v, slot });
                 return;
             }
@@ -981,6 +1001,27 @@ mod tests {
         g.reserve(1_000, 0, 1_000);
         assert_eq!(g.nodes.capacity().0, 1_640);
         assert_eq!(g.values.capacity(), 1_640);
+    }
+
+    /// A node or edge past what was reserved grows a full table by a 64th, not to twice it.
+    #[test]
+    fn a_full_node_or_edge_table_grows_by_a_64th() {
+        let mut g = Graph::default();
+        let mut prev = g.add_value("x".into(), Origin::Input);
+        for i in 0..641 {
+            let out = g.add_value(format!("y{i}"), Origin::Unbound);
+            let mut n = Node::new("Relu");
+            n.inputs.push(Some(prev));
+            n.outputs.push(Some(out));
+            g.insert_node(n, None);
+            prev = out;
+            if i == 639 {
+                g.nodes.shrink_to_fit();
+                assert_eq!(g.nodes.capacity(), (640, 639));
+            }
+        }
+        assert_eq!((g.nodes.node_count(), g.nodes.edge_count()), (641, 640));
+        assert_eq!(g.nodes.capacity(), (650, 648));
     }
 
     /// `position` finds a node wherever the last lookup left off, and removal keeps the rest

@@ -484,19 +484,30 @@ pub fn apply_plans(g: &mut Graph, plans: Vec<Planned>) -> Vec<Outcome> {
     let mut out = Vec::with_capacity(plans.len());
     let mut value_map: std::collections::HashMap<crate::ir::ValueId, crate::ir::ValueId> =
         Default::default();
-    let (mut nodes, mut edges, mut values, mut inits) = (0, 0, 0, 0);
+    // Room for what the patches add, made once. A patch adds its nodes and edges before it
+    // removes nodes, whose slots the next patches reuse: the room needed is the most that
+    // any prefix of the patches holds at once.
+    let (mut values, mut inits) = (0, 0);
+    let (mut nodes, mut edges) = ((0isize, 0isize), (0isize, 0isize));
     for step in plans
         .iter()
         .filter_map(|p| p.outcome.as_ref().ok())
         .flatten()
     {
         let p = &step.patch;
-        nodes += p.nodes.len();
-        edges += p.nodes.iter().map(|n| n.inputs.len()).sum::<usize>();
+        let grow = p.growth(g);
+        for (t, added, removed) in [
+            (&mut nodes, grow.nodes_added, grow.nodes_removed),
+            (&mut edges, grow.edges_added, grow.edges_removed),
+        ] {
+            t.0 += added as isize;
+            t.1 = t.1.max(t.0);
+            t.0 -= removed as isize;
+        }
         values += p.values.len();
         inits += p.initializers.len();
     }
-    g.reserve(nodes, edges, values);
+    g.reserve(nodes.1 as usize, edges.1 as usize, values);
     crate::ir::grow_for(&mut g.initializers, inits);
     for plan in plans {
         let Planned {

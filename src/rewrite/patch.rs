@@ -126,7 +126,64 @@ impl std::fmt::Display for PatchError {
     }
 }
 
+/// How applying a patch changes the graph's node and edge tables (see [`Patch::growth`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Growth {
+    pub nodes_added: usize,
+    pub nodes_removed: usize,
+    /// Edges the patch adds (an estimate: its new nodes' reads of values that nodes produce,
+    /// and re-pointed reads).
+    pub edges_added: usize,
+    /// Edges of the nodes it removes.
+    pub edges_removed: usize,
+}
+
 impl Patch {
+    /// How applying this patch to `g` changes its tables, for room made beforehand: a new
+    /// node's read makes an edge when a node produces the value (a new value an earlier
+    /// patch's node does not produce, e.g. a new initializer, makes none); a removed node's
+    /// edges free their slots, which the next patch reuses.
+    pub fn growth(&self, g: &Graph) -> Growth {
+        let made_by_node = |v: &PValue| match *v {
+            PValue::Existing(v) => g.values.get(v.index()).is_some_and(
+                |v| matches!(v.origin, Origin::Node { node, .. } if g.nodes.contains_node(node)),
+            ),
+            PValue::New(i) => !self.initializers.iter().any(|(j, _)| *j == i),
+        };
+        let reads = self
+            .nodes
+            .iter()
+            .flat_map(|n| n.inputs.iter().flatten())
+            .chain(self.repoint.iter().map(|(_, _, v)| v))
+            .filter(|v| made_by_node(v))
+            .count();
+        let replaced_reads: usize = self
+            .replace
+            .iter()
+            .filter(|(_, new)| matches!(new, PValue::Existing(_)) && made_by_node(new))
+            .map(|(old, _)| g.readers(*old).len())
+            .sum();
+        let edges_removed = self
+            .remove
+            .iter()
+            .filter(|&&n| g.nodes.contains_node(n))
+            .map(|&n| {
+                g.nodes
+                    .edges_directed(n, petgraph::Direction::Incoming)
+                    .count()
+                    + g.nodes
+                        .edges_directed(n, petgraph::Direction::Outgoing)
+                        .count()
+            })
+            .sum();
+        Growth {
+            nodes_added: self.nodes.len(),
+            nodes_removed: self.remove.len(),
+            edges_added: reads + replaced_reads,
+            edges_removed,
+        }
+    }
+
     pub fn new(rule: &str, origin: &str, anchor: Option<NodeId>) -> Self {
         Patch {
             rule: rule.to_string(),
@@ -667,6 +724,7 @@ fn repoint_implicit(g: &mut Graph, old: ValueId, new: ValueId) {
         implicit.push(new);
         if let Origin::Node { node, .. } = g.values[new.index()].origin {
             if g.nodes.contains_node(node) {
+                g.room_for_edge();
                 g.nodes.add_edge(
                     node,
                     n,
@@ -697,6 +755,7 @@ fn rebuild_edges(g: &mut Graph, created: &[NodeId]) {
             }
             if let Origin::Node { node, .. } = g.values[v.index()].origin {
                 if g.nodes.contains_node(node) {
+                    g.room_for_edge();
                     g.nodes.add_edge(
                         node,
                         n,
