@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::io::external::{external_ref, is_external, ExternalData};
 use crate::io::load::decode_error;
 use crate::ir::{
-    name_hash, Attribute, Edge, Graph, Initializer, MetaEntry, Model, Node, NodeId, Origin,
+    name_hash, Attribute, Attrs, Edge, Graph, Initializer, MetaEntry, Model, Node, NodeId, Origin,
     SparseInitializer, Value, ValueId, ValueInfo, IMPLICIT_SLOT,
 };
 use crate::proto::{AttributeProto, GraphProto, ModelProto, NodeProto, TensorProto};
@@ -556,7 +556,7 @@ impl Ctx<'_> {
                         // Set below, once the outputs are defined.
                         outputs: Vec::new(),
                         implicit_inputs: Vec::new(),
-                        attributes: Vec::new(),
+                        attributes: Attrs::default(),
                         metadata_props: metadata_props.into_iter().map(MetaEntry::from).collect(),
                         rare,
                     };
@@ -713,7 +713,7 @@ impl Ctx<'_> {
             }
             let node = &mut g.nodes[id];
             node.inputs = inputs;
-            node.attributes = attributes;
+            node.attributes = attributes.into();
             node.implicit_inputs = implicit;
         }
         // An edge per read of a node's output (reads of initializers and inputs make none).

@@ -96,7 +96,7 @@ fn mutate(model: &mut Model, rng: &mut Rng) {
         if rng.below(6) == 0 {
             node.op_type = OPS[rng.below(OPS.len())].to_string();
         }
-        for a in &mut node.attributes {
+        for a in node.attributes.make_mut() {
             // The message is mutated and the attribute rebuilt from it (graphs kept).
             let mut p = a.to_proto();
             match rng.below(4) {

@@ -7,6 +7,7 @@ use std::path::Path;
 
 use onnx_safeify::ir::NodeId;
 use onnx_safeify::rewrite::split::{split_conv, SplitAxis, SplitOutcome};
+use onnx_safeify::rewrite::ORIGIN_KEY;
 
 /// Split every Conv the axis applies to; returns (split, fits, unsupported). Each patch
 /// changes the node table by what its `growth` says, and the edge table by at most that (the
@@ -85,6 +86,27 @@ fn depthwise_split_on_the_sample() {
     assert!(done >= 2, "split {done}");
     assert!(max_group_channels(&doc) <= 64);
     check_equal(&src, &doc, "split.onnx", &[1, 2]);
+    // The pieces of one Conv with equal attributes hold one list of them.
+    let g = &doc.model.graph;
+    let pieces: Vec<_> = g
+        .order
+        .iter()
+        .map(|&n| g.node(n))
+        .filter(|n| n.op_type == "Conv" && n.metadata(ORIGIN_KEY).is_some())
+        .collect();
+    let protos = |n: &onnx_safeify::ir::Node| -> Vec<_> {
+        n.attributes.iter().map(|a| a.to_proto()).collect()
+    };
+    let mut shared = 0;
+    for (i, a) in pieces.iter().enumerate() {
+        for b in &pieces[i + 1..] {
+            if a.metadata(ORIGIN_KEY) == b.metadata(ORIGIN_KEY) && protos(a) == protos(b) {
+                assert!(a.attributes.same_list(&b.attributes), "{}", a.name());
+                shared += 1;
+            }
+        }
+    }
+    assert!(shared >= done, "{shared} pairs share a list");
 }
 
 #[test]

@@ -151,7 +151,7 @@ impl Bodies<'_> {
             }
             let node = g.node_mut(n);
             let name = node.name().to_string();
-            for a in node.attributes.iter_mut() {
+            for a in node.attributes.make_mut() {
                 let attr = a.name().to_string();
                 if let Some(body) = a.g_mut() {
                     self.one(body, &path.child(&name, &attr, None), outer);

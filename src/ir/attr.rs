@@ -16,6 +16,63 @@ use crate::proto::{AttributeProto, GraphProto, SparseTensorProto, TensorProto};
 #[derive(Debug, Clone)]
 pub struct Attribute(Repr);
 
+/// A node's attributes, shared: nodes made from one (the pieces of a split Conv) hold one
+/// list, and a clone is a count. Read it as a slice; change it with [`Attrs::make_mut`]
+/// (which copies a shared list first). An empty list holds no allocation.
+#[derive(Clone, Default)]
+pub struct Attrs(Option<std::sync::Arc<[Attribute]>>);
+
+impl std::ops::Deref for Attrs {
+    type Target = [Attribute];
+    fn deref(&self) -> &[Attribute] {
+        self.0.as_deref().unwrap_or(&[])
+    }
+}
+
+impl<'a> IntoIterator for &'a Attrs {
+    type Item = &'a Attribute;
+    type IntoIter = std::slice::Iter<'a, Attribute>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
+}
+
+impl From<Vec<Attribute>> for Attrs {
+    fn from(v: Vec<Attribute>) -> Attrs {
+        Attrs((!v.is_empty()).then(|| v.into()))
+    }
+}
+
+impl FromIterator<Attribute> for Attrs {
+    fn from_iter<I: IntoIterator<Item = Attribute>>(it: I) -> Attrs {
+        Attrs::from(it.into_iter().collect::<Vec<_>>())
+    }
+}
+
+impl std::fmt::Debug for Attrs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+impl Attrs {
+    /// The attributes to change in place (copied first when another node shares them).
+    pub fn make_mut(&mut self) -> &mut [Attribute] {
+        match &mut self.0 {
+            Some(a) => std::sync::Arc::make_mut(a),
+            None => &mut [],
+        }
+    }
+    /// Whether `other` is this very list (not only equal attributes).
+    pub fn same_list(&self, other: &Attrs) -> bool {
+        match (&self.0, &other.0) {
+            (Some(a), Some(b)) => std::sync::Arc::ptr_eq(a, b),
+            (None, None) => true,
+            _ => false,
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 enum Repr {
     Int(Box<str>, i64),

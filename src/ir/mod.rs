@@ -17,7 +17,7 @@ use petgraph::stable_graph::{NodeIndex, StableGraph};
 use petgraph::visit::{EdgeRef, IntoEdgeReferences};
 use petgraph::Direction;
 
-pub use attr::Attribute;
+pub use attr::{Attribute, Attrs};
 pub use meta::{MetaEntry, Text};
 pub use tensor::{Tensor, TensorView};
 
@@ -82,7 +82,7 @@ pub struct Node {
     pub outputs: Vec<Option<ValueId>>,
     /// Values of this graph read only inside the node's subgraphs (by name, outer scope).
     pub implicit_inputs: Vec<ValueId>,
-    pub attributes: Vec<Attribute>,
+    pub attributes: Attrs,
     pub metadata_props: Vec<MetaEntry>,
     /// The fields few nodes carry, boxed: a node is 72 bytes smaller (`None`: all absent).
     pub rare: Option<Box<NodeRare>>,
@@ -125,7 +125,7 @@ impl Node {
             inputs: Vec::new(),
             outputs: Vec::new(),
             implicit_inputs: Vec::new(),
-            attributes: Vec::new(),
+            attributes: Attrs::default(),
             metadata_props: Vec::new(),
             rare: None,
         }

@@ -238,7 +238,7 @@ fn fold_rec<C>(
         }
         let node = g.node_mut(n);
         let name = node.name().to_string();
-        for a in node.attributes.iter_mut() {
+        for a in node.attributes.make_mut() {
             let attr = a.name().to_string();
             if let Some(body) = a.g_mut() {
                 fold_rec(body, &path.child(&name, &attr, None), &for_bodies, f);

@@ -355,7 +355,7 @@ fn cut_before(
             name_hint: "barrier".into(),
             inputs,
             outputs: vec![out],
-            attributes: Vec::new(),
+            attributes: Default::default(),
             metadata: vec![(LAYER_ANN_KEY.into(), Text::copy(annotation))],
         });
         for (c, slot) in consumers.of(v) {

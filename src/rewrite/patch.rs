@@ -5,7 +5,8 @@
 use std::collections::HashMap;
 
 use crate::ir::{
-    Attribute, Graph, Initializer, Node, NodeId, Origin, Tensor, Text, ValueId, IMPLICIT_SLOT,
+    Attribute, Attrs, Graph, Initializer, Node, NodeId, Origin, Tensor, Text, ValueId,
+    IMPLICIT_SLOT,
 };
 use crate::proto::{attribute_proto::AttributeType, AttributeProto, TensorProto};
 
@@ -77,9 +78,10 @@ pub struct NewNode {
     pub name_hint: String,
     pub inputs: Vec<Option<PValue>>,
     pub outputs: Vec<PValue>,
-    /// Attributes, either built here or carried over from the original node. Graph payloads
-    /// stay in their messages until the patch is applied, which imports them.
-    pub attributes: Vec<Attribute>,
+    /// Attributes, either built here or carried over from the original node (one list for
+    /// nodes that have the same, e.g. the pieces of a split). Graph payloads stay in their
+    /// messages until the patch is applied, which imports them.
+    pub attributes: Attrs,
     /// Extra metadata (e.g. `layer_ann`), besides the rule and origin stamps.
     pub metadata: Vec<(Text, Text)>,
 }
@@ -242,6 +244,19 @@ impl Patch {
         attributes: impl IntoIterator<Item = impl Into<Attribute>>,
         n_out: usize,
     ) -> Vec<PValue> {
+        let attributes = attributes.into_iter().map(Into::into).collect();
+        self.node_with(op, domain, inputs, attributes, n_out)
+    }
+
+    /// [`Patch::node`] with a list of attributes other nodes may share.
+    pub fn node_with(
+        &mut self,
+        op: &str,
+        domain: &str,
+        inputs: &[Option<PValue>],
+        attributes: Attrs,
+        n_out: usize,
+    ) -> Vec<PValue> {
         let base = op.to_ascii_lowercase();
         let outputs: Vec<PValue> = (0..n_out).map(|_| self.value(&base)).collect();
         self.nodes.push(NewNode {
@@ -250,7 +265,7 @@ impl Patch {
             name_hint: op.to_string(),
             inputs: inputs.to_vec(),
             outputs: outputs.clone(),
-            attributes: attributes.into_iter().map(Into::into).collect(),
+            attributes,
             metadata: Vec::new(),
         });
         outputs
@@ -442,40 +457,53 @@ impl Patch {
                 inputs: nn.inputs.iter().map(|i| i.map(resolve)).collect(),
                 outputs: nn.outputs.iter().map(|o| Some(resolve(*o))).collect(),
                 implicit_inputs: Vec::new(),
-                attributes: Vec::with_capacity(nn.attributes.len()),
+                attributes: Attrs::default(),
                 metadata_props: Vec::new(),
                 rare: None,
             };
             let mut implicit: Vec<ValueId> = Vec::new();
-            for a in nn.attributes {
-                let mut proto = match a.into_message_with_graphs() {
-                    Ok(proto) => proto,
-                    Err(a) => {
-                        node.attributes.push(a);
-                        continue;
-                    }
-                };
-                let single = proto.g.take();
-                let many = std::mem::take(&mut proto.graphs);
-                let mut import = |gp: crate::proto::GraphProto| -> Graph {
-                    match crate::import::import_subgraph(gp, &scope, &prefix) {
-                        Ok((sub, refs)) => {
-                            for r in refs {
-                                if let Some(&v) = scope.get(&r) {
-                                    if !implicit.contains(&v) {
-                                        implicit.push(v);
+            // Attributes without graphs to import are taken as they are (a list the patch's
+            // nodes share stays one list).
+            let imports = nn
+                .attributes
+                .iter()
+                .any(|a| a.message_graphs().next().is_some());
+            if !imports {
+                node.attributes = nn.attributes;
+            } else {
+                let mut attributes = Vec::with_capacity(nn.attributes.len());
+                for a in nn.attributes.iter().cloned() {
+                    let mut proto = match a.into_message_with_graphs() {
+                        Ok(proto) => proto,
+                        Err(a) => {
+                            attributes.push(a);
+                            continue;
+                        }
+                    };
+                    let single = proto.g.take();
+                    let many = std::mem::take(&mut proto.graphs);
+                    let mut import = |gp: crate::proto::GraphProto| -> Graph {
+                        match crate::import::import_subgraph(gp, &scope, &prefix) {
+                            Ok((sub, refs)) => {
+                                for r in refs {
+                                    if let Some(&v) = scope.get(&r) {
+                                        if !implicit.contains(&v) {
+                                            implicit.push(v);
+                                        }
                                     }
                                 }
+                                sub
                             }
-                            sub
+                            // `check` imported it successfully already; an empty graph is
+                            // unreachable.
+                            Err(_) => Graph::default(),
                         }
-                        // `check` imported it successfully already; an empty graph is unreachable.
-                        Err(_) => Graph::default(),
-                    }
-                };
-                let g1 = single.map(|gp| Box::new(import(*gp)));
-                let gs = many.into_iter().map(&mut import).collect();
-                node.attributes.push(Attribute::with_graphs(proto, g1, gs));
+                    };
+                    let g1 = single.map(|gp| Box::new(import(*gp)));
+                    let gs = many.into_iter().map(&mut import).collect();
+                    attributes.push(Attribute::with_graphs(proto, g1, gs));
+                }
+                node.attributes = attributes.into();
             }
             node.implicit_inputs = implicit;
             // Room for the entries below at once, not the four a first push makes room for.
@@ -574,7 +602,7 @@ impl Patch {
                     name_hint: "Identity".into(),
                     inputs: vec![Some(new)],
                     outputs: vec![out],
-                    attributes: Vec::new(),
+                    attributes: Attrs::default(),
                     metadata: Vec::new(),
                 });
                 self.replace[i].1 = out;

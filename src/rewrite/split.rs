@@ -11,7 +11,7 @@
 //! Slices are made with `Slice`, not `Split`: DirectML computed wrong results for Split inside
 //! fused partitions (microsoft/onnxruntime#21007).
 
-use crate::ir::{Attribute, Graph, NodeId, ValueId};
+use crate::ir::{Attribute, Attrs, Graph, NodeId, ValueId};
 use crate::proto::AttributeProto;
 use crate::rewrite::consts::{constant_tensor, int64s, slice_rows};
 use crate::rewrite::pass::{Cx, Pass, Planned};
@@ -49,6 +49,19 @@ fn conv_attrs(g: &Graph, n: NodeId, group: i64) -> Vec<Attribute> {
         .collect();
     v.push(AttrValue::Int(group).to_proto("group").into());
     v
+}
+
+/// [`conv_attrs`] for the pieces of a split: pieces of one group count hold one list
+/// (`last` keeps the list made last).
+fn piece_attrs(last: &mut Option<(i64, Attrs)>, g: &Graph, n: NodeId, group: i64) -> Attrs {
+    match last {
+        Some((k, a)) if *k == group => a.clone(),
+        _ => {
+            let a = Attrs::from(conv_attrs(g, n, group));
+            *last = Some((group, a.clone()));
+            a
+        }
+    }
 }
 
 /// `Slice(x)[start:end]` along `axis`, in the form the opset supports.
@@ -173,6 +186,7 @@ pub fn split_conv_with(
     let mut p = Patch::new(rule, node.name(), Some(n));
     let xv = PValue::Existing(x);
     let mut parts = Vec::new();
+    let mut shared: Option<(i64, Attrs)> = None;
     let concat_axis;
     match axis {
         SplitAxis::Channels => {
@@ -200,7 +214,8 @@ pub fn split_conv_with(
                             .map_err(SplitOutcome::Unsupported)?,
                     ));
                 }
-                parts.push(p.node("Conv", "", &ins, conv_attrs(g, n, groups), 1)[0]);
+                let attrs = piece_attrs(&mut shared, g, n, groups);
+                parts.push(p.node_with("Conv", "", &ins, attrs, 1)[0]);
                 g0 = g1;
             }
             concat_axis = 1;
@@ -230,7 +245,8 @@ pub fn split_conv_with(
                             .map_err(SplitOutcome::Unsupported)?,
                     ));
                 }
-                parts.push(p.node("Conv", "", &ins, conv_attrs(g, n, 1), 1)[0]);
+                let attrs = piece_attrs(&mut shared, g, n, 1);
+                parts.push(p.node_with("Conv", "", &ins, attrs, 1)[0]);
                 r0 = r1;
             }
             concat_axis = 1;
@@ -255,7 +271,8 @@ pub fn split_conv_with(
                 if let Some(b) = b {
                     ins.push(Some(PValue::Existing(b)));
                 }
-                parts.push(p.node("Conv", "", &ins, conv_attrs(g, n, group), 1)[0]);
+                let attrs = piece_attrs(&mut shared, g, n, group);
+                parts.push(p.node_with("Conv", "", &ins, attrs, 1)[0]);
                 s0 = s1;
             }
             concat_axis = 0;
