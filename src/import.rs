@@ -139,7 +139,7 @@ impl Names {
     fn get_hashed(&self, name: &str, hash: u64, values: &[Value]) -> Option<ValueId> {
         // A name in `clashes` has its hash in `by_hash` too.
         let &v = self.by_hash.get(&hash)?;
-        if values[v.index()].name == name {
+        if *values[v.index()].name == *name {
             Some(v)
         } else {
             self.clashes.get(name).copied()
@@ -157,7 +157,7 @@ impl Names {
                 if values[e.get().index()].name == *name {
                     e.insert(v);
                 } else {
-                    self.clashes.insert(name.clone(), v);
+                    self.clashes.insert(name.to_string(), v);
                 }
             }
         }

@@ -582,7 +582,7 @@ fn rx580_rewrites_every_body_and_names_inner_nodes_by_scope() {
     assert_eq!(fused, ["branch/else_branch/else_inv"]);
     let main = &out.model.graph;
     for name in ["f0", "g0"] {
-        let v = main.values.iter().find(|v| v.name == name).expect(name);
+        let v = main.values.iter().find(|v| *v.name == *name).expect(name);
         assert!(
             matches!(v.origin, onnx_safeify::ir::Origin::Node { .. }),
             "{name} lost its producer"
@@ -744,7 +744,7 @@ fn float16_fences_apply_in_a_body_and_keep_names_bodies_read() {
         let out = onnx_safeify::load(&dir.path().join(format!("{target}.onnx"))).unwrap();
         let g = &out.model.graph;
         // `h` is produced by the Cast back to float16 and keeps its name for the body.
-        let h = g.values.iter().find(|v| v.name == "h").expect("h");
+        let h = g.values.iter().find(|v| &*v.name == "h").expect("h");
         let onnx_safeify::ir::Origin::Node { node, .. } = h.origin else {
             panic!("h has no producer")
         };

@@ -402,7 +402,7 @@ fn ppocr_agrees_with_onnx_shape_inference() {
         for (i, v) in g.values.iter().enumerate() {
             let id = onnx_safeify::ir::ValueId(i as u32);
             let ours = facts.info(id).dims_known();
-            match (ours, expect.get(&v.name)) {
+            match (ours, expect.get(&*v.name)) {
                 (Some(o), Some((t, e))) => {
                     both += 1;
                     if &o != e || facts.info(id).dtype.is_some_and(|d| d != *t) {
@@ -620,7 +620,7 @@ fn check_against_runtime(path: &Path, shapes: &[Vec<i64>]) -> Option<(usize, usi
     let g = &model.graph;
     let (mut agree, mut open, mut wrong) = (0, 0, Vec::new());
     for (i, v) in g.values.iter().enumerate() {
-        let Some((t, dims)) = runtime.get(&v.name) else {
+        let Some((t, dims)) = runtime.get(&*v.name) else {
             continue;
         };
         let info = facts.info(onnx_safeify::ir::ValueId(i as u32));
@@ -783,7 +783,7 @@ for d in sorted(os.listdir(root)):
         let doc = onnx_safeify::load(&root.join(model).join("model.onnx")).unwrap();
         let facts = infer_model(&doc.model, &opts);
         for (i, v) in doc.model.graph.values.iter().enumerate() {
-            let Some((t, dims)) = values.get(&v.name) else {
+            let Some((t, dims)) = values.get(&*v.name) else {
                 continue;
             };
             let info = facts.info(onnx_safeify::ir::ValueId(i as u32));

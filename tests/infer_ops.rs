@@ -198,7 +198,7 @@ fn id(m: &Model, name: &str) -> ValueId {
         .graph
         .values
         .iter()
-        .position(|v| v.name == name)
+        .position(|v| *v.name == *name)
         .unwrap_or_else(|| panic!("no value {name}"));
     ValueId(i as u32)
 }

@@ -437,7 +437,7 @@ fn check_round_trip(r: &Recipe) -> Result<(), TestCaseError> {
     );
     let g = &imported.graph;
     for (i, v) in g.values.iter().enumerate() {
-        if let Some(s) = shapes.get(&v.name) {
+        if let Some(s) = shapes.get(&*v.name) {
             let id = onnx_safeify::ir::ValueId(i as u32);
             prop_assert_eq!(
                 facts.info(id).dims_known(),

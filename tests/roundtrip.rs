@@ -294,7 +294,7 @@ fn renamed_initializers_stream_as_the_whole_message_encodes() {
     // are written, for a streamed payload and for a small tensor.
     for v in inits.iter().step_by(2) {
         let name = format!("{}_renamed", g.value_name(*v));
-        g.values[v.index()].name = name;
+        g.values[v.index()].name = name.into();
     }
     let out = dir.path().join("out.onnx");
     onnx_safeify::save(&doc, &out).unwrap();

@@ -1485,7 +1485,7 @@ fn an_output_read_by_a_subgraph_keeps_its_name() {
     let q = g
         .values
         .iter()
-        .find(|v| v.name == "q")
+        .find(|v| &*v.name == "q")
         .expect("q is still defined");
     let onnx_safeify::ir::Origin::Node { node, .. } = q.origin else {
         panic!("q has no producer")

@@ -383,7 +383,7 @@ pub fn scopes_with_facts<'a>(
                     crate::ir::Origin::Unbound | crate::ir::Origin::OuterScope
                 );
                 if own && (s.info.dtype.is_some() || s.info.shape.is_some()) {
-                    mine.insert(v.name.clone(), s);
+                    mine.insert(v.name.to_string(), s);
                 }
             }
             seeds.insert(sg.path.clone(), mine);

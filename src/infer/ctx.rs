@@ -255,7 +255,7 @@ impl Ctx<'_, '_> {
                 .values
                 .iter()
                 .enumerate()
-                .map(|(i, v)| (v.name.as_str(), ValueId(i as u32)))
+                .map(|(i, v)| (&*v.name, ValueId(i as u32)))
                 .collect()
         });
         let v = *names.get(name)?;

@@ -110,12 +110,12 @@ impl<'a> ScopedGraph<'a> {
         if val.origin != Origin::OuterScope {
             return None;
         }
-        let mut name = val.name.as_str();
+        let mut name = &*val.name;
         for (up, g) in self.ancestors.iter().rev().enumerate() {
             let found = g
                 .values
                 .iter()
-                .position(|x| x.name == name && x.origin != Origin::Unbound)
+                .position(|x| *x.name == *name && x.origin != Origin::Unbound)
                 .map(|i| ValueId(i as u32));
             match found {
                 Some(id) if g.value(id).origin == Origin::OuterScope => name = &g.value(id).name,
@@ -263,7 +263,7 @@ pub fn reserve_names_across_scopes(root: &mut Graph) {
     let mut names: Vec<String> = Vec::new();
     for sg in graphs(root) {
         let g = sg.graph;
-        names.extend(g.values.iter().map(|v| v.name.clone()));
+        names.extend(g.values.iter().map(|v| v.name.to_string()));
         names.extend(g.order.iter().map(|&n| g.node(n).name().to_string()));
     }
     names.sort_unstable();

@@ -376,11 +376,11 @@ impl OuterFacts {
             }
             let a = cx.facts().seed(id);
             if known(&a) {
-                out.assumed.insert(v.name.clone(), a);
+                out.assumed.insert(v.name.to_string(), a);
             }
             let e = cx.exact_facts().seed(id);
             if known(&e) {
-                out.exact.insert(v.name.clone(), e);
+                out.exact.insert(v.name.to_string(), e);
             }
         }
         out

@@ -433,7 +433,7 @@ impl Patch {
                 .iter()
                 .enumerate()
                 .filter(|(_, v)| !matches!(v.origin, Origin::Unbound))
-                .map(|(i, v)| (v.name.clone(), ValueId(i as u32)))
+                .map(|(i, v)| (v.name.to_string(), ValueId(i as u32)))
                 .collect()
         } else {
             HashMap::new()
@@ -564,8 +564,8 @@ impl Patch {
         for (old, new) in renames {
             let old_name = g.value_name(old).to_string();
             let new_name = g.value_name(new).to_string();
-            g.values[old.index()].name = new_name;
-            g.values[new.index()].name = old_name;
+            g.values[old.index()].name = new_name.into_boxed_str();
+            g.values[new.index()].name = old_name.into_boxed_str();
         }
         // Edges into new nodes whose producers are new nodes created later in this patch.
         rebuild_edges(g, &created);
@@ -636,7 +636,7 @@ impl Patch {
                 .iter()
                 .enumerate()
                 .filter(|(_, v)| !matches!(v.origin, Origin::Unbound))
-                .map(|(i, v)| (v.name.clone(), ValueId(i as u32)))
+                .map(|(i, v)| (v.name.to_string(), ValueId(i as u32)))
                 .collect();
             for nn in &self.nodes {
                 for a in &nn.attributes {

@@ -577,7 +577,7 @@ pub fn unfuse_all_with(
             for (i, v) in g.values.iter().enumerate() {
                 let s = f.seed(ValueId(i as u32));
                 if s.info.dtype.is_some() || s.info.shape.is_some() {
-                    for_bodies.insert(v.name.clone(), s);
+                    for_bodies.insert(v.name.to_string(), s);
                 }
             }
         }
