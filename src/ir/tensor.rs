@@ -14,7 +14,7 @@ use crate::proto::TensorProto;
 /// See the module documentation.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Tensor {
-    pub dims: Vec<i64>,
+    pub dims: Box<[i64]>,
     pub data_type: Option<i32>,
     pub raw_data: Option<Bytes>,
     /// Every other field, when the tensor has any (its `dims`, `data_type`, `raw_data` and
@@ -47,7 +47,7 @@ impl Tensor {
         debug_assert_eq!(empty, t == *EMPTY, "a field of TensorProto is not checked");
         let rest = (!empty).then(|| Box::new(t));
         Tensor {
-            dims,
+            dims: dims.into_boxed_slice(),
             data_type,
             raw_data,
             rest,
