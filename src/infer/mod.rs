@@ -467,7 +467,12 @@ impl Facts {
     ) {
         self.constant[v.index()] = true;
         let (konst, lazy) = consts::read_tensor(t);
-        self.set(v, initializer_info(t), declared);
+        // initializer_info, its shape the kept copy (no new one when there is).
+        let info = TensorInfo {
+            dtype: initializer_dtype(t),
+            shape: Some(self.kept_shape(initializer_shape(t.dims))),
+        };
+        self.set(v, info, declared);
         // Deferred contents are decoded with the value's dims: when a declaration made those
         // differ from the tensor's, they are decoded now, with the tensor's (the contents the
         // deferred decoding would give).
@@ -723,9 +728,14 @@ pub fn declared(graph: &Graph) -> Facts {
 /// What an initializer's own fields say of it: its element type and dims.
 fn initializer_info(t: crate::ir::tensor::TensorView<'_>) -> TensorInfo {
     TensorInfo {
-        dtype: t.data_type.filter(|&d| d > 0),
+        dtype: initializer_dtype(t),
         shape: Some(initializer_shape(t.dims).into()),
     }
+}
+
+/// An initializer's element type (none for an unset or invalid one).
+fn initializer_dtype(t: crate::ir::tensor::TensorView<'_>) -> Option<i32> {
+    t.data_type.filter(|&d| d > 0)
 }
 
 /// The shape inference gives an initializer of these dims (before any declaration is merged).
@@ -977,6 +987,18 @@ impl Facts {
             self.intern(&mut info.shape);
         }
         self.infos[i] = info;
+    }
+
+    /// The kept copy of these dims (kept now if there is none): no new copy when there is.
+    fn kept_shape(&mut self, dims: Vec<Dim>) -> Shape {
+        match self.shapes.get(dims.as_slice()) {
+            Some(kept) => kept.clone(),
+            None => {
+                let shape = Shape::from(dims);
+                self.shapes.insert(shape.clone());
+                shape
+            }
+        }
     }
 
     /// Make `shape` the kept copy of its dims (kept now if there is none).
