@@ -128,12 +128,6 @@ impl From<Vec<Dim>> for Shape {
     }
 }
 
-impl From<&[Dim]> for Shape {
-    fn from(dims: &[Dim]) -> Shape {
-        Shape(dims.into())
-    }
-}
-
 impl FromIterator<Dim> for Shape {
     fn from_iter<I: IntoIterator<Item = Dim>>(dims: I) -> Shape {
         Shape(dims.into_iter().collect())
