@@ -79,9 +79,8 @@ fn fold(c: &Ctx, ins: &[usize], out_dtype: i32, f: &dyn Fn(&[S]) -> Option<S>) -
     Some(Out::from_data(ValueData::new(out_dtype, out_dims, elems)?))
 }
 
-/// Output shape of a broadcasting operator over inputs `ins`.
-/// The broadcast shape of the inputs: one of theirs, shared, when it is one of them (the
-/// usual case: the others are equal or broadcast to it).
+/// Output shape of a broadcasting operator over inputs `ins`: one of theirs, shared, when it
+/// is one of them (the usual case: the others are equal or broadcast to it).
 fn broadcast_info(c: &Ctx, ins: &[usize]) -> Option<Shape> {
     let shapes: Vec<Option<&[Dim]>> = ins.iter().map(|&i| c.shape(i)).collect();
     let out = broadcast_shapes(&shapes)?;

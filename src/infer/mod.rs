@@ -983,12 +983,13 @@ impl Facts {
         self.infos[i] = info;
     }
 
-    /// The kept copy of these dims (kept now if there is none): no new copy when there is.
-    fn kept_shape(&mut self, dims: Vec<Dim>) -> Shape {
-        match self.shapes.get(dims.as_slice()) {
+    /// The kept copy of these dims (kept now if there is none): dims given as a vector are
+    /// made a shape only when none is kept.
+    fn kept_shape<S: std::borrow::Borrow<[Dim]> + Into<Shape>>(&mut self, dims: S) -> Shape {
+        match self.shapes.get(dims.borrow()) {
             Some(kept) => kept.clone(),
             None => {
-                let shape = Shape::from(dims);
+                let shape = dims.into();
                 self.shapes.insert(shape.clone());
                 shape
             }
@@ -997,13 +998,8 @@ impl Facts {
 
     /// Make `shape` the kept copy of its dims (kept now if there is none).
     fn intern(&mut self, shape: &mut Option<Shape>) {
-        if let Some(shape) = shape {
-            match self.shapes.get(&**shape) {
-                Some(kept) => *shape = kept.clone(),
-                None => {
-                    self.shapes.insert(shape.clone());
-                }
-            }
+        if let Some(s) = shape.take() {
+            *shape = Some(self.kept_shape(s));
         }
     }
 

@@ -63,6 +63,21 @@ impl Attrs {
             None => &mut [],
         }
     }
+    /// The attributes as a vector of their own: moved out when no other node holds the list,
+    /// copied when one does.
+    pub fn into_vec(self) -> Vec<Attribute> {
+        let Some(mut list) = self.0 else {
+            return Vec::new();
+        };
+        match std::sync::Arc::get_mut(&mut list) {
+            // An empty name allocates nothing: the placeholder left behind is free.
+            Some(own) => own
+                .iter_mut()
+                .map(|a| std::mem::replace(a, Attribute(Repr::Int(Box::default(), 0))))
+                .collect(),
+            None => list.to_vec(),
+        }
+    }
     /// Whether `other` is this very list (not only equal attributes).
     pub fn same_list(&self, other: &Attrs) -> bool {
         match (&self.0, &other.0) {

@@ -146,11 +146,17 @@ impl Patch {
     /// patch's node does not produce, e.g. a new initializer, makes none); a removed node's
     /// edges free their slots, which the next patch reuses.
     pub fn growth(&self, g: &Graph) -> Growth {
+        let mut new_initializer = vec![false; self.values.len()];
+        for &(i, _) in &self.initializers {
+            if let Some(b) = new_initializer.get_mut(i) {
+                *b = true;
+            }
+        }
         let made_by_node = |v: &PValue| match *v {
             PValue::Existing(v) => g.values.get(v.index()).is_some_and(
                 |v| matches!(v.origin, Origin::Node { node, .. } if g.nodes.contains_node(node)),
             ),
-            PValue::New(i) => !self.initializers.iter().any(|(j, _)| *j == i),
+            PValue::New(i) => !new_initializer.get(i).copied().unwrap_or(false),
         };
         let reads = self
             .nodes
@@ -472,7 +478,7 @@ impl Patch {
                 node.attributes = nn.attributes;
             } else {
                 let mut attributes = Vec::with_capacity(nn.attributes.len());
-                for a in nn.attributes.iter().cloned() {
+                for a in nn.attributes.into_vec() {
                     let mut proto = match a.into_message_with_graphs() {
                         Ok(proto) => proto,
                         Err(a) => {
