@@ -1022,3 +1022,49 @@ fn values_of_one_shape_share_one_copy() {
     assert!(shape("q").same_copy(&shape("x")));
     assert!(!shape("q").same_copy(&a));
 }
+
+/// Small constants of equal contents share one copy in the facts (the bounds of every split's
+/// slices are a few distinct tensors): initializers and folded results alike. Contents that
+/// differ only in a float's sign or a NaN's bits are kept apart, each as it is.
+#[test]
+fn small_constants_of_equal_contents_share_one_copy() {
+    let m = G::new(13)
+        .input("x", F, &[K(2), K(8)])
+        .init(t_i64("s1", &[1], &[2]))
+        .init(t_i64("s2", &[1], &[2]))
+        .init(t_i64("e", &[1], &[5]))
+        .init(t_i64("ax", &[1], &[1]))
+        .init(t_f32("pz", &[2], &[0.0, 1.0]))
+        .init(t_f32("nz", &[2], &[-0.0, 1.0]))
+        .init(t_f32("pz2", &[2], &[0.0, 1.0]))
+        .node(node("Slice", &["x", "s1", "e", "ax"], &["y1"], vec![]))
+        .node(node("Slice", &["x", "s2", "e", "ax"], &["y2"], vec![]))
+        .node(node("Shape", &["y1"], &["sh1"], vec![]))
+        .node(node("Shape", &["y2"], &["sh2"], vec![]))
+        .output("sh1")
+        .output("sh2")
+        .output("pz")
+        .output("nz")
+        .output("pz2")
+        .build();
+    let facts = infer_model(&m, &InferOptions::default());
+    let c = |n: &str| facts.const_value(id(&m, n)).expect(n);
+    assert_eq!(c("s1").ints, Some(vec![2]));
+    assert!(std::ptr::eq(c("s1"), c("s2")));
+    assert!(!std::ptr::eq(c("s1"), c("e")));
+    // Folded: Shape of [2, 3] twice.
+    assert_eq!(c("sh1").ints, Some(vec![2, 3]));
+    assert!(std::ptr::eq(c("sh1"), c("sh2")));
+    assert!(std::ptr::eq(c("pz"), c("pz2")));
+    assert!(!std::ptr::eq(c("pz"), c("nz")));
+    let bits = |n: &str| -> Vec<u64> {
+        c(n).floats
+            .as_ref()
+            .expect(n)
+            .iter()
+            .map(|f| f.to_bits())
+            .collect()
+    };
+    assert_eq!(bits("nz")[0], (-0.0f64).to_bits());
+    assert_eq!(bits("pz")[0], 0.0f64.to_bits());
+}

@@ -29,6 +29,7 @@ mod table;
 mod tensor_ops;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use crate::ir::{Graph, Model, Origin, ValueId};
 use crate::proto::{tensor_shape_proto::dimension, type_proto, ValueInfoProto};
@@ -287,8 +288,10 @@ pub struct Conflict {
 #[derive(Debug, Clone, Default)]
 pub struct Facts {
     infos: Vec<TensorInfo>,
-    /// Boxed: most values have no known contents, and a slot is 8 bytes instead of 80.
-    consts: Vec<Option<Box<ConstTensor>>>,
+    /// Counted: most values have no known contents, and a slot is 8 bytes instead of 80.
+    /// Small contents are kept once ([`Facts::kept_const`]): the bounds of a split's slices
+    /// repeat in every split, and their values share a copy.
+    consts: Vec<Option<Arc<ConstTensor>>>,
     /// Constants whose contents are decoded on first use (see `consts::Lazy`), by value index;
     /// shorter than the other tables when the last values have none. A slot per value, not a
     /// hash map: a rewritten model can hold one per initializer (105,000 after the rx580 splits
@@ -311,6 +314,43 @@ pub struct Facts {
     /// shapes (a stack of identical blocks repeats them), and a shape is then a pointer, not
     /// a vector of its own (the deep rx580 output of the bench has 156,000 values).
     shapes: crate::ir::hash::FastSet<Shape>,
+    /// One copy of each distinct small constant in `consts`, by [`const_key`] (a second
+    /// constant of the same key and other contents, never seen, gets a copy of its own).
+    kept_consts: crate::ir::hash::HashKeyMap<Arc<ConstTensor>>,
+}
+
+/// Constants of at most this many elements are kept once (see [`Facts::kept_const`]).
+const KEEP_CONST_ELEMENTS: usize = 16;
+
+/// A hash of a constant's type, dims and elements (floats by their bits).
+fn const_key(k: &ConstTensor) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = crate::ir::hash::FastHasher::default();
+    k.dtype.hash(&mut h);
+    k.dims.hash(&mut h);
+    k.ints.hash(&mut h);
+    if let Some(f) = &k.floats {
+        f.len().hash(&mut h);
+        for x in f {
+            x.to_bits().hash(&mut h);
+        }
+    }
+    h.finish()
+}
+
+/// The same type, dims and elements, floats bit for bit (so `-0.0` and each NaN stay what
+/// they are).
+fn same_const(a: &ConstTensor, b: &ConstTensor) -> bool {
+    a.dtype == b.dtype
+        && a.dims == b.dims
+        && a.ints == b.ints
+        && match (&a.floats, &b.floats) {
+            (None, None) => true,
+            (Some(x), Some(y)) => {
+                x.len() == y.len() && x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits())
+            }
+            _ => false,
+        }
 }
 
 static UNKNOWN: TensorInfo = TensorInfo {
@@ -475,7 +515,7 @@ impl Facts {
             Some(l) => (l.decode(), None),
             None => (konst, None),
         };
-        self.consts[v.index()] = konst.map(Box::new);
+        self.consts[v.index()] = konst.map(|k| self.kept_const(k));
         if lazy.is_some() {
             self.set_lazy(v, lazy);
         }
@@ -885,7 +925,7 @@ pub(crate) fn infer_scoped(
                 let id = ValueId(i as u32);
                 facts.set(id, seed.info, declared[i].as_ref());
                 facts.constant[i] = seed.constant;
-                facts.consts[i] = seed.konst.map(Box::new);
+                facts.consts[i] = seed.konst.map(|k| facts.kept_const(k));
                 if let Some(d) = seed.data {
                     facts.data.insert(i, d);
                 }
@@ -996,6 +1036,21 @@ impl Facts {
         }
     }
 
+    /// The kept copy of a small constant's contents (kept now when there is none); a larger
+    /// one gets a copy of its own.
+    fn kept_const(&mut self, k: ConstTensor) -> Arc<ConstTensor> {
+        use std::collections::hash_map::Entry;
+        let n = k.ints.as_ref().map_or(0, Vec::len) + k.floats.as_ref().map_or(0, Vec::len);
+        if n > KEEP_CONST_ELEMENTS {
+            return Arc::new(k);
+        }
+        match self.kept_consts.entry(const_key(&k)) {
+            Entry::Occupied(e) if same_const(e.get(), &k) => e.get().clone(),
+            Entry::Occupied(_) => Arc::new(k),
+            Entry::Vacant(e) => e.insert(Arc::new(k)).clone(),
+        }
+    }
+
     /// Make `shape` the kept copy of its dims (kept now if there is none).
     fn intern(&mut self, shape: &mut Option<Shape>) {
         if let Some(s) = shape.take() {
@@ -1057,7 +1112,7 @@ impl Facts {
                 floats: None,
             })
         });
-        self.consts[v.index()] = konst.map(Box::new);
+        self.consts[v.index()] = konst.map(|k| self.kept_const(k));
         match data {
             Some(d) => self.data.insert(v.index(), d),
             None => self.data.remove(&v.index()),
