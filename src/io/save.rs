@@ -392,9 +392,14 @@ fn write_temp_over(
 pub trait GraphSource {
     /// The model's message, its main graph without nodes and initializers.
     fn shell(&self) -> &ModelProto;
-    /// The main graph's nodes, in order, each encoded as the graph's field 1 (key, length,
-    /// message), in one or more parts that are written one after another.
-    fn encode_nodes(&self) -> Vec<Vec<u8>>;
+    /// The size of the main graph's nodes, each encoded as the graph's field 1 (key, length,
+    /// message).
+    fn nodes_len(&self) -> usize;
+    /// The main graph's nodes, in order, each encoded as the graph's field 1, given to `put`
+    /// in parts (the encoded nodes need not all be held at once). An error of `put` stops
+    /// the encoding and is returned.
+    fn write_nodes(&self, put: &mut dyn FnMut(&[u8]) -> std::io::Result<()>)
+        -> std::io::Result<()>;
     /// The main graph's initializers, in order, each with the name it is written under (which
     /// replaces the tensor's own `name`).
     fn initializers(&self, each: &mut dyn FnMut(TensorView<'_>, &str));
@@ -427,34 +432,31 @@ pub(crate) fn save_streamed_over(
     Ok(SaveSummary::one_file(out, written))
 }
 
-/// The encoding of `proto.encode_to_vec()` for the model of `src`: the nodes are encoded
-/// first (the graph's length prefix needs their size; encoded, a node takes a fraction of its
-/// message's memory), the initializers are measured, then written with their payloads.
+/// The encoding of `proto.encode_to_vec()` for the model of `src`: the nodes and initializers
+/// are measured first (the graph's length prefix needs their size), then written, the nodes
+/// as they are encoded, the initializers with their payloads.
 fn write_model_streamed<W: PayloadWrite>(w: &mut W, src: &dyn GraphSource) -> std::io::Result<()> {
     let m = src.shell();
     let mut scratch = Vec::with_capacity(1 << 16);
     let (head, tail) = (model_head(m), model_tail(m));
     // The graph's nodes, encoded, and its length.
     let graph = m.graph.as_ref().map(|g| {
-        let nodes = src.encode_nodes();
-        let nodes_len: usize = nodes.iter().map(Vec::len).sum();
+        let nodes_len = src.nodes_len();
         let mut inits = 0usize;
         src.initializers(&mut |t, name| {
             let l = named_len(t, name);
             inits += prost::encoding::key_len(5) + varint_len(l as u64) + l;
         });
-        (g, nodes, nodes_len + g.encoded_len() + inits)
+        (g, nodes_len + g.encoded_len() + inits)
     });
-    let graph_field = graph.as_ref().map_or(0, |(_, _, len)| {
+    let graph_field = graph.as_ref().map_or(0, |(_, len)| {
         prost::encoding::key_len(7) + varint_len(*len as u64) + len
     });
     w.reserve((head.encoded_len() + graph_field + tail.encoded_len()) as u64)?;
     put_message(w, &mut scratch, &head)?;
-    if let Some((g, nodes, len)) = graph {
+    if let Some((g, len)) = graph {
         put_len_key(w, 7, len)?;
-        for part in nodes {
-            w.write_all(&part)?;
-        }
+        src.write_nodes(&mut |part| w.write_all(part))?;
         if let Some(name) = &g.name {
             scratch.clear();
             prost::encoding::string::encode(2, name, &mut scratch);
