@@ -555,7 +555,6 @@ impl Ctx<'_> {
                         inputs: Vec::with_capacity(n_inputs),
                         // Set below, once the outputs are defined.
                         outputs: Vec::new(),
-                        implicit_inputs: Vec::new(),
                         attributes: Attrs::default(),
                         metadata_props: metadata_props.into_iter().map(MetaEntry::from).collect(),
                         rare,
@@ -714,7 +713,7 @@ impl Ctx<'_> {
             let node = &mut g.nodes[id];
             node.inputs = inputs;
             node.attributes = attributes.into();
-            node.implicit_inputs = implicit;
+            node.set_implicit_inputs(implicit);
         }
         // An edge per read of a node's output (reads of initializers and inputs make none).
         let producer = |v: ValueId| match g.values[v.index()].origin {

@@ -47,7 +47,7 @@ pub fn plan(g: &Graph, is_cpu: &dyn Fn(NodeId) -> bool) -> Result<Vec<Segment>> 
             .inputs
             .iter()
             .flatten()
-            .chain(node.implicit_inputs.iter())
+            .chain(node.implicit_inputs().iter())
         {
             if let Origin::Node { node: p, .. } = g.value(*v).origin {
                 preds.insert(p);
@@ -127,7 +127,7 @@ pub fn plan(g: &Graph, is_cpu: &dyn Fn(NodeId) -> bool) -> Result<Vec<Segment>> 
                 .inputs
                 .iter()
                 .flatten()
-                .chain(node.implicit_inputs.iter())
+                .chain(node.implicit_inputs().iter())
             {
                 let from_elsewhere = match g.value(*v).origin {
                     Origin::Node { node: p, .. } => seg_of.get(&p) != Some(&i),
@@ -195,7 +195,7 @@ pub fn segment_models(
                 node.inputs
                     .iter()
                     .flatten()
-                    .chain(node.implicit_inputs.iter())
+                    .chain(node.implicit_inputs().iter())
                     .copied()
                     .collect::<Vec<_>>()
             })

@@ -339,7 +339,7 @@ fn many_outer_scope_reads_import_in_linear_time() {
     let _ = onnx_safeify::export::export_model(&model);
     assert!(t0.elapsed().as_secs() < 20, "took {:?}", t0.elapsed());
     let node = model.graph.node(model.graph.order[0]);
-    assert_eq!(node.implicit_inputs.len(), 250_000);
+    assert_eq!(node.implicit_inputs().len(), 250_000);
 }
 
 /// `.npy` headers whose string width or shape was trusted: `U0` with a 10^12-element shape

@@ -73,7 +73,6 @@ impl Builder {
                 name: Some(name.to_string()),
                 inputs: inputs.to_vec(),
                 outputs: outs.iter().map(|&v| Some(v)).collect(),
-                implicit_inputs: vec![],
                 attributes: attrs.into_iter().map(Attribute::new).collect(),
                 ..Node::new(op)
             },

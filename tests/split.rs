@@ -222,7 +222,7 @@ fn symbolic_batch_split_runs_one_sample_at_a_time_for_any_batch() {
     let body = g.node(scan).attr("body").and_then(|a| a.g()).unwrap();
     assert_eq!(body.order.len(), 3);
     // The body reads the weights from the outer scope.
-    assert!(!g.node(scan).implicit_inputs.is_empty());
+    assert!(!g.node(scan).implicit_inputs().is_empty());
     onnx_safeify::engine::check_invariants(g).unwrap();
     check_equal(&src, &doc, "split_scan.onnx", &[1, 3]);
 }

@@ -30,7 +30,7 @@ pub(crate) fn used_values(g: &Graph) -> UsedValues {
     for &n in &g.order {
         let node = g.node(n);
         node.inputs.iter().flatten().for_each(|&v| mark(v));
-        node.implicit_inputs.iter().for_each(|&v| mark(v));
+        node.implicit_inputs().iter().for_each(|&v| mark(v));
     }
     UsedValues(used)
 }
@@ -164,7 +164,7 @@ fn check_graph_invariants(g: &Graph) -> Result<(), String> {
             .inputs
             .iter()
             .flatten()
-            .chain(node.implicit_inputs.iter())
+            .chain(node.implicit_inputs().iter())
         {
             if !defined(*v) {
                 return Err(format!(

@@ -527,7 +527,7 @@ impl Facts {
                 *u = true;
             }
         }
-        for v in &node.implicit_inputs {
+        for v in node.implicit_inputs() {
             if let (Some(u), Some(r)) = (
                 self.used.get_mut(v.index()),
                 self.read_by_body.get_mut(v.index()),
@@ -629,7 +629,7 @@ impl Facts {
             let new = |v: &ValueId| v.index() >= first_new;
             if node.outputs.iter().flatten().any(new)
                 || node.inputs.iter().flatten().any(new)
-                || node.implicit_inputs.iter().any(new)
+                || node.implicit_inputs().iter().any(new)
             {
                 self.mark_reads(node);
             }

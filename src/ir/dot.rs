@@ -149,7 +149,7 @@ pub fn render(g: &Graph, title: &str) -> String {
             .inputs
             .iter()
             .flatten()
-            .chain(node.implicit_inputs.iter());
+            .chain(node.implicit_inputs().iter());
         for &v in reads {
             let Some(from) = source_id(g, v, &input_ids) else {
                 continue;

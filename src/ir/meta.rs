@@ -64,6 +64,74 @@ impl std::fmt::Debug for Text {
     }
 }
 
+/// A node's `metadata_props`, shared: the nodes one rewrite makes carry the same stamps and
+/// hold one list (a clone is a count). Read it as a slice; change it with [`MetaList::set`]
+/// (which copies a shared list first). An empty list holds no allocation.
+#[derive(Clone, Default, PartialEq)]
+pub struct MetaList(Option<Arc<[MetaEntry]>>);
+
+impl std::ops::Deref for MetaList {
+    type Target = [MetaEntry];
+    fn deref(&self) -> &[MetaEntry] {
+        self.0.as_deref().unwrap_or(&[])
+    }
+}
+
+impl<'a> IntoIterator for &'a MetaList {
+    type Item = &'a MetaEntry;
+    type IntoIter = std::slice::Iter<'a, MetaEntry>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
+}
+
+impl From<Vec<MetaEntry>> for MetaList {
+    fn from(v: Vec<MetaEntry>) -> MetaList {
+        MetaList((!v.is_empty()).then(|| v.into()))
+    }
+}
+
+impl FromIterator<MetaEntry> for MetaList {
+    fn from_iter<I: IntoIterator<Item = MetaEntry>>(it: I) -> MetaList {
+        MetaList::from(it.into_iter().collect::<Vec<_>>())
+    }
+}
+
+impl std::fmt::Debug for MetaList {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+impl MetaList {
+    /// Set the value of the first entry of `key`, or add an entry at the end (a list another
+    /// node shares is copied first; the new list is allocated at its length).
+    pub fn set(&mut self, key: Text, value: Text) {
+        match self.iter().position(|e| e.key() == Some(&*key)) {
+            Some(i) => {
+                if let Some(list) = &mut self.0 {
+                    Arc::make_mut(list)[i].value = Some(value);
+                }
+            }
+            None => {
+                let entry = MetaEntry {
+                    key: Some(key),
+                    value: Some(value),
+                };
+                self.0 = Some(self.iter().cloned().chain([entry]).collect());
+            }
+        }
+    }
+    /// Whether `other` is this very list (not only equal entries).
+    pub fn same_list(&self, other: &MetaList) -> bool {
+        match (&self.0, &other.0) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            (None, None) => true,
+            _ => false,
+        }
+    }
+}
+
 /// One `metadata_props` entry of a node (either field may be absent, as in the message).
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct MetaEntry {
@@ -154,6 +222,35 @@ mod tests {
             assert_eq!(e.encoded_len(), e.to_proto().encoded_len());
             assert_eq!(MetaEntry::from(e.to_proto()), e);
         }
+    }
+
+    /// Entries are set in place or added at the end; a list another node holds is copied
+    /// first, and stays as it was.
+    #[test]
+    fn a_list_is_set_in_place_or_extended() {
+        let mut a = MetaList::default();
+        assert!(a.is_empty());
+        a.set("k".into(), Text::copy("1"));
+        a.set("j".into(), Text::copy("2"));
+        let b = a.clone();
+        assert!(a.same_list(&b));
+        a.set("k".into(), Text::copy("3"));
+        assert!(!a.same_list(&b));
+        let pairs = |l: &MetaList| -> Vec<(String, String)> {
+            l.iter()
+                .map(|e| (e.key().unwrap().to_string(), e.value().unwrap().to_string()))
+                .collect()
+        };
+        let owned = |v: &[(&str, &str)]| -> Vec<(String, String)> {
+            v.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        assert_eq!(pairs(&a), owned(&[("k", "3"), ("j", "2")]));
+        assert_eq!(pairs(&b), owned(&[("k", "1"), ("j", "2")]));
+        a.set("i".into(), Text::copy("4"));
+        assert_eq!(pairs(&a), owned(&[("k", "3"), ("j", "2"), ("i", "4")]));
+        assert_eq!(std::mem::size_of::<MetaList>(), 16);
     }
 
     /// No larger than the message's two optional strings, and no buffer of its own.

@@ -18,7 +18,7 @@ use petgraph::visit::{EdgeRef, IntoEdgeReferences};
 use petgraph::Direction;
 
 pub use attr::{Attribute, Attrs};
-pub use meta::{MetaEntry, Text};
+pub use meta::{MetaEntry, MetaList, Text};
 pub use tensor::{Tensor, TensorView};
 
 use crate::proto::{
@@ -80,11 +80,9 @@ pub struct Node {
     /// `None` is an omitted optional input (an empty name in ONNX).
     pub inputs: Vec<Option<ValueId>>,
     pub outputs: Vec<Option<ValueId>>,
-    /// Values of this graph read only inside the node's subgraphs (by name, outer scope).
-    pub implicit_inputs: Vec<ValueId>,
     pub attributes: Attrs,
-    pub metadata_props: Vec<MetaEntry>,
-    /// The fields few nodes carry, boxed: a node is 72 bytes smaller (`None`: all absent).
+    pub metadata_props: MetaList,
+    /// The fields few nodes carry, boxed: a node is 96 bytes smaller (`None`: all absent).
     pub rare: Option<Box<NodeRare>>,
 }
 
@@ -94,6 +92,8 @@ pub struct NodeRare {
     pub doc_string: Option<String>,
     pub overload: Option<String>,
     pub device_configurations: Vec<NodeDeviceConfigurationProto>,
+    /// Values of the node's graph read only inside its subgraphs (by name, outer scope).
+    pub implicit_inputs: Vec<ValueId>,
 }
 
 impl NodeRare {
@@ -111,6 +111,7 @@ impl NodeRare {
             doc_string,
             overload,
             device_configurations,
+            implicit_inputs: Vec::new(),
         }))
     }
 }
@@ -124,10 +125,26 @@ impl Node {
             domain: None,
             inputs: Vec::new(),
             outputs: Vec::new(),
-            implicit_inputs: Vec::new(),
             attributes: Attrs::default(),
-            metadata_props: Vec::new(),
+            metadata_props: MetaList::default(),
             rare: None,
+        }
+    }
+    /// Values of this graph read only inside the node's subgraphs (by name, outer scope).
+    pub fn implicit_inputs(&self) -> &[ValueId] {
+        self.rare.as_ref().map_or(&[], |r| &r.implicit_inputs)
+    }
+    /// [`Node::implicit_inputs`], to change (the rare fields' box is made when there is none).
+    pub fn implicit_inputs_mut(&mut self) -> &mut Vec<ValueId> {
+        &mut self
+            .rare
+            .get_or_insert_with(Default::default)
+            .implicit_inputs
+    }
+    /// Set [`Node::implicit_inputs`] (no box is made for none).
+    pub fn set_implicit_inputs(&mut self, v: Vec<ValueId>) {
+        if !v.is_empty() || self.rare.is_some() {
+            *self.implicit_inputs_mut() = v;
         }
     }
     pub fn doc_string(&self) -> Option<&str> {
@@ -163,19 +180,7 @@ impl Node {
     /// Set (or replace) one metadata_props entry. Give a shared value ([`Text`]) when many
     /// nodes get it.
     pub fn set_metadata(&mut self, key: impl Into<Text>, value: impl Into<Text>) {
-        let key = key.into();
-        let value = Some(value.into());
-        match self
-            .metadata_props
-            .iter_mut()
-            .find(|e| e.key() == Some(&*key))
-        {
-            Some(e) => e.value = value,
-            None => self.metadata_props.push(MetaEntry {
-                key: Some(key),
-                value,
-            }),
-        }
+        self.metadata_props.set(key.into(), value.into());
     }
 }
 
@@ -417,7 +422,7 @@ impl Consumers {
             let inputs = node.inputs.iter().enumerate();
             inputs
                 .filter_map(|(slot, v)| v.map(|v| (v, slot as u32)))
-                .chain(node.implicit_inputs.iter().map(|&v| (v, IMPLICIT_SLOT)))
+                .chain(node.implicit_inputs().iter().map(|&v| (v, IMPLICIT_SLOT)))
         }
         let n = g.values.len();
         let mut start = vec![0u32; n + 2];
@@ -631,7 +636,7 @@ impl Graph {
     pub fn insert_node(&mut self, node: Node, after: Option<NodeId>) -> NodeId {
         let inputs = node.inputs.clone();
         let outputs = node.outputs.clone();
-        let implicit = node.implicit_inputs.clone();
+        let implicit = node.implicit_inputs().to_vec();
         self.room_for_node();
         let id = self.nodes.add_node(node);
         for (slot, o) in outputs.iter().enumerate() {
@@ -710,7 +715,7 @@ impl Graph {
         let reads = |n: NodeId| {
             self.nodes
                 .node_weight(n)
-                .is_some_and(|node| node.implicit_inputs.contains(&v))
+                .is_some_and(|node| node.implicit_inputs().contains(&v))
         };
         let mut out: Vec<NodeId> = match self.linked_producer(v) {
             Some(p) => self
@@ -1008,13 +1013,15 @@ mod tests {
 
     /// The sizes of the tables' entries (a graph has one per value, node and initializer: the
     /// deep rx580 output of the bench, 156,000, 51,000 and 105,000): a value's name and a
-    /// tensor's dims are boxed (no spare capacity), a node's attributes one shared pointer.
+    /// tensor's dims are boxed (no spare capacity), a node's attributes and metadata one
+    /// shared pointer each.
     #[test]
     fn table_entries_are_compact() {
         assert_eq!(std::mem::size_of::<Value>(), 32);
         assert_eq!(std::mem::size_of::<Initializer>(), 72);
-        assert_eq!(std::mem::size_of::<Node>(), 192);
+        assert_eq!(std::mem::size_of::<Node>(), 160);
         assert_eq!(std::mem::size_of::<Attrs>(), 16);
+        assert_eq!(std::mem::size_of::<MetaList>(), 16);
     }
 
     /// A node or edge past what was reserved grows a full table by a 64th, not to twice it.

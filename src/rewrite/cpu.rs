@@ -97,7 +97,7 @@ fn joins(
             .inputs
             .iter()
             .flatten()
-            .chain(node.implicit_inputs.iter())
+            .chain(node.implicit_inputs().iter())
             .all(|v| match g.value(*v).origin {
                 Origin::Node { node: p, .. } => pinned.contains(&p),
                 Origin::Initializer => true,
@@ -109,7 +109,7 @@ fn joins(
 fn producers<'g>(g: &'g Graph, node: &'g Node) -> impl Iterator<Item = NodeId> + 'g {
     let inputs = node.inputs.iter().flatten();
     inputs
-        .chain(node.implicit_inputs.iter())
+        .chain(node.implicit_inputs().iter())
         .filter_map(|v| match g.value(*v).origin {
             Origin::Node { node, .. } => Some(node),
             _ => None,

@@ -5,8 +5,8 @@
 use std::collections::HashMap;
 
 use crate::ir::{
-    Attribute, Attrs, Graph, Initializer, Node, NodeId, Origin, Tensor, Text, ValueId,
-    IMPLICIT_SLOT,
+    Attribute, Attrs, Graph, Initializer, MetaEntry, MetaList, Node, NodeId, Origin, Tensor, Text,
+    ValueId, IMPLICIT_SLOT,
 };
 use crate::proto::{attribute_proto::AttributeType, AttributeProto, TensorProto};
 
@@ -447,9 +447,11 @@ impl Patch {
 
         let mut created = Vec::with_capacity(nodes.len());
         let first_at = anchor_pos.unwrap_or(g.order.len());
-        // The stamps every new node gets, one copy for all.
-        let rule = Text::from(rule);
-        let origin = (!origin.is_empty()).then(|| Text::copy(&origin));
+        // The stamps every new node gets: one list for all (a node with metadata of its own
+        // gets a copy with it).
+        let stamps: MetaList = std::iter::once(MetaEntry::new(RULE_KEY, rule))
+            .chain((!origin.is_empty()).then(|| MetaEntry::new(ORIGIN_KEY, Text::copy(&origin))))
+            .collect();
         for nn in nodes {
             let name = g.fresh_name(stem(&mut base, &prefix, &nn.name_hint));
             let mut node = Node {
@@ -462,9 +464,8 @@ impl Patch {
                 },
                 inputs: nn.inputs.iter().map(|i| i.map(resolve)).collect(),
                 outputs: nn.outputs.iter().map(|o| Some(resolve(*o))).collect(),
-                implicit_inputs: Vec::new(),
                 attributes: Attrs::default(),
-                metadata_props: Vec::new(),
+                metadata_props: stamps.clone(),
                 rare: None,
             };
             let mut implicit: Vec<ValueId> = Vec::new();
@@ -511,14 +512,7 @@ impl Patch {
                 }
                 node.attributes = attributes.into();
             }
-            node.implicit_inputs = implicit;
-            // Room for the entries below at once, not the four a first push makes room for.
-            let entries = 1 + usize::from(origin.is_some()) + nn.metadata.len();
-            node.metadata_props.reserve_exact(entries);
-            node.set_metadata(RULE_KEY, rule.clone());
-            if let Some(origin) = &origin {
-                node.set_metadata(ORIGIN_KEY, origin.clone());
-            }
+            node.set_implicit_inputs(implicit);
             for (k, v) in nn.metadata {
                 node.set_metadata(k, v);
             }
@@ -536,20 +530,10 @@ impl Patch {
         let taken_place = g.order.get(at).copied().filter(|n| remove.contains(n));
         let end = at + usize::from(taken_place.is_some());
         g.order.splice(at..end, created.iter().copied());
-        // Room for each node's new entries at once (a node's entries are consecutive), not
-        // the four a first push makes room for.
-        let mut i = 0;
-        while i < annotate.len() {
-            let n = annotate[i].0;
-            let run = annotate[i..].iter().take_while(|a| a.0 == n).count();
-            if g.nodes.contains_node(n) {
-                let node = &mut g.nodes[n];
-                node.metadata_props.reserve_exact(run);
-                for (_, k, v) in &annotate[i..i + run] {
-                    node.set_metadata(*k, v.clone());
-                }
+        for (n, k, v) in &annotate {
+            if let Some(node) = g.nodes.node_weight_mut(*n) {
+                node.set_metadata(*k, v.clone());
             }
-            i += run;
         }
         for n in remove {
             if Some(n) == taken_place {
@@ -718,7 +702,7 @@ impl Patch {
                 let used_by_survivor = g.order.iter().any(|&m| {
                     !removed.contains(&m)
                         && (g.nodes[m].inputs.contains(&Some(*v))
-                            || g.nodes[m].implicit_inputs.contains(v))
+                            || g.nodes[m].implicit_inputs().contains(v))
                 });
                 let new_reads = self
                     .nodes
@@ -750,7 +734,7 @@ fn repoint_implicit(g: &mut Graph, old: ValueId, new: ValueId) {
         for e in stale {
             g.nodes.remove_edge(e);
         }
-        let implicit = &mut g.nodes[n].implicit_inputs;
+        let implicit = g.nodes[n].implicit_inputs_mut();
         implicit.retain(|&v| v != old);
         if implicit.contains(&new) {
             continue;

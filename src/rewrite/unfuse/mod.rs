@@ -610,7 +610,7 @@ fn drop_dead_initializers(g: &mut Graph, candidates: &HashSet<ValueId>) -> usize
     for &n in &g.order {
         let nd = g.node(n);
         live.extend(nd.inputs.iter().flatten());
-        live.extend(nd.implicit_inputs.iter());
+        live.extend(nd.implicit_inputs().iter());
     }
     live.extend(g.outputs.iter().map(|o| o.value));
     live.extend(g.inputs.iter().map(|i| i.value));
