@@ -127,7 +127,9 @@ pub struct Step {
 }
 
 impl Step {
-    pub fn new(patch: Patch, op: String) -> Self {
+    pub fn new(mut patch: Patch, op: String) -> Self {
+        // A batch holds every plan until it is applied: no spare room in them.
+        patch.shrink_to_fit();
         let count = patch.nodes.len();
         Step {
             patch,

@@ -224,6 +224,19 @@ impl Patch {
             && self.repoint.is_empty()
     }
 
+    /// Give back the room the lists have beyond their entries. The lists grow as the patch is
+    /// built, by doubling; a planned patch is kept until its batch is applied (the 3,000 splits
+    /// of the deep 1.3 GB rx580 compile: 6 MB of spare room held at once).
+    pub fn shrink_to_fit(&mut self) {
+        self.values.shrink_to_fit();
+        self.initializers.shrink_to_fit();
+        self.nodes.shrink_to_fit();
+        self.remove.shrink_to_fit();
+        self.replace.shrink_to_fit();
+        self.annotate.shrink_to_fit();
+        self.repoint.shrink_to_fit();
+    }
+
     /// A new value; `hint` becomes part of its name.
     pub fn value(&mut self, hint: &str) -> PValue {
         self.values.push(NewValue {
