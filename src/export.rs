@@ -79,26 +79,33 @@ pub fn export_node(g: &Graph, id: crate::ir::NodeId) -> NodeProto {
 /// [`export_node`]'s message, without building it (each of its names would be a copy). A node
 /// with a subgraph goes through the message.
 pub fn encode_node_field(g: &Graph, id: crate::ir::NodeId, buf: &mut Vec<u8>) {
-    node_field(g, id, Some(buf));
+    node_field(g, id, Some(buf), None);
 }
 
-/// The size of what [`encode_node_field`] appends for node `id`.
-pub fn node_field_len(g: &Graph, id: crate::ir::NodeId) -> usize {
-    node_field(g, id, None)
+/// The length of node `id`'s message (what [`encode_node_field`] appends after the field's
+/// key and length).
+pub fn node_message_len(g: &Graph, id: crate::ir::NodeId) -> usize {
+    node_field(g, id, None, None)
 }
 
-/// The size of node `id` encoded as its graph's field 1; with `buf`, appended to it too.
-fn node_field(g: &Graph, id: crate::ir::NodeId, buf: Option<&mut Vec<u8>>) -> usize {
+/// The length of node `id`'s message; with `buf`, the node is appended to it as its graph's
+/// field 1 too. `known`: the message's length, when the caller has it already
+/// ([`node_message_len`]).
+fn node_field(
+    g: &Graph,
+    id: crate::ir::NodeId,
+    buf: Option<&mut Vec<u8>>,
+    known: Option<usize>,
+) -> usize {
     use prost::encoding::{encode_key, encode_varint, encoded_len_varint, key_len, WireType};
     use prost::Message as _;
     let n = &g.nodes[id];
     if n.attributes.iter().any(Attribute::has_graph) {
         let m = export_node(g, id);
-        let len = m.encoded_len();
         if let Some(buf) = buf {
             prost::encoding::message::encode(1, &m, buf);
         }
-        return key_len(1) + encoded_len_varint(len as u64) + len;
+        return m.encoded_len();
     }
     let name_of = |v: &Option<ValueId>| v.map_or("", |v| g.value_name(v));
     // The fields in tag order, as prost writes them: (tag, text) for strings, then messages.
@@ -127,26 +134,29 @@ fn node_field(g: &Graph, id: crate::ir::NodeId, buf: Option<&mut Vec<u8>>) -> us
     };
     let str_len = |tag: u32, s: &str| key_len(tag) + encoded_len_varint(s.len() as u64) + s.len();
     let msg_len = |tag: u32, l: usize| key_len(tag) + encoded_len_varint(l as u64) + l;
-    let mut len = 0usize;
-    strings(&mut |t, s| len += str_len(t, s));
-    len += n
-        .attributes
-        .iter()
-        .map(|a| msg_len(5, a.encoded_len()))
-        .sum::<usize>();
-    tail_strings(&mut |t, s| len += str_len(t, s));
-    len += n
-        .metadata_props
-        .iter()
-        .map(|m| msg_len(9, m.encoded_len()))
-        .sum::<usize>();
-    len += n
-        .device_configurations()
-        .iter()
-        .map(|d| msg_len(10, d.encoded_len()))
-        .sum::<usize>();
+    let len = known.unwrap_or_else(|| {
+        let mut len = 0usize;
+        strings(&mut |t, s| len += str_len(t, s));
+        len += n
+            .attributes
+            .iter()
+            .map(|a| msg_len(5, a.encoded_len()))
+            .sum::<usize>();
+        tail_strings(&mut |t, s| len += str_len(t, s));
+        len += n
+            .metadata_props
+            .iter()
+            .map(|m| msg_len(9, m.encoded_len()))
+            .sum::<usize>();
+        len += n
+            .device_configurations()
+            .iter()
+            .map(|d| msg_len(10, d.encoded_len()))
+            .sum::<usize>();
+        len
+    });
     let Some(buf) = buf else {
-        return msg_len(1, len);
+        return len;
     };
 
     fn put(buf: &mut Vec<u8>, tag: u32, s: &str) {
@@ -177,7 +187,7 @@ fn node_field(g: &Graph, id: crate::ir::NodeId, buf: Option<&mut Vec<u8>>) -> us
         export_node(g, id).encode_to_vec()[..],
         "node {id:?} encodes unlike its message"
     );
-    msg_len(1, len)
+    len
 }
 
 /// Build the protobuf message of one graph (recursively for subgraphs).
@@ -203,6 +213,9 @@ fn export_initializer(g: &Graph, i: &crate::ir::Initializer) -> TensorProto {
 pub struct Streamed<'a> {
     model: &'a Model,
     shell: ModelProto,
+    /// The main graph's nodes' message lengths, in write order (measured once: the graph's
+    /// length needs them before the nodes are written, and each node's encoding again).
+    lens: std::sync::OnceLock<Vec<usize>>,
 }
 
 impl<'a> Streamed<'a> {
@@ -211,7 +224,18 @@ impl<'a> Streamed<'a> {
             graph: Some(graph_shell(&model.graph)),
             ..export_model_without_graph(model)
         };
-        Streamed { model, shell }
+        Streamed {
+            model,
+            shell,
+            lens: std::sync::OnceLock::new(),
+        }
+    }
+
+    fn lens(&self) -> &[usize] {
+        self.lens.get_or_init(|| {
+            let g = &self.model.graph;
+            g.order.iter().map(|&id| node_message_len(g, id)).collect()
+        })
     }
 }
 
@@ -220,42 +244,46 @@ impl crate::io::save::GraphSource for Streamed<'_> {
         &self.shell
     }
     fn nodes_len(&self) -> usize {
-        let g = &self.model.graph;
-        g.order.iter().map(|&id| node_field_len(g, id)).sum()
+        use prost::encoding::{encoded_len_varint, key_len};
+        let field = |&len: &usize| key_len(1) + encoded_len_varint(len as u64) + len;
+        self.lens().iter().map(field).sum()
     }
     fn write_nodes(
         &self,
         put: &mut dyn FnMut(&[u8]) -> std::io::Result<()>,
     ) -> std::io::Result<()> {
         let g = &self.model.graph;
+        let lens = self.lens();
         if g.order.len() < PARALLEL_ENCODE_MIN {
-            return encode_nodes(g, &g.order, put);
+            return encode_nodes(g, &g.order, lens, put);
         }
         // Many nodes: the second half is encoded on a second thread, at most `PARTS_AHEAD`
         // parts ahead of the writes (the encoded nodes are never all held: the deep 1.3 GB
         // model of the bench has 17 MB of them). Its parts come back to it once written, so
         // that the thread that made a buffer frees it.
-        let (first, second) = g.order.split_at(g.order.len() / 2);
+        let half = g.order.len() / 2;
+        let (first, second) = g.order.split_at(half);
+        let (first_lens, second_lens) = lens.split_at(half);
         std::thread::scope(|s| {
             let (parts, written) = std::sync::mpsc::sync_channel::<Vec<u8>>(PARTS_AHEAD);
             let (give_back, returned) = std::sync::mpsc::channel::<Vec<u8>>();
             let encoder = s.spawn(move || {
                 let mut buf = Vec::new();
-                for &id in second {
+                for (&id, &len) in second.iter().zip(second_lens) {
                     if part_is_full(&buf) {
                         let next = returned.try_recv().unwrap_or_default();
                         if parts.send(std::mem::replace(&mut buf, next)).is_err() {
                             return;
                         }
                     }
-                    encode_node_field(g, id, &mut buf);
+                    node_field(g, id, Some(&mut buf), Some(len));
                 }
                 let _ = parts.send(buf);
                 // The last parts written come back after the sending ends.
                 drop(parts);
                 while returned.recv().is_ok() {}
             });
-            let result = encode_nodes(g, first, put).and_then(|()| {
+            let result = encode_nodes(g, first, first_lens, put).and_then(|()| {
                 for mut part in written.iter() {
                     put(&part)?;
                     part.clear();
@@ -292,20 +320,21 @@ fn part_is_full(buf: &[u8]) -> bool {
     buf.len() + NODES_PART / 16 > NODES_PART
 }
 
-/// Encode nodes `ids` of `g` as their graph's field 1 each, given to `put` a part at a time
-/// (one buffer, reused).
+/// Encode nodes `ids` of `g` (their messages' lengths `lens`) as their graph's field 1 each,
+/// given to `put` a part at a time (one buffer, reused).
 fn encode_nodes(
     g: &Graph,
     ids: &[crate::ir::NodeId],
+    lens: &[usize],
     put: &mut dyn FnMut(&[u8]) -> std::io::Result<()>,
 ) -> std::io::Result<()> {
     let mut buf = Vec::new();
-    for &id in ids {
+    for (&id, &len) in ids.iter().zip(lens) {
         if part_is_full(&buf) {
             put(&buf)?;
             buf.clear();
         }
-        encode_node_field(g, id, &mut buf);
+        node_field(g, id, Some(&mut buf), Some(len));
     }
     if buf.is_empty() {
         return Ok(());
