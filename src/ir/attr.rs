@@ -8,7 +8,7 @@ use bytes::Bytes;
 use prost::encoding::{encode_key, encode_varint, encoded_len_varint, key_len, WireType};
 use prost::Message as _;
 
-use super::Graph;
+use super::{Graph, SharedList};
 use crate::proto::attribute_proto::AttributeType;
 use crate::proto::{AttributeProto, GraphProto, SparseTensorProto, TensorProto};
 
@@ -16,75 +16,15 @@ use crate::proto::{AttributeProto, GraphProto, SparseTensorProto, TensorProto};
 #[derive(Debug, Clone)]
 pub struct Attribute(Repr);
 
-/// A node's attributes, shared: nodes made from one (the pieces of a split Conv) hold one
-/// list, and a clone is a count. Read it as a slice; change it with [`Attrs::make_mut`]
-/// (which copies a shared list first). An empty list holds no allocation.
-#[derive(Clone, Default)]
-pub struct Attrs(Option<std::sync::Arc<[Attribute]>>);
+/// A node's attributes: a list the nodes made from one share (see [`SharedList`]).
+pub type Attrs = SharedList<Attribute>;
 
-impl std::ops::Deref for Attrs {
-    type Target = [Attribute];
-    fn deref(&self) -> &[Attribute] {
-        self.0.as_deref().unwrap_or(&[])
-    }
-}
-
-impl<'a> IntoIterator for &'a Attrs {
-    type Item = &'a Attribute;
-    type IntoIter = std::slice::Iter<'a, Attribute>;
-    fn into_iter(self) -> Self::IntoIter {
-        self.iter()
-    }
-}
-
-impl From<Vec<Attribute>> for Attrs {
-    fn from(v: Vec<Attribute>) -> Attrs {
-        Attrs((!v.is_empty()).then(|| v.into()))
-    }
-}
-
-impl FromIterator<Attribute> for Attrs {
-    fn from_iter<I: IntoIterator<Item = Attribute>>(it: I) -> Attrs {
-        Attrs::from(it.into_iter().collect::<Vec<_>>())
-    }
-}
-
-impl std::fmt::Debug for Attrs {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_list().entries(self.iter()).finish()
-    }
-}
-
-impl Attrs {
-    /// The attributes to change in place (copied first when another node shares them).
-    pub fn make_mut(&mut self) -> &mut [Attribute] {
-        match &mut self.0 {
-            Some(a) => std::sync::Arc::make_mut(a),
-            None => &mut [],
-        }
-    }
+impl SharedList<Attribute> {
     /// The attributes as a vector of their own: moved out when no other node holds the list,
     /// copied when one does.
     pub fn into_vec(self) -> Vec<Attribute> {
-        let Some(mut list) = self.0 else {
-            return Vec::new();
-        };
-        match std::sync::Arc::get_mut(&mut list) {
-            // An empty name allocates nothing: the placeholder left behind is free.
-            Some(own) => own
-                .iter_mut()
-                .map(|a| std::mem::replace(a, Attribute(Repr::Int(Box::default(), 0))))
-                .collect(),
-            None => list.to_vec(),
-        }
-    }
-    /// Whether `other` is this very list (not only equal attributes).
-    pub fn same_list(&self, other: &Attrs) -> bool {
-        match (&self.0, &other.0) {
-            (Some(a), Some(b)) => std::sync::Arc::ptr_eq(a, b),
-            (None, None) => true,
-            _ => false,
-        }
+        // An empty name allocates nothing: the placeholder left behind is free.
+        self.into_vec_with(|| Attribute(Repr::Int(Box::default(), 0)))
     }
 }
 

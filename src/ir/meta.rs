@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use prost::encoding::{encode_key, encode_varint, encoded_len_varint, key_len, WireType};
 
+use super::SharedList;
 use crate::proto::StringStringEntryProto;
 
 /// A string many nodes may hold: a constant of the program, or a counted copy.
@@ -64,70 +65,20 @@ impl std::fmt::Debug for Text {
     }
 }
 
-/// A node's `metadata_props`, shared: the nodes one rewrite makes carry the same stamps and
-/// hold one list (a clone is a count). Read it as a slice; change it with [`MetaList::set`]
-/// (which copies a shared list first). An empty list holds no allocation.
-#[derive(Clone, Default, PartialEq)]
-pub struct MetaList(Option<Arc<[MetaEntry]>>);
+/// A node's `metadata_props`: a list the nodes one rewrite makes share (see
+/// [`SharedList`]), changed with [`SharedList::set`].
+pub type MetaList = SharedList<MetaEntry>;
 
-impl std::ops::Deref for MetaList {
-    type Target = [MetaEntry];
-    fn deref(&self) -> &[MetaEntry] {
-        self.0.as_deref().unwrap_or(&[])
-    }
-}
-
-impl<'a> IntoIterator for &'a MetaList {
-    type Item = &'a MetaEntry;
-    type IntoIter = std::slice::Iter<'a, MetaEntry>;
-    fn into_iter(self) -> Self::IntoIter {
-        self.iter()
-    }
-}
-
-impl From<Vec<MetaEntry>> for MetaList {
-    fn from(v: Vec<MetaEntry>) -> MetaList {
-        MetaList((!v.is_empty()).then(|| v.into()))
-    }
-}
-
-impl FromIterator<MetaEntry> for MetaList {
-    fn from_iter<I: IntoIterator<Item = MetaEntry>>(it: I) -> MetaList {
-        MetaList::from(it.into_iter().collect::<Vec<_>>())
-    }
-}
-
-impl std::fmt::Debug for MetaList {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_list().entries(self.iter()).finish()
-    }
-}
-
-impl MetaList {
+impl SharedList<MetaEntry> {
     /// Set the value of the first entry of `key`, or add an entry at the end (a list another
     /// node shares is copied first; the new list is allocated at its length).
     pub fn set(&mut self, key: Text, value: Text) {
         match self.iter().position(|e| e.key() == Some(&*key)) {
-            Some(i) => {
-                if let Some(list) = &mut self.0 {
-                    Arc::make_mut(list)[i].value = Some(value);
-                }
-            }
-            None => {
-                let entry = MetaEntry {
-                    key: Some(key),
-                    value: Some(value),
-                };
-                self.0 = Some(self.iter().cloned().chain([entry]).collect());
-            }
-        }
-    }
-    /// Whether `other` is this very list (not only equal entries).
-    pub fn same_list(&self, other: &MetaList) -> bool {
-        match (&self.0, &other.0) {
-            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
-            (None, None) => true,
-            _ => false,
+            Some(i) => self.make_mut()[i].value = Some(value),
+            None => self.push(MetaEntry {
+                key: Some(key),
+                value: Some(value),
+            }),
         }
     }
 }

@@ -7,6 +7,7 @@ mod attr;
 pub mod dot;
 pub mod dump;
 pub mod hash;
+mod list;
 pub mod meta;
 pub mod scope;
 pub mod tensor;
@@ -18,6 +19,7 @@ use petgraph::visit::{EdgeRef, IntoEdgeReferences};
 use petgraph::Direction;
 
 pub use attr::{Attribute, Attrs};
+pub use list::SharedList;
 pub use meta::{MetaEntry, MetaList, Text};
 pub use tensor::{Tensor, TensorView};
 
