@@ -199,14 +199,13 @@ fn check_graph_invariants(g: &Graph) -> Result<(), String> {
         }
     }
     drop(names);
-    let is_new = |node: &crate::ir::Node| {
-        node.metadata(crate::rewrite::RULE_KEY).is_some()
-            && node.metadata(crate::rewrite::ORIGIN_KEY).is_some()
-    };
     let mut created = crate::ir::hash::NameSet::with_capacity(0);
     for &n in &g.order {
         let node = g.node(n);
-        if is_new(node) && !created.insert(node.name()) {
+        if node.metadata(crate::rewrite::RULE_KEY).is_some()
+            && node.metadata(crate::rewrite::ORIGIN_KEY).is_some()
+            && !created.insert(node.name())
+        {
             return Err(format!("two new nodes are named '{}'", node.name()));
         }
     }
