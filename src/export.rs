@@ -268,10 +268,12 @@ impl crate::io::save::GraphSource for Streamed<'_> {
             let (parts, written) = std::sync::mpsc::sync_channel::<Vec<u8>>(PARTS_AHEAD);
             let (give_back, returned) = std::sync::mpsc::channel::<Vec<u8>>();
             let encoder = s.spawn(move || {
-                let mut buf = Vec::new();
+                let mut buf = part_buffer(second_lens);
                 for (&id, &len) in second.iter().zip(second_lens) {
                     if part_is_full(&buf) {
-                        let next = returned.try_recv().unwrap_or_default();
+                        let next = returned
+                            .try_recv()
+                            .unwrap_or_else(|_| part_buffer(second_lens));
                         if parts.send(std::mem::replace(&mut buf, next)).is_err() {
                             return;
                         }
@@ -314,6 +316,15 @@ const NODES_PART: usize = 256 << 10;
 /// Parts of nodes a second encoding thread may have ready before they are written.
 const PARTS_AHEAD: usize = 4;
 
+/// An empty buffer for a part of the nodes whose message lengths are `lens`, with room for the
+/// whole part (grown from nothing a doubling at a time, each buffer's copies touched twice its
+/// size in new memory).
+fn part_buffer(lens: &[usize]) -> Vec<u8> {
+    // Each node's field: its key (1 byte) and length (at most 10) before the message.
+    let all = lens.iter().fold(0usize, |n, l| n.saturating_add(l + 11));
+    Vec::with_capacity(all.min(NODES_PART))
+}
+
 /// Whether the next node goes into a new part (a node rarely takes more than the room left
 /// then; if it does, the part grows).
 fn part_is_full(buf: &[u8]) -> bool {
@@ -328,7 +339,7 @@ fn encode_nodes(
     lens: &[usize],
     put: &mut dyn FnMut(&[u8]) -> std::io::Result<()>,
 ) -> std::io::Result<()> {
-    let mut buf = Vec::new();
+    let mut buf = part_buffer(lens);
     for (&id, &len) in ids.iter().zip(lens) {
         if part_is_full(&buf) {
             put(&buf)?;
