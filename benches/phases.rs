@@ -50,10 +50,10 @@ fn ms(d: Duration) -> f64 {
 fn run(p: &Path, out: &Path) -> [Duration; 4] {
     let t0 = Instant::now();
     // As `onnx_safeify::load` does: the main graph's nodes are decoded by the importer.
-    let (mut src, nodes) = onnx_safeify::io::load::load_model_split(p).expect("load");
+    let (mut src, encoded) = onnx_safeify::io::load::load_model_split(p).expect("load");
     let t1 = Instant::now();
     let proto = std::mem::take(&mut src.proto);
-    let model = onnx_safeify::import::import_model_with_nodes(proto, &nodes, Some(&src.external))
+    let model = onnx_safeify::import::import_model_split(proto, &encoded, Some(&src.external))
         .expect("import");
     let t2 = Instant::now();
     let exported = onnx_safeify::export::export_model(&model);

@@ -407,7 +407,8 @@ mod tests {
     fn nodes_encoded_in_parts_are_the_messages() {
         for n in [10, PARALLEL_ENCODE_MIN + 5, 4 * PARALLEL_ENCODE_MIN] {
             let (proto, nodes) = crate::import::read_ahead_tests::chain(n, |_, _| {});
-            let model = crate::import::import_model_with_nodes(proto, &nodes, None).unwrap();
+            let nodes = crate::import::read_ahead_tests::encoded(nodes);
+            let model = crate::import::import_model_split(proto, &nodes, None).unwrap();
             let src = Streamed::new(&model);
             let mut parts: Vec<Vec<u8>> = Vec::new();
             src.write_nodes(&mut |p| {
@@ -434,7 +435,8 @@ mod tests {
     fn a_failed_write_stops_the_encoding() {
         let (proto, nodes) =
             crate::import::read_ahead_tests::chain(4 * PARALLEL_ENCODE_MIN, |_, _| {});
-        let model = crate::import::import_model_with_nodes(proto, &nodes, None).unwrap();
+        let nodes = crate::import::read_ahead_tests::encoded(nodes);
+        let model = crate::import::import_model_split(proto, &nodes, None).unwrap();
         for fail_at in [0, 1, 3] {
             let mut calls = 0;
             let err = Streamed::new(&model)

@@ -10,7 +10,7 @@ use prost::Message as _;
 
 use crate::error::{Error, Result};
 use crate::io::external::{external_ref, is_external, ExternalData};
-use crate::io::load::decode_error;
+use crate::io::load::{decode_error, Encoded};
 use crate::ir::{
     name_hash, Attribute, Attrs, Edge, Graph, Initializer, MetaEntry, Model, Node, NodeId, Origin,
     SparseInitializer, Value, ValueId, ValueInfo, IMPLICIT_SLOT,
@@ -24,16 +24,16 @@ pub const MAX_GRAPH_DEPTH: usize = 32;
 
 /// Import a decoded model. `external` resolves external data (checked, not read).
 pub fn import_model(proto: ModelProto, external: Option<&ExternalData>) -> Result<Model> {
-    import_model_with_nodes(proto, &[], external)
+    import_model_split(proto, &Encoded::default(), external)
 }
 
 /// [`import_model`] for a model decoded by [`crate::io::load::decode_model_split`]: the main
-/// graph's nodes are those of `proto` followed by `nodes`, each decoded when the importer
-/// reaches it. A model that the full decoder refuses is refused here the same way: when the
-/// import fails, a node that does not decode is the error reported.
-pub fn import_model_with_nodes(
+/// graph's nodes and initializers are those of `proto` followed by those `encoded`, each
+/// decoded when the importer reaches it. A model that the full decoder refuses is refused here
+/// the same way: when the import fails, a message that does not decode is the error reported.
+pub fn import_model_split(
     proto: ModelProto,
-    nodes: &[Bytes],
+    encoded: &Encoded,
     external: Option<&ExternalData>,
 ) -> Result<Model> {
     let ModelProto {
@@ -52,10 +52,10 @@ pub fn import_model_with_nodes(
     } = proto;
     let graph = graph.ok_or_else(|| Error::invalid("the model has no graph"))?;
     let ctx = Ctx { external };
-    let (graph, outer) = ctx.import_graph(graph, nodes, &[], 0, "").map_err(|e| {
-        nodes
-            .iter()
-            .find_map(|b| NodeProto::decode(b.clone()).err())
+    let (graph, outer) = ctx.import_graph(graph, encoded, &[], 0, "").map_err(|e| {
+        (encoded.initializers.iter())
+            .find_map(|b| TensorProto::decode(b.clone()).err())
+            .or_else(|| (encoded.nodes.iter()).find_map(|b| NodeProto::decode(b.clone()).err()))
             .map_or(e, decode_error)
     })?;
     if let Some(name) = outer.first() {
@@ -87,7 +87,7 @@ pub fn import_subgraph(
     path: &str,
 ) -> Result<(Graph, Vec<String>)> {
     let ctx = Ctx { external: None };
-    ctx.import_graph(gp, &[], &[Scope::Map(outer)], 1, path)
+    ctx.import_graph(gp, &Encoded::default(), &[Scope::Map(outer)], 1, path)
 }
 
 struct Ctx<'a> {
@@ -380,12 +380,12 @@ fn ir_node_label(n: &Node, index: usize) -> String {
 }
 
 impl Ctx<'_> {
-    /// Import one graph, whose nodes are those of `gp` followed by `more_nodes` (still
-    /// encoded). Returns the graph and the names it reads from enclosing scopes.
+    /// Import one graph, whose nodes and initializers are those of `gp` followed by those of
+    /// `more` (still encoded). Returns the graph and the names it reads from enclosing scopes.
     fn import_graph(
         &self,
         gp: GraphProto,
-        more_nodes: &[Bytes],
+        more: &Encoded,
         scopes: &Scopes<'_>,
         depth: usize,
         path: &str,
@@ -412,11 +412,13 @@ impl Ctx<'_> {
         // Sizes known up front: the tables are allocated once instead of growing by doubling
         // (which copies them and touches twice the memory on a graph of 50,000 nodes).
         // (Nodes still encoded are counted as two inputs and one output each.)
+        let (more_nodes, more_inits) = (&more.nodes[..], &more.initializers[..]);
         let n_nodes = node_protos.len() + more_nodes.len();
         let n_edges: usize =
             node_protos.iter().map(|n| n.input.len()).sum::<usize>() + 2 * more_nodes.len();
         let n_values = input.len()
             + initializer.len()
+            + more_inits.len()
             + sparse_initializer.len()
             + node_protos.iter().map(|n| n.output.len()).sum::<usize>()
             + more_nodes.len();
@@ -429,7 +431,8 @@ impl Ctx<'_> {
             values: Vec::with_capacity(n_values),
             ..Graph::default()
         };
-        g.initializers.reserve_exact(initializer.len());
+        g.initializers
+            .reserve_exact(initializer.len() + more_inits.len());
         let mut defined = Names::with_capacity(n_values);
 
         // Graph inputs.
@@ -473,7 +476,11 @@ impl Ctx<'_> {
                 g.values[v.index()].name
             ))
         };
-        for (i, mut t) in initializer.into_iter().enumerate() {
+        // (Those still encoded are decoded one at a time.)
+        let encoded = more_inits.iter().map(|b| TensorProto::decode(b.clone()));
+        let tensors = initializer.into_iter().map(Ok).chain(encoded);
+        for (i, t) in tensors.enumerate() {
+            let mut t = t.map_err(decode_error)?;
             // The value takes the tensor's name over (the tensor is stored unnamed).
             let name = t.name.take().unwrap_or_default();
             if name.is_empty() {
@@ -677,8 +684,13 @@ impl Ctx<'_> {
                 let mut import_sub = |sg: GraphProto| -> Result<Graph> {
                     let mut inner_scopes: Vec<Scope<'_>> = scopes.to_vec();
                     inner_scopes.push(Scope::Graph(&defined, &g.values));
-                    let (sub, refs) =
-                        self.import_graph(sg, &[], &inner_scopes, depth + 1, &sub_path)?;
+                    let (sub, refs) = self.import_graph(
+                        sg,
+                        &Encoded::default(),
+                        &inner_scopes,
+                        depth + 1,
+                        &sub_path,
+                    )?;
                     for r in refs {
                         let v = match defined.get(&r, &g.values) {
                             Some(v) => v,
@@ -1120,6 +1132,14 @@ pub(crate) mod read_ahead_tests {
         (model, nodes)
     }
 
+    /// Nodes left encoded, and no initializers.
+    pub(crate) fn encoded(nodes: Vec<Bytes>) -> Encoded {
+        Encoded {
+            nodes,
+            initializers: Vec::new(),
+        }
+    }
+
     /// The same model with its nodes decoded into the message.
     fn whole(mut model: ModelProto, nodes: &[Bytes]) -> ModelProto {
         let g = model.graph.as_mut().unwrap();
@@ -1156,7 +1176,7 @@ pub(crate) mod read_ahead_tests {
     fn nodes_read_ahead_import_as_decoded_ones() {
         let n = READ_AHEAD_MIN + READ_AHEAD_CHUNK + 7;
         let (model, nodes) = chain(n, |_, _| {});
-        let ahead = import_model_with_nodes(model.clone(), &nodes, None).unwrap();
+        let ahead = import_model_split(model.clone(), &encoded(nodes.clone()), None).unwrap();
         let decoded = import_model(whole(model, &nodes), None).unwrap();
         assert_eq!(ahead.graph.order.len(), n);
         assert_eq!(summary(&ahead), summary(&decoded));
@@ -1173,7 +1193,7 @@ pub(crate) mod read_ahead_tests {
                     node.op_type = Some(String::new());
                 }
             });
-            let e = import_model_with_nodes(model.clone(), &nodes, None).unwrap_err();
+            let e = import_model_split(model.clone(), &encoded(nodes.clone()), None).unwrap_err();
             let want = import_model(whole(model, &nodes), None).unwrap_err();
             assert!(e.to_string().contains(&format!("'relu{at}'")), "{e}");
             assert!(e.to_string().contains("has no op_type"), "{e}");
@@ -1184,7 +1204,7 @@ pub(crate) mod read_ahead_tests {
                     node.input = vec!["nowhere".into()];
                 }
             });
-            let e = import_model_with_nodes(model, &nodes, None).unwrap_err();
+            let e = import_model_split(model, &encoded(nodes), None).unwrap_err();
             assert!(
                 e.to_string().contains("input 'nowhere' is not defined"),
                 "{e}"
@@ -1193,6 +1213,6 @@ pub(crate) mod read_ahead_tests {
         // Bytes the decoder refuses, early: refused, and the import returns.
         let (model, mut nodes) = chain(n, |_, _| {});
         nodes[5] = Bytes::from_static(&[0x0a, 0x05, b'x']);
-        assert!(import_model_with_nodes(model, &nodes, None).is_err());
+        assert!(import_model_split(model, &encoded(nodes), None).is_err());
     }
 }

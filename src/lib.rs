@@ -162,12 +162,13 @@ pub struct Document {
 
 /// Load and import a model file.
 pub fn load(path: &Path) -> Result<Document> {
-    let (mut source, nodes) = io::load::load_model_split(path)?;
+    let (mut source, encoded) = io::load::load_model_split(path)?;
     let proto = std::mem::take(&mut source.proto);
-    let model = import::import_model_with_nodes(proto, &nodes, Some(&source.external))
+    let model = import::import_model_split(proto, &encoded, Some(&source.external))
         .map_err(|e| e.in_file(path))?;
-    // The nodes were not decoded when `external_used` was worked out: their tensors count too.
-    source.external_used |= !nodes.is_empty() && io::save::graph_has_external(&model.graph);
+    // The nodes and initializers were not decoded when `external_used` was worked out: their
+    // tensors count too.
+    source.external_used |= !encoded.is_empty() && io::save::graph_has_external(&model.graph);
     // The decoded messages and the reading thread's lists are freed by now.
     freed();
     Ok(Document { model, source })

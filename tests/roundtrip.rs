@@ -312,9 +312,10 @@ fn renamed_initializers_stream_as_the_whole_message_encodes() {
     assert_eq!(renamed, inits.len().div_ceil(2));
 }
 
-/// The importer decodes the main graph's nodes one at a time (`decode_model_split`); the model
-/// it builds is the one built from the whole decoded message, for the sample, every corpus
-/// model, and a file whose graph comes in two pieces with nodes after initializers.
+/// The importer decodes the main graph's nodes and initializers one at a time
+/// (`decode_model_split`); the model it builds is the one built from the whole decoded
+/// message, for the sample, every corpus model, and a file whose graph comes in two pieces
+/// with nodes after initializers.
 #[test]
 fn nodes_decoded_one_at_a_time_import_as_the_whole_message() {
     use onnx_safeify::{export, import, io};
@@ -324,9 +325,11 @@ fn nodes_decoded_one_at_a_time_import_as_the_whole_message() {
         // Compared as encodings: a NaN in a tensor never equals itself.
         let whole = export::export_model(&import::import_model(whole, None).unwrap());
         let whole = whole.encode_to_vec();
-        let (proto, nodes) = io::load::decode_model_split(bytes).unwrap();
-        assert!(proto.graph.as_ref().is_none_or(|g| g.node.is_empty()));
-        let split = import::import_model_with_nodes(proto, &nodes, None).unwrap();
+        let (proto, encoded) = io::load::decode_model_split(bytes).unwrap();
+        assert!(
+            (proto.graph.as_ref()).is_none_or(|g| g.node.is_empty() && g.initializer.is_empty())
+        );
+        let split = import::import_model_split(proto, &encoded, None).unwrap();
         assert!(
             export::export_model(&split).encode_to_vec() == whole,
             "{label}"
@@ -365,8 +368,8 @@ fn nodes_decoded_one_at_a_time_import_as_the_whole_message() {
     }
 }
 
-/// A node that does not decode is the error, as with the whole message decoded first, even
-/// when an earlier node is invalid too (it produces a value twice).
+/// A node or an initializer that does not decode is the error, as with the whole message
+/// decoded first, even when an earlier node is invalid too (it produces a value twice).
 #[test]
 fn a_node_that_does_not_decode_is_the_error_reported() {
     let mut g = common::tiny_graph();
@@ -383,6 +386,20 @@ fn a_node_that_does_not_decode_is_the_error_reported() {
     std::fs::write(&f, &bytes).unwrap();
     let e = onnx_safeify::load(&f).unwrap_err();
     assert_eq!(e.kind, onnx_safeify::ErrorKind::Decode, "{e}");
+    let whole = onnx_safeify::load_bytes(bytes, &f).unwrap_err();
+    assert_eq!(whole.kind, onnx_safeify::ErrorKind::Decode, "{whole}");
+    // The same with an initializer (graph field 5) whose `dims` (1, packed) runs past its end.
+    let mut g = common::tiny_graph();
+    g.node.push(common::node("Relu", "again", &[&dup], &[&dup]));
+    let mut bytes = common::encode(&common::model(g));
+    let bad_graph = [0x2a, 0x02, 0x0a, 0x05];
+    prost::encoding::encode_key(7, prost::encoding::WireType::LengthDelimited, &mut bytes);
+    prost::encoding::encode_varint(bad_graph.len() as u64, &mut bytes);
+    bytes.extend(bad_graph);
+    std::fs::write(&f, &bytes).unwrap();
+    let e = onnx_safeify::load(&f).unwrap_err();
+    assert_eq!(e.kind, onnx_safeify::ErrorKind::Decode, "{e}");
+    assert!(e.to_string().contains("TensorProto"), "{e}");
     let whole = onnx_safeify::load_bytes(bytes, &f).unwrap_err();
     assert_eq!(whole.kind, onnx_safeify::ErrorKind::Decode, "{whole}");
     // Without the broken node, the duplicate is what is reported.

@@ -10,7 +10,7 @@ use prost::Message;
 use crate::error::{Error, ErrorKind, Result};
 use crate::io::external::{map_file, ExternalData};
 use crate::io::unknown::{scan, Carry};
-use crate::proto::{ModelProto, NodeProto};
+use crate::proto::{ModelProto, NodeProto, TensorProto};
 
 /// A decoded model that still owns the memory map its payloads point into.
 #[derive(Debug)]
@@ -110,17 +110,33 @@ pub(crate) fn decode_error(e: prost::DecodeError) -> Error {
     )
 }
 
-/// Decode a model, leaving its main graph's nodes encoded: each is a slice of `bytes`, in file
-/// order, that the importer decodes when it reaches it
-/// ([`crate::import::import_model_with_nodes`]). Decoded all at once, the nodes of a graph of
-/// 50,000 were 12 MB of messages held beside the IR being built from them. The rest of the
-/// model is decoded as by [`decode_model`] (protobuf decodes a message's fields in any split
-/// the same as in one piece); bytes that the wire walk finds malformed are left to it, to say
-/// how.
-pub fn decode_model_split(bytes: Bytes) -> Result<(ModelProto, Vec<Bytes>)> {
+/// The main graph's nodes and initializers as [`decode_model_split`] leaves them: each message
+/// a slice of the file, in file order, decoded by the importer when it reaches it
+/// ([`crate::import::import_model_split`]).
+#[derive(Debug, Clone, Default)]
+pub struct Encoded {
+    /// The nodes (the graph's field 1), after those of the decoded graph.
+    pub nodes: Vec<Bytes>,
+    /// The initializers (field 5), after those of the decoded graph.
+    pub initializers: Vec<Bytes>,
+}
+
+impl Encoded {
+    /// Nothing was left encoded.
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty() && self.initializers.is_empty()
+    }
+}
+
+/// Decode a model, leaving its main graph's nodes and initializers encoded ([`Encoded`]).
+/// Decoded all at once, the nodes of a graph of 50,000 were 12 MB of messages held beside the
+/// IR being built from them, and 25,000 initializers 8.6 MB. The rest of the model is decoded
+/// as by [`decode_model`] (protobuf decodes a message's fields in any split the same as in one
+/// piece); bytes that the wire walk finds malformed are left to it, to say how.
+pub fn decode_model_split(bytes: Bytes) -> Result<(ModelProto, Encoded)> {
     let plan = match crate::io::unknown::split_plan(&bytes) {
         Some(plan) if !bytes.is_empty() => plan,
-        _ => return decode_model(bytes).map(|m| (m, Vec::new())),
+        _ => return decode_model(bytes).map(|m| (m, Encoded::default())),
     };
     let mut m = ModelProto::default();
     for r in plan.model {
@@ -128,41 +144,50 @@ pub fn decode_model_split(bytes: Bytes) -> Result<(ModelProto, Vec<Bytes>)> {
     }
     if plan.has_graph {
         let mut g = crate::proto::GraphProto::default();
-        let _ = g.initializer.try_reserve_exact(plan.initializers);
         for r in plan.graph {
             g.merge(bytes.slice(r)).map_err(decode_error)?;
         }
         m.graph = Some(g);
     }
-    let nodes = plan.nodes.into_iter().map(|r| bytes.slice(r)).collect();
-    Ok((m, nodes))
+    let slices = |ranges: Vec<std::ops::Range<usize>>| -> Vec<Bytes> {
+        ranges.into_iter().map(|r| bytes.slice(r)).collect()
+    };
+    let encoded = Encoded {
+        nodes: slices(plan.nodes),
+        initializers: slices(plan.initializers),
+    };
+    Ok((m, encoded))
 }
 
 /// Memory-map `path` and decode it. Payloads stay in the map.
 pub fn load_model(path: &Path) -> Result<LoadedModel> {
-    let (mut loaded, nodes) = load_model_split(path)?;
-    if !nodes.is_empty() {
+    let (mut loaded, encoded) = load_model_split(path)?;
+    if !encoded.is_empty() {
         let g = loaded.proto.graph.get_or_insert_with(Default::default);
-        g.node.reserve_exact(nodes.len());
-        for b in nodes {
-            g.node
-                .push(NodeProto::decode(b).map_err(|e| decode_error(e).in_file(path))?);
+        let error = |e| decode_error(e).in_file(path);
+        g.initializer.reserve_exact(encoded.initializers.len());
+        for b in encoded.initializers {
+            g.initializer.push(TensorProto::decode(b).map_err(error)?);
+        }
+        g.node.reserve_exact(encoded.nodes.len());
+        for b in encoded.nodes {
+            g.node.push(NodeProto::decode(b).map_err(error)?);
         }
         loaded.external_used = crate::io::save::has_external(&loaded.proto);
     }
     Ok(loaded)
 }
 
-/// [`load_model`], with the main graph's nodes left encoded ([`decode_model_split`]):
-/// `proto` lacks them, and [`LoadedModel::external_used`] does not account for the tensors of
-/// their attributes.
-pub fn load_model_split(path: &Path) -> Result<(LoadedModel, Vec<Bytes>)> {
+/// [`load_model`], with the main graph's nodes and initializers left encoded
+/// ([`decode_model_split`]): `proto` lacks them, and [`LoadedModel::external_used`] does not
+/// account for their tensors.
+pub fn load_model_split(path: &Path) -> Result<(LoadedModel, Encoded)> {
     let meta = std::fs::metadata(path).map_err(|e| Error::io(path, "cannot read model", e))?;
     if meta.is_dir() {
         return Err(Error::new(ErrorKind::Io, "is a folder, not a model file").in_file(path));
     }
     let bytes = map_file(path)?;
-    let (proto, nodes) = decode_model_split(bytes.clone()).map_err(|e| e.in_file(path))?;
+    let (proto, encoded) = decode_model_split(bytes.clone()).map_err(|e| e.in_file(path))?;
     let external = ExternalData::new(path).map_err(|e| e.in_file(path))?;
     let loaded = LoadedModel {
         path: path.to_path_buf(),
@@ -173,7 +198,7 @@ pub fn load_model_split(path: &Path) -> Result<(LoadedModel, Vec<Bytes>)> {
         external,
         unknown: UnknownScan::default(),
     };
-    Ok((loaded, nodes))
+    Ok((loaded, encoded))
 }
 
 #[cfg(test)]

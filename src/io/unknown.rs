@@ -292,7 +292,7 @@ impl Carry {
 /// `graph` field, 7), read from the wire without decoding (see [`split_plan`]): the decoder's
 /// vectors are then allocated once. `None` when the bytes are malformed (the decoder says how).
 pub(crate) fn graph_counts(model: &[u8]) -> Option<(usize, usize)> {
-    split_plan(model).map(|p| (p.nodes.len(), p.initializers))
+    split_plan(model).map(|p| (p.nodes.len(), p.initializers.len()))
 }
 
 /// How to decode a model with its main graph's nodes left encoded (see
@@ -301,14 +301,15 @@ pub(crate) fn graph_counts(model: &[u8]) -> Option<(usize, usize)> {
 pub(crate) struct SplitPlan {
     /// Runs of the model's fields other than `graph` (7).
     pub model: Vec<std::ops::Range<usize>>,
-    /// Runs of the `graph` fields' own fields other than `node` (1); empty with no graph.
+    /// Runs of the `graph` fields' own fields other than `node` (1) and `initializer` (5);
+    /// empty with no graph.
     pub graph: Vec<std::ops::Range<usize>>,
     /// Whether the model has a `graph` field at all.
     pub has_graph: bool,
     /// Each node's message, without its key and length.
     pub nodes: Vec<std::ops::Range<usize>>,
-    /// How many initializers (field 5) the graph holds.
-    pub initializers: usize,
+    /// Each initializer's message (field 5), without its key and length.
+    pub initializers: Vec<std::ops::Range<usize>>,
 }
 
 /// The [`SplitPlan`] of a model file, read from the wire without decoding. `None` when the
@@ -341,18 +342,20 @@ pub(crate) fn split_plan(model: &[u8]) -> Option<SplitPlan> {
         while !g.done() {
             let start = g.pos;
             let (number, wire) = g.key().ok()?;
-            if number == 1 {
+            if number == 1 || number == 5 {
                 if wire != LEN {
                     return None;
                 }
                 let len = usize::try_from(g.varint().ok()?).ok()?;
                 let at = g.pos;
                 g.take(len).ok()?;
-                plan.nodes.push(base + at..base + at + len);
+                let list = if number == 1 {
+                    &mut plan.nodes
+                } else {
+                    &mut plan.initializers
+                };
+                list.push(base + at..base + at + len);
                 continue;
-            }
-            if (number, wire) == (5, LEN) {
-                plan.initializers += 1;
             }
             g.skip(number, wire, 0).ok()?;
             push(&mut plan.graph, base + start..base + g.pos);
