@@ -199,6 +199,16 @@ struct NodeRun<'a> {
     outputs: Vec<Cow<'a, str>>,
 }
 
+/// A node's input as pass 1 of the import leaves it for pass 2.
+enum Input<'a> {
+    /// An optional input left out (an empty name).
+    Empty,
+    /// Resolved: its value was defined before the node.
+    Value(ValueId),
+    /// Not defined yet: a later node's output, or a value of an enclosing graph.
+    Name(Cow<'a, str>),
+}
+
 /// A node's fields other than its input and output names (see [`NodeRun`]).
 struct NodeHead<'a> {
     n_inputs: u32,
@@ -529,7 +539,7 @@ impl Ctx<'_> {
         // Each node's input names are kept for pass 2 in one list for all nodes (`pending`
         // holds where each node's run ends).
         let mut pending: Vec<(NodeId, usize, Vec<AttributeProto>)> = Vec::with_capacity(n_nodes);
-        let mut pending_inputs: Vec<Cow<str>> = Vec::with_capacity(n_edges);
+        let mut pending_inputs: Vec<Input> = Vec::with_capacity(n_edges);
         let given = NodeRun::decoded(node_protos);
         // Nodes still encoded are read (fields split, names checked as UTF-8) on a second
         // thread when there are many, a run ahead of this one, which defines their values.
@@ -607,7 +617,20 @@ impl Ctx<'_> {
                         outputs.push(Some(v));
                     }
                     g.nodes[id].outputs = outputs;
-                    pending_inputs.extend(names_in.by_ref().take(n_inputs));
+                    // An input whose value is defined already is resolved now, while its name
+                    // is in the cache (in a file in topological order, most are: the output
+                    // of a node just before). Each name is defined once (a second definition
+                    // is an error), so pass 2 would find the same value.
+                    for name in names_in.by_ref().take(n_inputs) {
+                        pending_inputs.push(if name.is_empty() {
+                            Input::Empty
+                        } else {
+                            match defined.get(&name, &g.values) {
+                                Some(v) => Input::Value(v),
+                                None => Input::Name(name),
+                            }
+                        });
+                    }
                     pending.push((id, pending_inputs.len(), attribute));
                     index += 1;
                 }
@@ -642,11 +665,19 @@ impl Ctx<'_> {
             let label = |g: &Graph| ir_node_label(&g.nodes[id], index);
             let n_inputs = input_end - std::mem::replace(&mut input_start, input_end);
             let mut inputs = Vec::with_capacity(n_inputs);
-            for (slot, name) in pending_inputs.by_ref().take(n_inputs).enumerate() {
-                if name.is_empty() {
-                    inputs.push(None);
-                    continue;
-                }
+            for (slot, input) in pending_inputs.by_ref().take(n_inputs).enumerate() {
+                let name = match input {
+                    Input::Empty => {
+                        inputs.push(None);
+                        continue;
+                    }
+                    Input::Value(v) => {
+                        edges.push((v, id, slot as u32));
+                        inputs.push(Some(v));
+                        continue;
+                    }
+                    Input::Name(name) => name,
+                };
                 let v = match defined.get(&name, &g.values) {
                     Some(v) => v,
                     None => resolve_outer(&name, &mut g, &mut outer_refs, &mut outer_ids)
@@ -1091,6 +1122,7 @@ mod names_tests {
 #[cfg(test)]
 pub(crate) mod read_ahead_tests {
     use super::*;
+    use crate::ir::ValueId;
     use crate::proto::{OperatorSetIdProto, ValueInfoProto};
 
     /// A model of `n` Relu nodes in a chain (`v0` -> `v1` -> ...), its nodes encoded one by
@@ -1180,6 +1212,72 @@ pub(crate) mod read_ahead_tests {
         let decoded = import_model(whole(model, &nodes), None).unwrap();
         assert_eq!(ahead.graph.order.len(), n);
         assert_eq!(summary(&ahead), summary(&decoded));
+    }
+
+    /// An input is its name's one definition, whether the node comes after it (resolved as the
+    /// node is read) or before it; in a body, a name defined there later is the body's own
+    /// value, not the enclosing graph's value of that name.
+    #[test]
+    fn inputs_resolve_to_their_definition_before_or_after_them() {
+        let (mut model, _) = chain(0, |_, _| {});
+        let node = |op: &str, name: &str, inputs: &[&str], outputs: &[&str]| NodeProto {
+            input: inputs.iter().map(|s| s.to_string()).collect(),
+            output: outputs.iter().map(|s| s.to_string()).collect(),
+            name: Some(name.into()),
+            op_type: Some(op.into()),
+            ..Default::default()
+        };
+        let body = GraphProto {
+            name: Some("body".into()),
+            node: vec![
+                node("Relu", "reads_later", &["a"], &["b"]),
+                node("Relu", "defines", &["v0"], &["a"]),
+            ],
+            output: vec![ValueInfoProto {
+                name: Some("b".into()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let mut with_body = node("If", "if", &["v0"], &["c"]);
+        with_body.attribute = vec![AttributeProto {
+            name: Some("then_branch".into()),
+            r#type: Some(5),
+            g: Some(Box::new(body.clone())),
+            ..Default::default()
+        }];
+        with_body.attribute.push(AttributeProto {
+            name: Some("else_branch".into()),
+            ..with_body.attribute[0].clone()
+        });
+        let g = model.graph.as_mut().unwrap();
+        g.output[0].name = Some("c".into());
+        g.node = vec![
+            node("Relu", "first", &["v0"], &["a"]),
+            node("Add", "reads_both", &["a", "later"], &["d"]),
+            node("Relu", "late", &["v0"], &["later"]),
+            with_body,
+        ];
+        let m = import_model(model, None).unwrap();
+        let g = &m.graph;
+        let by_name = |g: &Graph, name: &str| {
+            let id = g.order.iter().copied();
+            id.into_iter().find(|&n| g.node(n).name() == name).unwrap()
+        };
+        let producer = |g: &Graph, v: Option<ValueId>| match g.value(v.unwrap()).origin {
+            Origin::Node { node, .. } => g.node(node).name().to_string(),
+            ref o => format!("{o:?}"),
+        };
+        let reads = &g.node(by_name(g, "reads_both")).inputs;
+        assert_eq!(producer(g, reads[0]), "first");
+        assert_eq!(producer(g, reads[1]), "late");
+        assert_eq!(g.consumers().of(reads[1].unwrap()).len(), 1);
+        let attrs = &g.node(by_name(g, "if")).attributes;
+        let body = attrs.iter().find_map(|a| a.g()).unwrap();
+        let reads = &body.node(by_name(body, "reads_later")).inputs;
+        assert_eq!(producer(body, reads[0]), "defines");
+        let reads = &body.node(by_name(body, "defines")).inputs;
+        assert_eq!(producer(body, reads[0]), "OuterScope");
     }
 
     /// An error in any node stops the import with that node's message (the reading thread,
