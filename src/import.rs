@@ -11,6 +11,7 @@ use prost::Message as _;
 use crate::error::{Error, Result};
 use crate::io::external::{external_ref, is_external, ExternalData};
 use crate::io::load::{decode_error, Encoded};
+use crate::ir::hash::PreHashedBuild;
 use crate::ir::{
     name_hash, Attribute, Attrs, Edge, Graph, Initializer, MetaEntry, Model, Node, NodeId, Origin,
     SparseInitializer, Value, ValueId, ValueInfo, IMPLICIT_SLOT,
@@ -114,52 +115,126 @@ impl Scope<'_> {
     }
 }
 
-/// The values of a graph being imported, by name. Keyed by the hash [`Graph::taken_names`]
-/// records, and checked against the value's own name, so no name is copied. A name whose
-/// hash is that of another name (possible, never seen) is kept apart, by name. Both maps are
-/// randomly keyed, as every map keyed by data from the file is: the hashes are mixed once
-/// more with keys drawn per map ([`crate::ir::hash::PreHashedBuild`]), the clashes are hashed
-/// with the standard library's SipHash.
-#[derive(Default)]
+/// The values of a graph being imported, by name: a table of value ids, looked up by the
+/// hash [`Graph::taken_names`] records and checked against the value's own name, so no name is
+/// copied. Each slot is 8 bytes (a tag and a value id, one cache line holds 8), where a map of
+/// hash to id took 16 and a control byte: on a graph of 50,000 nodes, finding names was a
+/// cache miss or two each, most of the import's time after its allocations.
+///
+/// The name's hash is mixed with keys drawn per table ([`PreHashedBuild`]; a file that does
+/// not know them cannot steer names into one run of slots), and the high half of the result is
+/// the tag, which also says where the search starts. The table holds one name per tag; a
+/// name whose tag is another's (a chance of one in 2^32 a pair, or names whose hashes the file
+/// made equal) is kept apart, by name, in a map hashed with the standard library's SipHash.
 struct Names {
-    by_hash: crate::ir::hash::HashKeyMap<ValueId>,
+    /// `(tag << 32) | (value index + 1)`; 0 is an empty slot. Linear probing from
+    /// `tag & mask`; at most three quarters full.
+    slots: Vec<u64>,
+    len: usize,
+    keys: PreHashedBuild,
     clashes: HashMap<String, ValueId>,
+}
+
+impl Default for Names {
+    fn default() -> Self {
+        Names::with_capacity(0)
+    }
+}
+
+/// Where in `slots` the search for a name's tag ends: the tag's slot, or the empty slot
+/// after its run.
+enum Probe {
+    Tag(usize),
+    Empty(usize),
 }
 
 impl Names {
     fn with_capacity(n: usize) -> Self {
         Names {
-            by_hash: crate::ir::hash::HashKeyMap::with_capacity_and_hasher(n, Default::default()),
+            slots: vec![0; Self::room_for(n)],
+            len: 0,
+            keys: PreHashedBuild::default(),
             clashes: HashMap::new(),
         }
+    }
+    /// Slots for `n` names: a power of two, at most three quarters full.
+    fn room_for(n: usize) -> usize {
+        n.saturating_add(n / 3).max(8).next_power_of_two()
+    }
+    fn tag(&self, hash: u64) -> u32 {
+        use std::hash::BuildHasher;
+        (self.keys.hash_one(hash) >> 32) as u32
+    }
+    fn probe(&self, tag: u32) -> Probe {
+        let mask = self.slots.len() - 1;
+        let mut i = tag as usize & mask;
+        loop {
+            let s = self.slots[i];
+            if s == 0 {
+                return Probe::Empty(i);
+            }
+            if (s >> 32) as u32 == tag {
+                return Probe::Tag(i);
+            }
+            i = (i + 1) & mask;
+        }
+    }
+    fn id(slot: u64) -> ValueId {
+        ValueId(slot as u32 - 1)
     }
     fn get(&self, name: &str, values: &[Value]) -> Option<ValueId> {
         self.get_hashed(name, name_hash(name), values)
     }
     fn get_hashed(&self, name: &str, hash: u64, values: &[Value]) -> Option<ValueId> {
-        // A name in `clashes` has its hash in `by_hash` too.
-        let &v = self.by_hash.get(&hash)?;
-        if *values[v.index()].name == *name {
-            Some(v)
-        } else {
-            self.clashes.get(name).copied()
+        match self.probe(self.tag(hash)) {
+            Probe::Empty(_) => None,
+            Probe::Tag(i) => {
+                let v = Self::id(self.slots[i]);
+                if *values[v.index()].name == *name {
+                    Some(v)
+                } else {
+                    // A name in `clashes` has its tag in the table too.
+                    self.clashes.get(name).copied()
+                }
+            }
         }
     }
     /// Record `v`, whose name hashes to `hash`, as the value of that name.
     fn insert(&mut self, hash: u64, v: ValueId, values: &[Value]) {
-        use std::collections::hash_map::Entry;
-        match self.by_hash.entry(hash) {
-            Entry::Vacant(e) => {
-                e.insert(v);
+        let name = &values[v.index()].name;
+        let tag = self.tag(hash);
+        let Some(id) = v.0.checked_add(1) else {
+            // (Not a value index a graph in memory reaches; kept apart to stay exact.)
+            self.clashes.insert(name.to_string(), v);
+            return;
+        };
+        let slot = (u64::from(tag) << 32) | u64::from(id);
+        match self.probe(tag) {
+            Probe::Tag(i) if values[Self::id(self.slots[i]).index()].name == *name => {
+                self.slots[i] = slot;
             }
-            Entry::Occupied(mut e) => {
-                let name = &values[v.index()].name;
-                if values[e.get().index()].name == *name {
-                    e.insert(v);
-                } else {
-                    self.clashes.insert(name.to_string(), v);
+            Probe::Tag(_) => {
+                self.clashes.insert(name.to_string(), v);
+            }
+            Probe::Empty(i) => {
+                self.slots[i] = slot;
+                self.len += 1;
+                if Self::room_for(self.len) > self.slots.len() {
+                    self.grow();
                 }
             }
+        }
+    }
+    /// Twice the slots, every entry placed again (its tag says where).
+    fn grow(&mut self) {
+        let old = std::mem::replace(&mut self.slots, vec![0; Self::room_for(self.len) * 2]);
+        let mask = self.slots.len() - 1;
+        for s in old.into_iter().filter(|&s| s != 0) {
+            let mut i = (s >> 32) as usize & mask;
+            while self.slots[i] != 0 {
+                i = (i + 1) & mask;
+            }
+            self.slots[i] = s;
         }
     }
     /// A new value of this name in `g`, recorded here.
@@ -1116,6 +1191,42 @@ mod names_tests {
         assert_eq!(names.get("c", &g.values), Some(c));
         assert!(Scope::Graph(&names, &g.values).contains("c"));
         assert!(!Scope::Graph(&names, &g.values).contains("d"));
+    }
+
+    /// A table made small finds every name after growing many times over, among names whose
+    /// hashes a file made equal (kept apart by name), and names never added are not found.
+    #[test]
+    fn names_are_found_after_the_table_grows() {
+        let mut g = Graph::default();
+        let mut names = Names::default();
+        let slots = names.slots.len();
+        let mut ids = Vec::new();
+        for i in 0..3000 {
+            let name = format!("v{i}");
+            let v = if i % 3 == 0 {
+                // One hash for a third of them.
+                let v = g.add_value_hashed(name, 7, Origin::Input);
+                names.insert(7, v, &g.values);
+                v
+            } else {
+                names.add(&mut g, name, Origin::Input)
+            };
+            ids.push(v);
+        }
+        assert!(
+            names.slots.len() > 100 * slots,
+            "{} slots",
+            names.slots.len()
+        );
+        assert!(names.len * 4 <= names.slots.len() * 3);
+        for (i, &v) in ids.iter().enumerate() {
+            let name = format!("v{i}");
+            let h = if i % 3 == 0 { 7 } else { name_hash(&name) };
+            assert_eq!(names.get_hashed(&name, h, &g.values), Some(v), "{name}");
+        }
+        assert_eq!(names.get("v3000", &g.values), None);
+        assert_eq!(names.get_hashed("v1", 7, &g.values), None);
+        assert_eq!(names.clashes.len(), 999);
     }
 }
 
