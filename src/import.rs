@@ -122,13 +122,14 @@ impl Scope<'_> {
 /// cache miss or two each, most of the import's time after its allocations.
 ///
 /// The name's hash is mixed with keys drawn per table ([`PreHashedBuild`]; a file that does
-/// not know them cannot steer names into one run of slots), and the high half of the result is
-/// the tag, which also says where the search starts. The table holds one name per tag; a
-/// name whose tag is another's (a chance of one in 2^32 a pair, or names whose hashes the file
-/// made equal) is kept apart, by name, in a map hashed with the standard library's SipHash.
+/// not know them cannot steer names into one run of slots), and 31 bits of the result's high
+/// half are the tag, which also says where the search starts. The table holds one name per
+/// tag; a name whose tag is another's (a chance of one in 2^31 a pair, or names whose hashes
+/// the file made equal) is kept apart, by name, in a map hashed with the standard library's
+/// SipHash.
 struct Names {
-    /// `(tag << 32) | (value index + 1)`; 0 is an empty slot. Linear probing from
-    /// `tag & mask`; at most three quarters full.
+    /// `(tag << 32) | value index`; 0 is an empty slot (a tag's top bit is always set).
+    /// Linear probing from `tag & mask`; at most three quarters full.
     slots: Vec<u64>,
     len: usize,
     keys: PreHashedBuild,
@@ -163,7 +164,7 @@ impl Names {
     }
     fn tag(&self, hash: u64) -> u32 {
         use std::hash::BuildHasher;
-        (self.keys.hash_one(hash) >> 32) as u32
+        (self.keys.hash_one(hash) >> 32) as u32 | 1 << 31
     }
     fn probe(&self, tag: u32) -> Probe {
         let mask = self.slots.len() - 1;
@@ -180,7 +181,7 @@ impl Names {
         }
     }
     fn id(slot: u64) -> ValueId {
-        ValueId(slot as u32 - 1)
+        ValueId(slot as u32)
     }
     fn get(&self, name: &str, values: &[Value]) -> Option<ValueId> {
         self.get_hashed(name, name_hash(name), values)
@@ -203,12 +204,7 @@ impl Names {
     fn insert(&mut self, hash: u64, v: ValueId, values: &[Value]) {
         let name = &values[v.index()].name;
         let tag = self.tag(hash);
-        let Some(id) = v.0.checked_add(1) else {
-            // (Not a value index a graph in memory reaches; kept apart to stay exact.)
-            self.clashes.insert(name.to_string(), v);
-            return;
-        };
-        let slot = (u64::from(tag) << 32) | u64::from(id);
+        let slot = (u64::from(tag) << 32) | u64::from(v.0);
         match self.probe(tag) {
             Probe::Tag(i) if values[Self::id(self.slots[i]).index()].name == *name => {
                 self.slots[i] = slot;
