@@ -737,24 +737,19 @@ impl Ctx<'_> {
             let n_inputs = input_end - std::mem::replace(&mut input_start, input_end);
             let mut inputs = Vec::with_capacity(n_inputs);
             for (slot, input) in pending_inputs.by_ref().take(n_inputs).enumerate() {
-                let name = match input {
+                let v = match input {
                     Input::Empty => {
                         inputs.push(None);
                         continue;
                     }
-                    Input::Value(v) => {
-                        edges.push((v, id, slot as u32));
-                        inputs.push(Some(v));
-                        continue;
-                    }
-                    Input::Name(name) => name,
-                };
-                let v = match defined.get(&name, &g.values) {
-                    Some(v) => v,
-                    None => resolve_outer(&name, &mut g, &mut outer_refs, &mut outer_ids)
-                        .ok_or_else(|| {
-                            err(format!("{}: input '{name}' is not defined", label(&g)))
-                        })?,
+                    Input::Value(v) => v,
+                    Input::Name(name) => match defined.get(&name, &g.values) {
+                        Some(v) => v,
+                        None => resolve_outer(&name, &mut g, &mut outer_refs, &mut outer_ids)
+                            .ok_or_else(|| {
+                                err(format!("{}: input '{name}' is not defined", label(&g)))
+                            })?,
+                    },
                 };
                 edges.push((v, id, slot as u32));
                 inputs.push(Some(v));
