@@ -88,6 +88,10 @@ struct TargetArgs {
     /// kept; if none does (or ONNX Runtime is absent) the region falls back.
     #[arg(long = "nchwc-block", value_name = "N", value_parser = clap::value_parser!(i64).range(1..=1024))]
     nchwc_block: Option<i64>,
+    /// Let approximate rewrites run (each is listed with its bound in the summary and the
+    /// report); without it, a node whose only rewrite is approximate falls back (to the CPU).
+    #[arg(long)]
+    allow_approximate: bool,
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
@@ -284,6 +288,7 @@ fn options(a: &TargetArgs) -> Result<engine::Options, Error> {
         .collect::<Result<Vec<_>, Error>>()?;
     let mut o = onnx_safeify::compile::options(dims)?;
     o.nchwc_block = a.nchwc_block;
+    o.allow_approximate = a.allow_approximate;
     Ok(o)
 }
 

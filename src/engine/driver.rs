@@ -12,7 +12,8 @@ use crate::analysis::Sizes;
 use crate::ir::{Graph, Model, NodeId};
 use crate::rewrite::cpu::LAYER_ANN_KEY;
 use crate::rewrite::pass::{
-    apply_plans, rules_by_pass, Cause, Cx, OuterFacts, Pending, Pieces, Planned, Schedule, Summary,
+    apply_plans, rules_by_pass, Cause, Cx, OuterFacts, Pending, Pieces, Planned, Refusal, Schedule,
+    Summary,
 };
 use crate::rewrite::{pass_for, PASSES};
 use crate::rules::matcher::{Match, Opsets};
@@ -370,7 +371,34 @@ impl<'t> Driver<'t> {
         // Pins move nodes to the CPU: the pieces change with any patch.
         self.pieces.take();
         let rules: Vec<usize> = plans.iter().map(|(r, _)| *r).collect();
-        let outcomes = apply_plans(g, plans.into_iter().map(|(_, p)| p).collect());
+        // Approximate rewrites run only where allowed; elsewhere the plan is refused, and the
+        // rule's fallback takes the node (the built-in targets: the CPU, which is exact).
+        let plans: Vec<Planned> = plans
+            .into_iter()
+            .map(|(ri, mut p)| {
+                let rule = &self.target.rules[ri];
+                if self.target.allows_approximate(rule, self.opts.allow_approximate) {
+                    return p;
+                }
+                let loosest = p.outcome.as_ref().ok().and_then(|steps| {
+                    steps
+                        .iter()
+                        .map(|s| s.exactness())
+                        .reduce(crate::rewrite::Exactness::max)
+                });
+                if let Some(e @ crate::rewrite::Exactness::Approximate(_)) = loosest {
+                    p.outcome = Err(Refusal::new(
+                        Cause::Approximate,
+                        format!(
+                            "the rewrite is approximate ({}); --allow-approximate or `approximate: allow` runs it",
+                            e.bound_text()
+                        ),
+                    ));
+                }
+                p
+            })
+            .collect();
+        let outcomes = apply_plans(g, plans);
         let mut applied: Vec<(usize, Applied)> = Vec::new();
         let mut refused: Vec<(usize, Finding)> = Vec::new();
         let mut fell_back: BTreeMap<usize, Vec<NodeId>> = BTreeMap::new();
@@ -390,6 +418,7 @@ impl<'t> Driver<'t> {
                             node: s.node,
                             op: s.op,
                             nodes: s.count,
+                            exactness: s.exactness,
                         };
                         (s.report_at, a)
                     }));

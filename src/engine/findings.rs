@@ -49,6 +49,8 @@ pub struct Applied {
     pub op: String,
     /// Nodes created (for `cpu`: nodes annotated).
     pub nodes: usize,
+    /// How closely the rewrite reproduces the original on ONNX Runtime.
+    pub exactness: crate::rewrite::Exactness,
 }
 
 /// What a compile did.

@@ -48,6 +48,9 @@ pub struct Options {
     /// A node that falls back (to the CPU) blocks the output, as an unsupported one does:
     /// for pipelines that want every fallback to fail the build (`--strict`).
     pub strict: bool,
+    /// Approximate rewrites may run for every rule (`--allow-approximate`); otherwise only
+    /// for rules and targets that say `approximate: allow`, and other nodes fall back.
+    pub allow_approximate: bool,
 }
 
 impl Default for Options {
@@ -58,6 +61,7 @@ impl Default for Options {
             max_iterations: 32,
             nchwc_block: None,
             strict: false,
+            allow_approximate: false,
         }
     }
 }

@@ -5,12 +5,14 @@ pub mod cast;
 pub mod consts;
 pub mod cpu;
 pub mod deny;
+pub mod exactness;
 pub mod pass;
 pub mod patch;
 pub mod split;
 pub mod unfuse;
 pub mod work;
 
+pub use exactness::Exactness;
 pub use patch::{AttrValue, PValue, Patch, PatchError, ORIGIN_KEY, RULE_KEY};
 
 /// Every pass, one line per action, in the order the driver runs the per-rule ones.

@@ -69,6 +69,9 @@ pub enum Cause {
     Unsupported,
     /// The patch was built but the graph refused it (a broken invariant).
     Rejected,
+    /// The rewrite is approximate and approximations were not allowed
+    /// (`--allow-approximate`, `approximate: allow`).
+    Approximate,
 }
 
 impl Cause {
@@ -83,6 +86,7 @@ impl Cause {
             Cause::Limit => "limit",
             Cause::Unsupported => "unsupported",
             Cause::Rejected => "rejected",
+            Cause::Approximate => "approximate",
         }
     }
 }
@@ -127,6 +131,10 @@ pub struct Step {
 }
 
 impl Step {
+    /// The step's exactness class (its patch's).
+    pub fn exactness(&self) -> crate::rewrite::Exactness {
+        self.patch.exactness
+    }
     pub fn new(mut patch: Patch, op: String) -> Self {
         // A batch holds every plan until it is applied: no spare room in them.
         patch.shrink_to_fit();
@@ -458,7 +466,7 @@ pub fn rules_by_pass(target: &Target, rules: &[usize]) -> BTreeMap<&'static str,
 }
 
 /// A step that applied: what the report says of it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Done {
     /// The rewritten node's name (the patch's origin).
     pub node: String,
@@ -467,6 +475,8 @@ pub struct Done {
     pub report_at: usize,
     /// The values whose readers now read another (old, new).
     pub replaced: Vec<(crate::ir::ValueId, crate::ir::ValueId)>,
+    /// The patch's exactness class.
+    pub exactness: crate::rewrite::Exactness,
 }
 
 /// What became of one plan.
@@ -541,6 +551,7 @@ pub fn apply_plans(g: &mut Graph, plans: Vec<Planned>) -> Vec<Outcome> {
             let mut p = step.patch;
             p.remap(&value_map);
             let origin = p.origin.clone();
+            let exactness = p.exactness;
             match p.apply_with_map(g) {
                 Ok((_, replaced)) => {
                     value_map.extend(replaced.iter().copied());
@@ -550,6 +561,7 @@ pub fn apply_plans(g: &mut Graph, plans: Vec<Planned>) -> Vec<Outcome> {
                         count: step.count,
                         report_at: step.report_at,
                         replaced,
+                        exactness,
                     });
                 }
                 Err(e) => {

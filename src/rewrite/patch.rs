@@ -113,6 +113,9 @@ pub struct Patch {
     pub annotate: Vec<(NodeId, &'static str, std::sync::Arc<str>)>,
     /// Single uses to re-point: input `slot` of an existing node reads the value instead.
     pub repoint: Vec<(NodeId, usize, PValue)>,
+    /// How closely the rewrite reproduces the original on ONNX Runtime (see
+    /// [`crate::rewrite::exactness`]); exact unless the rewrite says otherwise.
+    pub exactness: crate::rewrite::Exactness,
 }
 
 /// What applying a patch did: the nodes created, and the replacements (old value -> new value).
@@ -361,6 +364,7 @@ impl Patch {
             replace,
             annotate,
             repoint,
+            exactness: _,
         } = self;
         let prefix = if origin.is_empty() {
             rule.clone()

@@ -112,6 +112,7 @@ struct Acc {
     rules: Vec<Rule>,
     runtime: Vec<RuntimeSetting>,
     fallback: Option<crate::rules::schema::Fallback>,
+    approximate: Option<bool>,
     chain: Vec<String>,
     /// Every file of the chain was read and checked without error.
     ok: bool,
@@ -203,6 +204,7 @@ impl<'f> Loader<'f> {
             rules: acc.rules,
             runtime: acc.runtime,
             fallback: acc.fallback,
+            approximate: acc.approximate,
         })
     }
 
@@ -345,6 +347,9 @@ impl<'f> Loader<'f> {
                     if sub.fallback.is_some() {
                         acc.fallback = sub.fallback;
                     }
+                    if sub.approximate.is_some() {
+                        acc.approximate = sub.approximate;
+                    }
                     for c in sub.chain {
                         if !acc.chain.contains(&c) {
                             acc.chain.push(c);
@@ -395,6 +400,9 @@ impl<'f> Loader<'f> {
         }
         if doc.fallback.is_some() {
             acc.fallback = doc.fallback;
+        }
+        if doc.approximate.is_some() {
+            acc.approximate = doc.approximate;
         }
     }
 }

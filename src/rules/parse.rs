@@ -29,6 +29,8 @@ pub(crate) struct FileDoc {
     pub runtime: Vec<RuntimeSetting>,
     pub disable: Vec<(String, Loc)>,
     pub fallback: Option<Fallback>,
+    /// `approximate: allow|deny` for the target's rules.
+    pub approximate: Option<bool>,
 }
 
 /// The keys of a target file.
@@ -40,10 +42,18 @@ pub(crate) const TOP_KEYS: &[&str] = &[
     "runtime",
     "disable",
     "fallback",
+    "approximate",
 ];
 /// The keys of a rule.
 pub(crate) const RULE_KEYS: &[&str] = &[
-    "id", "why", "evidence", "match", "action", "priority", "fallback",
+    "id",
+    "why",
+    "evidence",
+    "match",
+    "action",
+    "priority",
+    "fallback",
+    "approximate",
 ];
 /// The keys of a runtime entry.
 pub(crate) const RUNTIME_KEYS: &[&str] = &["key", "value", "why", "evidence"];
@@ -1137,6 +1147,10 @@ impl<'a> P<'a> {
             Some((_, v)) => self.fallback(v).map(Some),
             None => Some(None),
         };
+        let approximate = match field(&f, "approximate") {
+            Some((_, v)) => self.approximate(v).map(Some),
+            None => Some(None),
+        };
         if self.count != before {
             return None;
         }
@@ -1150,6 +1164,7 @@ impl<'a> P<'a> {
                 pattern: pattern?.0,
                 action: action?,
                 fallback: fallback?,
+                approximate: approximate?,
                 source: self.here(id_loc),
             },
             id_loc,
@@ -1333,7 +1348,27 @@ impl<'a> P<'a> {
         if let Some((_, v)) = field(&f, "fallback") {
             doc.fallback = self.fallback(v);
         }
+        if let Some((_, v)) = field(&f, "approximate") {
+            doc.approximate = self.approximate(v);
+        }
         doc
+    }
+
+    /// Whether approximate rewrites may run: `allow` or `deny`.
+    fn approximate(&mut self, v: &Node) -> Option<bool> {
+        let s = self.string(v, "`approximate`")?;
+        match s.as_str() {
+            "allow" => Some(true),
+            "deny" => Some(false),
+            _ => {
+                let mut d = self.diag(v.loc, format!("unknown `approximate` value `{s}`"));
+                if let Some(h) = ops::suggest(&s, ["allow", "deny"].into_iter()) {
+                    d = d.label(format!("did you mean `{h}`?"));
+                }
+                self.error(d.note("`approximate` is `allow` (approximate rewrites may run) or `deny` (the default: such nodes fall back)"));
+                None
+            }
+        }
     }
 
     /// A fallback: `cpu` or `deny`.

@@ -138,6 +138,8 @@ pub struct Rule {
     pub action: Action,
     /// When the action cannot be applied to a node (`None`: the target's default).
     pub fallback: Option<Fallback>,
+    /// `approximate: allow|deny` on the rule (`None`: the target's, else denied).
+    pub approximate: Option<bool>,
     /// Where the rule's `id` was written.
     pub source: SourceLoc,
 }
@@ -165,6 +167,10 @@ pub struct Target {
     pub runtime: Vec<RuntimeSetting>,
     /// The default fallback of the target's rules (the last file of the chain that sets one).
     pub fallback: Option<Fallback>,
+    /// Whether the target's rules may apply approximate rewrites (`approximate: allow`; the
+    /// last file of the chain that sets it). Rules may say otherwise; `--allow-approximate`
+    /// allows them all.
+    pub approximate: Option<bool>,
 }
 
 impl Target {
@@ -175,6 +181,10 @@ impl Target {
             Action::Cpu | Action::Deny => None,
             _ => rule.fallback.or(self.fallback),
         }
+    }
+    /// Whether `rule` may apply an approximate rewrite (`all`: `--allow-approximate`).
+    pub fn allows_approximate(&self, rule: &Rule, all: bool) -> bool {
+        all || rule.approximate.or(self.approximate).unwrap_or(false)
     }
     /// The rule with this id.
     pub fn rule(&self, id: &str) -> Option<&Rule> {

@@ -1,0 +1,157 @@
+//! How closely a rewrite reproduces the original on ONNX Runtime: its exactness class.
+//!
+//! Every rewrite declares one, next to its code (a decomposition in the `unfuse` registry, an
+//! action's pass for the others):
+//! - [`Exactness::Exact`]: the output is bit-identical on ONNX Runtime CPU (pins, cuts, splits
+//!   that keep the arithmetic order, integer paths that mirror the kernel);
+//! - [`Exactness::Rounding`]: within float rounding of the kernel's own arithmetic:
+//!   [`ROUNDING_F32`] of the output's scale for float32 outputs, [`ROUNDING_F16_ULPS`] units in
+//!   the last place at that scale for float16 and bfloat16 (the scale is the reference
+//!   output's largest magnitude);
+//! - [`Exactness::Approximate`]: anything else, with the bound the rewrite states (a fraction
+//!   of the output's scale). Approximate rewrites run only when asked (`--allow-approximate`,
+//!   `approximate: allow` in a rule file); otherwise the node falls back like any refusal
+//!   (the built-in targets: to the CPU, which is exact).
+//!
+//! The loosest class of a compile is stored in the output's `metadata_props` under
+//! [`EXACTNESS_KEY`] ([`Exactness::to_meta`]), so `verify` takes its default tolerance from it.
+
+use std::fmt;
+
+/// The largest difference a `rounding` rewrite may make to a float32 output, as a fraction of
+/// the output's scale (its largest magnitude).
+pub const ROUNDING_F32: f64 = 1e-5;
+/// The largest difference a `rounding` rewrite may make to a float16 or bfloat16 output, in
+/// units in the last place at the output's scale.
+pub const ROUNDING_F16_ULPS: f64 = 2.0;
+/// The model metadata key that holds the loosest class of the rewrites applied.
+pub const EXACTNESS_KEY: &str = "onnx_safeify.exactness";
+
+/// A rewrite's exactness class (ordered from tightest to loosest).
+#[derive(Debug, Clone, Copy, PartialEq, PartialOrd, Default)]
+pub enum Exactness {
+    /// Bit-identical outputs on ONNX Runtime CPU.
+    #[default]
+    Exact,
+    /// Within float rounding ([`ROUNDING_F32`], [`ROUNDING_F16_ULPS`]).
+    Rounding,
+    /// Within the stated fraction of the output's scale, and no closer promise.
+    Approximate(f64),
+}
+
+impl Exactness {
+    /// The looser of two classes (two approximations: the larger bound).
+    pub fn max(self, other: Exactness) -> Exactness {
+        use Exactness::*;
+        match (self, other) {
+            (Approximate(a), Approximate(b)) => Approximate(a.max(b)),
+            (Approximate(a), _) | (_, Approximate(a)) => Approximate(a),
+            (Rounding, _) | (_, Rounding) => Rounding,
+            _ => Exact,
+        }
+    }
+    /// The class's name as reports, `explain` and rule files write it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Exactness::Exact => "exact",
+            Exactness::Rounding => "rounding",
+            Exactness::Approximate(_) => "approximate",
+        }
+    }
+    pub fn is_approximate(self) -> bool {
+        matches!(self, Exactness::Approximate(_))
+    }
+    /// The bound in words ("bit-identical", "<= 1e-5 of scale (f32), 2 ulp (f16)", ...).
+    pub fn bound_text(self) -> String {
+        match self {
+            Exactness::Exact => "bit-identical".to_string(),
+            Exactness::Rounding => format!(
+                "<= {ROUNDING_F32:e} of the output's scale (float32), {ROUNDING_F16_ULPS} ulp at scale (float16/bfloat16)"
+            ),
+            Exactness::Approximate(b) => format!("<= {b:e} of the output's scale"),
+        }
+    }
+    /// The form stored under [`EXACTNESS_KEY`]: `exact`, `rounding` or `approximate:<bound>`.
+    pub fn to_meta(self) -> String {
+        match self {
+            Exactness::Approximate(b) => format!("approximate:{b:e}"),
+            other => other.name().to_string(),
+        }
+    }
+    /// Parse the form [`Exactness::to_meta`] writes (None for anything else).
+    pub fn from_meta(s: &str) -> Option<Exactness> {
+        match s.trim() {
+            "exact" => Some(Exactness::Exact),
+            "rounding" => Some(Exactness::Rounding),
+            other => {
+                let b: f64 = other.strip_prefix("approximate:")?.trim().parse().ok()?;
+                (b.is_finite() && b >= 0.0).then_some(Exactness::Approximate(b))
+            }
+        }
+    }
+    /// The largest error this class allows on an output whose largest reference magnitude is
+    /// `scale`, for an element type whose unit in the last place at `scale` is `ulp` (None for
+    /// types compared exactly: integers, bool, strings). 0 for exact.
+    pub fn allowed_error(
+        self,
+        scale: f64,
+        ulp_at_scale: Option<f64>,
+        is_f32_or_wider: bool,
+    ) -> f64 {
+        match self {
+            Exactness::Exact => 0.0,
+            Exactness::Rounding => {
+                if is_f32_or_wider {
+                    ROUNDING_F32 * scale
+                } else {
+                    ROUNDING_F16_ULPS * ulp_at_scale.unwrap_or(0.0)
+                }
+            }
+            Exactness::Approximate(b) => {
+                let r = Exactness::Rounding.allowed_error(scale, ulp_at_scale, is_f32_or_wider);
+                (b * scale).max(r)
+            }
+        }
+    }
+}
+
+impl fmt::Display for Exactness {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Exactness::Approximate(b) => write!(f, "approximate (<= {b:e} of scale)"),
+            other => f.write_str(other.name()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classes_order_and_round_trip_through_metadata() {
+        use Exactness::*;
+        assert_eq!(Exact.max(Rounding), Rounding);
+        assert_eq!(Rounding.max(Exact), Rounding);
+        assert_eq!(Rounding.max(Approximate(1e-3)), Approximate(1e-3));
+        assert_eq!(Approximate(1e-2).max(Approximate(1e-3)), Approximate(1e-2));
+        for e in [Exact, Rounding, Approximate(5e-3)] {
+            assert_eq!(Exactness::from_meta(&e.to_meta()), Some(e));
+        }
+        assert_eq!(Exactness::from_meta("approximate:-1"), None);
+        assert_eq!(Exactness::from_meta("approximate:nan"), None);
+        assert_eq!(Exactness::from_meta("close"), None);
+    }
+
+    #[test]
+    fn allowed_errors_follow_the_class() {
+        use Exactness::*;
+        assert_eq!(Exact.allowed_error(10.0, None, true), 0.0);
+        assert!((Rounding.allowed_error(10.0, None, true) - 1e-4).abs() < 1e-12);
+        assert_eq!(
+            Rounding.allowed_error(10.0, Some(0.0078125), false),
+            0.015625
+        );
+        assert!((Approximate(1e-2).allowed_error(10.0, None, true) - 0.1).abs() < 1e-12);
+    }
+}
