@@ -28,8 +28,9 @@ say() { echo "corpus: [$((SECONDS - START))s] $*"; }
 die() { echo "corpus: $*" >&2; exit 1; }
 
 # The venv's packages. onnx and onnxruntime are the versions the tests were written against.
+# onnx-ir: ONNX Runtime's MatMulNBits quantizer imports it (the transformer corpus's int4 models).
 VENV_PACKAGES=(onnx==1.23.2 onnxruntime==1.32.0 numpy==2.4.6 protobuf==7.36.2 ml_dtypes==0.6.0
-  onnxsim==0.8.1 onnxslim==0.1.98)
+  onnxsim==0.8.1 onnxslim==0.1.98 onnx-ir==1.1.0)
 # The wheel that holds the PP-OCR models (pure Python: one file for every platform).
 RAPIDOCR_WHEEL_SHA256=971d7d5f223a7a808662229df1ef69893809d8457d834e6373d3854bc1782cbf
 # The backend node tests: a digest over every file's relative path and sha256, sorted (the
@@ -40,7 +41,7 @@ command -v "$PY" >/dev/null || die "$PY not found (set PYTHON to a Python 3.9+ i
 mkdir -p "$CACHE" "$CORPUS" "$WHEELS"
 # Raised whenever a step is added: a corpus completed by an older version of this script gets
 # the new steps (the steps it has are stamped and skipped).
-CORPUS_VERSION=3
+CORPUS_VERSION=4
 if [ "$(cat "$CORPUS/.complete" 2>/dev/null)" = "$CORPUS_VERSION" ] && [ -x "$VENV/bin/python" ]; then
   say "complete in $CORPUS (delete it to rebuild)"
   exit 0
@@ -49,13 +50,14 @@ fi
 stamp() { [ -f "$CORPUS/.step-$1" ]; }
 done_step() { touch "$CORPUS/.step-$1"; }
 
-# 1. The venv.
-if ! stamp venv || [ ! -x "$VENV/bin/python" ]; then
+# 1. The venv (stamped with its package list: a changed list installs again).
+VENV_STAMP="venv-$(printf '%s\n' "${VENV_PACKAGES[@]}" | sha256sum | cut -c1-12)"
+if ! stamp "$VENV_STAMP" || [ ! -x "$VENV/bin/python" ]; then
   say "venv in $VENV"
   [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
   "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "${VENV_PACKAGES[@]}" \
     || die "pip could not install ${VENV_PACKAGES[*]}"
-  done_step venv
+  done_step "$VENV_STAMP"
 fi
 VPY="$VENV/bin/python"
 
@@ -130,12 +132,15 @@ run_step ortopt
 run_step quantized
 check_sums quantized
 run_step noderesults
+run_step transformers
+check_sums transformers
 
 for f in real/rapidocr_onnxruntime__ch_PP-OCRv4_det_infer.onnx synthetic/syn_mobilenet_dw_300mb.onnx \
   synthetic/syn_50k_nodes.onnx contrib/contrib_results.json ort_optimized/ortopt_results.json \
-  quantized/quantized_ops.json node_tests_results.json extra/silero_vad__silero_vad.onnx; do
+  quantized/quantized_ops.json node_tests_results.json extra/silero_vad__silero_vad.onnx \
+  transformers/transformers.json; do
   [ -s "$CORPUS/$f" ] || die "missing $CORPUS/$f"
 done
 echo "$CORPUS_VERSION" > "$CORPUS/.complete"
 say "complete: $(ls "$CORPUS/real" | wc -l) real, $(ls "$CORPUS/ort_optimized"/*.onnx | wc -l) ORT-optimised, \
-$(ls "$CORPUS/contrib"/*.onnx | wc -l) contrib, $(ls "$CORPUS/onnx_node_tests_1.19.1" | wc -l) node tests in $CORPUS"
+$(ls "$CORPUS/contrib"/*.onnx | wc -l) contrib, $(ls "$CORPUS/transformers"/*.onnx | wc -l) transformers, $(ls "$CORPUS/onnx_node_tests_1.19.1" | wc -l) node tests in $CORPUS"

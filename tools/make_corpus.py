@@ -695,9 +695,16 @@ def step_noderesults(corpus, _wheels):
     print("noderesults", json.dumps(summary))
 
 
+def step_transformers(corpus, _wheels):
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import make_transformers
+
+    make_transformers.main(os.path.join(corpus, "transformers"))
+
+
 STEPS = {"real": step_real, "nodetests": step_nodetests, "synthetic": step_synthetic,
          "contrib": step_contrib, "ortopt": step_ortopt, "quantized": step_quantized,
-         "noderesults": step_noderesults}
+         "noderesults": step_noderesults, "transformers": step_transformers}
 
 
 def main(argv):
