@@ -41,7 +41,7 @@ command -v "$PY" >/dev/null || die "$PY not found (set PYTHON to a Python 3.9+ i
 mkdir -p "$CACHE" "$CORPUS" "$WHEELS"
 # Raised whenever a step is added: a corpus completed by an older version of this script gets
 # the new steps (the steps it has are stamped and skipped).
-CORPUS_VERSION=4
+CORPUS_VERSION=5
 if [ "$(cat "$CORPUS/.complete" 2>/dev/null)" = "$CORPUS_VERSION" ] && [ -x "$VENV/bin/python" ]; then
   say "complete in $CORPUS (delete it to rebuild)"
   exit 0

@@ -176,12 +176,13 @@ def vit_plain(hidden=64, heads=4, layers=2, image=32, patch=16, classes=10):
     return g.model([pixels], [out], [("", 17)], "vit_plain")
 
 
-def gpt2_past(vocab=100, hidden=64, heads=4, layers=2, max_pos=64):
-    """GPT-2 as ONNX Runtime's optimizer leaves it: com.microsoft Attention with past state."""
+def gpt2_past(vocab=100, hidden=64, heads=4, layers=2, max_pos=64, ids=I64):
+    """GPT-2 as ONNX Runtime's optimizer leaves it: com.microsoft Attention with past state
+    (`ids`: the element type of token and position ids; BeamSearch's decoder takes int32)."""
     g = G(13)
     hd = hidden // heads
-    ins = [helper.make_tensor_value_info("input_ids", I64, ["batch_size", "sequence_length"]),
-           helper.make_tensor_value_info("position_ids", I64, ["batch_size", "sequence_length"]),
+    ins = [helper.make_tensor_value_info("input_ids", ids, ["batch_size", "sequence_length"]),
+           helper.make_tensor_value_info("position_ids", ids, ["batch_size", "sequence_length"]),
            helper.make_tensor_value_info("attention_mask", I32, ["batch_size", "total_sequence_length"])]
     outs = []
     x = g.op("Add", [g.op("Gather", [g.w((vocab, hidden), 0.5, "wte"), "input_ids"], axis=0),
@@ -206,6 +207,26 @@ def gpt2_past(vocab=100, hidden=64, heads=4, layers=2, max_pos=64):
     g.nodes[-1].output[0] = "logits"
     outs.insert(0, helper.make_tensor_value_info("logits", F32, ["batch_size", "sequence_length", vocab]))
     return g.model(ins, outs, [("", 17), (MS, 1)], "gpt2_past")
+
+
+def gpt2_beam_search(vocab=100, layers=2):
+    """BeamSearch (com.microsoft) over the GPT-2 decoder held in its `decoder` attribute, as
+    ONNX Runtime's convert_generation tool writes GPT-2 beam search."""
+    dec = gpt2_past(vocab=vocab, layers=layers, ids=I32).graph
+    dec.name = "decoder"
+    scalars = {"max_length": I32, "min_length": I32, "num_beams": I32, "num_return_sequences": I32,
+               "length_penalty": F32, "repetition_penalty": F32}
+    ins = [helper.make_tensor_value_info("input_ids", I32, ["batch_size", "sequence_length"])]
+    ins += [helper.make_tensor_value_info(n, t, [1]) for n, t in scalars.items()]
+    node = helper.make_node("BeamSearch", ["input_ids"] + list(scalars), ["sequences"], name="BeamSearch_0",
+                            domain=MS, decoder=dec, eos_token_id=vocab - 1, pad_token_id=vocab - 1,
+                            model_type=0, no_repeat_ngram_size=0, early_stopping=0)
+    out = helper.make_tensor_value_info("sequences", I32, ["batch_size", "num_return_sequences", "max_length"])
+    graph = helper.make_graph([node], "gpt2_beam_search", ins, [out])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)],
+                          producer_name=PRODUCER)
+    m.ir_version = 9
+    return m
 
 
 def llama(separate_rotary, vocab=128, hidden=64, heads=4, kv_heads=2, layers=2, inter=128, max_pos=64):
@@ -276,6 +297,10 @@ def llama(separate_rotary, vocab=128, hidden=64, heads=4, kv_heads=2, layers=2, 
 
 
 # ------------------------------------------------------------------------------------- inputs
+# BeamSearch's scalar inputs.
+SCALARS = {"max_length": 10, "min_length": 1, "num_beams": 3, "num_return_sequences": 2,
+           "length_penalty": 1.0, "repetition_penalty": 1.0}
+
 def feeds_for(model, dims):
     """Valid inputs for `model` at `dims` (batch 2: the second row padded on the left by one
     token where the model has an attention mask)."""
@@ -289,11 +314,13 @@ def feeds_for(model, dims):
             shape.append(d.dim_value if d.HasField("dim_value") else dims[d.dim_param])
         et = i.type.tensor_type.elem_type
         if i.name == "input_ids":
-            feeds[i.name] = rng.integers(0, 100, size=shape).astype(np.int64)
+            feeds[i.name] = rng.integers(0, 99, size=shape).astype(np.int32 if et == I32 else np.int64)
         elif i.name == "token_type_ids":
             feeds[i.name] = np.zeros(shape, np.int64)
         elif i.name == "position_ids":
             feeds[i.name] = np.tile(np.arange(past, past + s, dtype=np.int64), (b, 1))
+        elif i.name in SCALARS:
+            feeds[i.name] = np.array([SCALARS[i.name]], np.float32 if et == F32 else np.int32)
         elif i.name == "attention_mask":
             m = np.ones(shape, np.int64)
             if b > 1 and "total_sequence_length" not in dims:
@@ -360,6 +387,7 @@ def main(out_dir):
     save(out_dir, "vit_int4", nbits(vit, 32, True), {"batch_size": 1, "sequence_length": 1}, info)
 
     save(out_dir, "gpt2_past", gpt2_past(), dec_step, info)
+    save(out_dir, "gpt2_beam_search", gpt2_beam_search(), {"batch_size": 2, "sequence_length": 4}, info)
 
     for sep in (False, True):
         m = llama(sep)
