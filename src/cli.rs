@@ -101,6 +101,24 @@ enum Format {
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+enum WeightsArg {
+    Share,
+    Link,
+    Copy,
+}
+
+impl From<WeightsArg> for onnx_safeify::io::save::Weights {
+    fn from(w: WeightsArg) -> Self {
+        use onnx_safeify::io::save::Weights;
+        match w {
+            WeightsArg::Share => Weights::Share,
+            WeightsArg::Link => Weights::Link,
+            WeightsArg::Copy => Weights::Copy,
+        }
+    }
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
 enum CpuMode {
     /// One model; pinned nodes carry metadata `layer_ann`.
     Annotate,
@@ -126,6 +144,12 @@ struct CompileArgs {
     /// How CPU-pinned nodes are written.
     #[arg(long, value_enum, default_value_t = CpuMode::Annotate)]
     cpu_subgraphs: CpuMode,
+    /// External data the output keeps unchanged: `share` refers to the input's data files in
+    /// the same folder (nothing written) and clones (reflink) or copies them into another
+    /// folder; `link` hard-links them there instead (no byte written; an in-place edit of one
+    /// file changes the other); `copy` writes one fresh OUT.data.
+    #[arg(long, value_enum, default_value_t = WeightsArg::Share)]
+    weights: WeightsArg,
     /// Write a JSON report of the compile.
     #[arg(long, value_name = "FILE.json")]
     report: Option<PathBuf>,
@@ -343,6 +367,7 @@ fn compile(a: &CompileArgs) -> Result<u8, Error> {
     }
     let pb = progress(&format!("reading {}", model.display()));
     let mut doc = onnx_safeify::load(model)?;
+    doc.weights = a.weights.into();
     // Otherwise the file's pages are written ahead while the rules run (not while the model is
     // read, which has threads of its own), for the save to write the output over.
     if annotate && early.is_none() {
@@ -373,7 +398,17 @@ fn compile(a: &CompileArgs) -> Result<u8, Error> {
     let outputs: Vec<PathBuf> = match a.cpu_subgraphs {
         CpuMode::Annotate => {
             let out = annotate_out();
-            onnx_safeify::save_with(&doc, &out, early)?;
+            let written = onnx_safeify::save_with(&doc, &out, early)?;
+            for (file, how) in &written.shared {
+                eprintln!("external data: {} ({})", file.display(), how.as_str());
+            }
+            if let Some(f) = &written.external_file {
+                eprintln!(
+                    "external data: {} ({} bytes written)",
+                    f.display(),
+                    written.external_bytes
+                );
+            }
             vec![out]
         }
         CpuMode::Partition => {
@@ -519,7 +554,6 @@ fn check(a: &CheckArgs) -> Result<u8, Error> {
     let opts = options(&a.target)?;
     let mut doc = onnx_safeify::load(&a.model)?;
     let findings = engine::check(&mut doc.model, &target, &opts);
-    release(doc);
     let name = a.model.display().to_string();
     match a.format {
         Format::Text => emit(&onnx_safeify::report::findings_text(
@@ -527,12 +561,17 @@ fn check(a: &CheckArgs) -> Result<u8, Error> {
             &name,
             &findings,
         ))?,
-        Format::Json => emit(&onnx_safeify::report::findings_json(
-            &target.name,
-            &name,
-            &findings,
-        ))?,
+        Format::Json => {
+            let cost = onnx_safeify::cost::for_target(&doc.model, &target, &opts);
+            emit(&onnx_safeify::report::findings_json_with_cost(
+                &target.name,
+                &name,
+                &findings,
+                Some(&cost),
+            ))?
+        }
     }
+    release(doc);
     Ok(if findings.is_empty() { 0 } else { 1 })
 }
 
@@ -587,6 +626,23 @@ fn explain(a: &ExplainArgs) -> Result<u8, Error> {
             for e in matcher.explain(&target, node) {
                 out.push_str(&format!("  {e}\n"));
             }
+            // What each matching rule's rewrite promises (unfuse, cast).
+            let n = sg.graph.node(node);
+            for m in matcher.find(&target).iter().filter(|m| m.node == node) {
+                let r = &target.rules[m.rule];
+                let class = match &r.action {
+                    onnx_safeify::rules::schema::Action::Unfuse => {
+                        Some(unfuse_exactness(n.domain(), &n.op_type))
+                    }
+                    onnx_safeify::rules::schema::Action::Cast { from, to } => {
+                        Some(cast_exactness(*from, *to))
+                    }
+                    _ => None,
+                };
+                if let Some(c) = class {
+                    out.push_str(&format!("  {}: exactness {c}\n", r.id));
+                }
+            }
         }
         None => {
             let mut hits: Vec<Vec<String>> = vec![Vec::new(); target.rules.len()];
@@ -599,7 +655,12 @@ fn explain(a: &ExplainArgs) -> Result<u8, Error> {
                     } else {
                         n.name()
                     });
-                    hits[m.rule].push(format!("{label} ({})", n.op_type));
+                    let mut hit = format!("{label} ({})", n.op_type);
+                    // An unfuse rule: the class of the decomposition of this node's op.
+                    if target.rules[m.rule].action == onnx_safeify::rules::schema::Action::Unfuse {
+                        hit.push_str(&format!(" [{}]", unfuse_exactness(n.domain(), &n.op_type)));
+                    }
+                    hits[m.rule].push(hit);
                 }
             }
             out.push_str(&format!(
@@ -616,6 +677,9 @@ fn explain(a: &ExplainArgs) -> Result<u8, Error> {
                     hits.len()
                 ));
                 out.push_str(&format!("  why: {}\n", r.why));
+                if let onnx_safeify::rules::schema::Action::Cast { from, to } = &r.action {
+                    out.push_str(&format!("  exactness: {}\n", cast_exactness(*from, *to)));
+                }
                 for h in hits.iter().take(20) {
                     out.push_str(&format!("  - {h}\n"));
                 }
@@ -629,15 +693,57 @@ fn explain(a: &ExplainArgs) -> Result<u8, Error> {
     Ok(0)
 }
 
+/// The exactness class of the decomposition `unfuse` uses for this op, in words.
+fn unfuse_exactness(domain: &str, op: &str) -> String {
+    use onnx_safeify::rewrite::Exactness;
+    match onnx_safeify::rewrite::unfuse::exactness_of(domain, op) {
+        None => "no decomposition: falls back".into(),
+        Some(e @ Exactness::Approximate(_)) => format!(
+            "approximate, {}; runs only with --allow-approximate",
+            e.bound_text()
+        ),
+        Some(e) => e.name().into(),
+    }
+}
+
+/// What a `cast` rule's rewrite is: a precision fence between float types (the op computed
+/// in another precision: approximate), or a narrowing of integer types (exact while the
+/// values fit, as valid indices do).
+fn cast_exactness(from: i32, to: i32) -> String {
+    use onnx_safeify::rewrite::Exactness;
+    use onnx_safeify::tensor::dtype::{BFLOAT16, DOUBLE, FLOAT, FLOAT16};
+    use onnx_safeify::tensor::dtype_name;
+    let float = |t: i32| [FLOAT, FLOAT16, BFLOAT16, DOUBLE].contains(&t);
+    let (f, t) = (dtype_name(from), dtype_name(to));
+    if float(from) && float(to) {
+        let e = Exactness::Approximate(onnx_safeify::rewrite::cast::PRECISION_FENCE_BOUND);
+        format!(
+            "approximate (a precision fence, {f} computed in {t}): {}; runs only with --allow-approximate",
+            e.bound_text()
+        )
+    } else {
+        format!("exact (an index narrowing, {f} to {t}: exact while the values fit)")
+    }
+}
+
 fn targets() -> Result<u8, Error> {
     let mut out = String::new();
     for name in onnx_safeify::rules::builtin::builtin_names() {
         let t = onnx_safeify::rules::load_target(name)?;
+        let plural = |n: usize, one: &'static str, many: &'static str| {
+            if n == 1 {
+                one
+            } else {
+                many
+            }
+        };
         out.push_str(&format!(
-            "{:<14} {:>3} rules  {:>2} runtime settings  {}\n",
+            "{:<14} {:>3} {:<5}  {:>2} runtime {:<8}  {}\n",
             t.name,
             t.rules.len(),
+            plural(t.rules.len(), "rule", "rules"),
             t.runtime.len(),
+            plural(t.runtime.len(), "setting", "settings"),
             t.description
         ));
     }

@@ -121,6 +121,7 @@
 pub mod analysis;
 pub mod cli;
 pub mod compile;
+pub mod cost;
 pub mod doctor;
 pub mod engine;
 pub mod error;
@@ -158,6 +159,9 @@ use std::path::Path;
 pub struct Document {
     pub model: Model,
     pub source: io::LoadedModel,
+    /// How a save gets the external data the output keeps unchanged (default: shared with
+    /// the input; see [`io::save::Weights`]).
+    pub weights: io::save::Weights,
 }
 
 /// Load and import a model file.
@@ -171,7 +175,11 @@ pub fn load(path: &Path) -> Result<Document> {
     source.external_used |= !encoded.is_empty() && io::save::graph_has_external(&model.graph);
     // The decoded messages and the reading thread's lists are freed by now.
     freed();
-    Ok(Document { model, source })
+    Ok(Document {
+        model,
+        source,
+        weights: Default::default(),
+    })
 }
 
 /// Called by [`freed`] (see [`on_freed`]).
@@ -212,7 +220,11 @@ pub fn load_bytes(bytes: impl Into<bytes::Bytes>, name: &Path) -> Result<Documen
         original: data,
         unknown: Default::default(),
     };
-    Ok(Document { model, source })
+    Ok(Document {
+        model,
+        source,
+        weights: Default::default(),
+    })
 }
 
 /// Export and save a model next to (never over) its source. Fields the schema does not define
@@ -234,6 +246,7 @@ pub fn save_with(
     let opts = io::SaveOptions {
         protect: vec![doc.source.path.clone()],
         carry: (!unknown.is_empty()).then_some(unknown),
+        weights: doc.weights,
     };
     let sources = vec![io::save::Source::new(
         doc.source.bytes.clone(),

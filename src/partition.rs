@@ -302,6 +302,7 @@ pub fn save_partitioned(
         let opts = crate::io::SaveOptions {
             protect: vec![doc.source.path.clone()],
             carry: None,
+            weights: doc.weights,
         };
         if let Err(e) = crate::io::save_model(m, &path, Some(&doc.source.external), sources, &opts)
         {

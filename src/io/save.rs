@@ -32,6 +32,37 @@ pub struct SaveOptions {
     /// messages still are (see [`crate::io::unknown`]). Saving fails, before anything is
     /// written, when some would be dropped.
     pub carry: Option<std::sync::Arc<Carry>>,
+    /// How external data the output keeps unchanged reaches it (see [`Weights`]).
+    pub weights: Weights,
+}
+
+/// How the output gets the external data it keeps unchanged from the input. Only tensors a
+/// rewrite left as they were are still external in the output (new and changed tensors are
+/// written inline), so their bytes are exactly the input's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Weights {
+    /// The default. In the input's folder the output refers to the input's data files as they
+    /// are (same locations, offsets and lengths; nothing written: the two models share the
+    /// files, as an onnxruntime-genai folder's models do). In another folder each file is
+    /// cloned (a reflink, where the file system has them) or else copied whole, under the
+    /// same name, so the output's references stay the input's.
+    #[default]
+    Share,
+    /// Like `Share`, but a file placed in another folder is a hard link where possible (no
+    /// byte written; an edit in place of one file changes the other, which is why it is not
+    /// the default).
+    Link,
+    /// One fresh data file beside the output (`<output file name>.data`), holding exactly the
+    /// tensors the output keeps.
+    Copy,
+}
+
+impl Weights {
+    pub const ALL: &'static [(&'static str, Weights)] = &[
+        ("share", Weights::Share),
+        ("link", Weights::Link),
+        ("copy", Weights::Copy),
+    ];
 }
 
 /// What was written.
@@ -42,6 +73,33 @@ pub struct SaveSummary {
     /// The external data file written beside the model, if any.
     pub external_file: Option<PathBuf>,
     pub external_bytes: u64,
+    /// Data files the output refers to that it shares with the input (nothing written), or
+    /// that were placed beside it by a reflink, a hard link or a copy (with how).
+    pub shared: Vec<(PathBuf, Placed)>,
+}
+
+/// How a shared data file reached the output's folder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placed {
+    /// The input's own file, in the output's folder already: nothing written.
+    Same,
+    /// A copy-on-write clone (FICLONE): no byte written, the files independent.
+    Reflink,
+    /// A hard link (`--weights link`): no byte written, one file under two names.
+    HardLink,
+    /// A copy of the whole file.
+    Copy,
+}
+
+impl Placed {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Placed::Same => "shared with the input",
+            Placed::Reflink => "reflinked",
+            Placed::HardLink => "hard-linked",
+            Placed::Copy => "copied",
+        }
+    }
 }
 
 impl SaveSummary {
@@ -52,6 +110,7 @@ impl SaveSummary {
             bytes,
             external_file: None,
             external_bytes: 0,
+            shared: Vec::new(),
         }
     }
 }
@@ -219,6 +278,13 @@ pub fn save_model(
     opts: &SaveOptions,
 ) -> Result<SaveSummary> {
     check_output_path(out, opts)?;
+    if opts.weights != Weights::Copy {
+        if let Some(ext) = external {
+            if let Some(files) = shareable(&mut proto, ext)? {
+                return save_sharing(proto, out, files, sources, opts);
+            }
+        }
+    }
 
     // External data: gather payloads first so that any error happens before writing.
     let mut ext_payloads: Vec<(u64, Bytes)> = Vec::new();
@@ -344,7 +410,141 @@ pub fn save_model(
         bytes: written,
         external_file: (external_bytes > 0).then_some(data_path),
         external_bytes,
+        shared: Vec::new(),
     })
+}
+
+/// The input's data files the output's external tensors refer to (location as written, the
+/// file), when every location is a plain relative path (names only, no `..`): the output
+/// can then keep the references as they are. `None` when some location is not plain.
+fn shareable(proto: &mut ModelProto, ext: &ExternalData) -> Result<Option<Vec<(String, PathBuf)>>> {
+    let mut files: Vec<(String, PathBuf)> = Vec::new();
+    let mut plain = true;
+    // (The visit changes nothing.)
+    for_each_tensor_mut(proto, &mut |t| {
+        if !is_external(t) || !plain {
+            return Ok(());
+        }
+        let r = external_ref(t)?;
+        let normal = Path::new(&r.location)
+            .components()
+            .all(|c| matches!(c, std::path::Component::Normal(_)));
+        if !normal {
+            plain = false;
+            return Ok(());
+        }
+        let source = ext.resolve(&r.location)?;
+        // The reference must be readable as written (offset and length inside the file).
+        ext.read(&r)?;
+        if !files.iter().any(|(l, _)| *l == r.location) {
+            files.push((r.location, source));
+        }
+        Ok(())
+    })?;
+    Ok((plain && !files.is_empty()).then_some(files))
+}
+
+/// Save with the external references kept as they are ([`Weights::Share`], [`Weights::Link`]):
+/// each data file is the input's own (the same folder) or placed beside the output under its
+/// location, before the model is moved into place.
+fn save_sharing(
+    proto: ModelProto,
+    out: &Path,
+    files: Vec<(String, PathBuf)>,
+    sources: Vec<Source>,
+    opts: &SaveOptions,
+) -> Result<SaveSummary> {
+    let dir = out
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let mut placed: Vec<(Option<TempFile>, PathBuf, Placed)> = Vec::new();
+    for (location, source) in &files {
+        let dest = dir.join(location);
+        if same_file(&dest, source) {
+            placed.push((None, dest, Placed::Same));
+            continue;
+        }
+        for p in opts
+            .protect
+            .iter()
+            .chain(std::iter::once(&out.to_path_buf()))
+        {
+            if same_file(&dest, p) {
+                return Err(Error::new(
+                    ErrorKind::Usage,
+                    format!("refusing to overwrite {}", p.display()),
+                )
+                .in_file(&dest));
+            }
+        }
+        if let Some(parent) = dest.parent() {
+            std::fs::create_dir_all(parent)
+                .map_err(|e| Error::io(&dest, "cannot create the data file's folder", e))?;
+        }
+        let (tmp, how) = place_file(source, &dest, opts.weights == Weights::Link)?;
+        placed.push((Some(tmp), dest, how));
+    }
+    let plan = match &opts.carry {
+        Some(c) => Plan::new(&proto, c).map_err(|e| e.in_file(out))?,
+        None => Plan::default(),
+    };
+    let (tmp, written) = write_temp(out, sources, |w| write_model_planned(w, &proto, &plan))?;
+    let mut shared = Vec::with_capacity(placed.len());
+    for (t, dest, how) in placed {
+        if let Some(t) = t {
+            t.persist(&dest)?;
+        }
+        shared.push((dest, how));
+    }
+    tmp.persist(out)?;
+    Ok(SaveSummary {
+        path: out.to_path_buf(),
+        bytes: written,
+        external_file: None,
+        external_bytes: 0,
+        shared,
+    })
+}
+
+/// A temporary file beside `dest` with `source`'s bytes: a hard link (`link`), else a
+/// reflink, else a copy.
+fn place_file(source: &Path, dest: &Path, link: bool) -> Result<(TempFile, Placed)> {
+    let io = |what: &'static str| move |e| Error::io(dest, what, e);
+    if link {
+        let (tmp, file) = TempFile::create(dest)?;
+        drop(file);
+        std::fs::remove_file(&tmp.path).map_err(io("cannot place the data file"))?;
+        if std::fs::hard_link(source, &tmp.path).is_ok() {
+            return Ok((tmp, Placed::HardLink));
+        }
+    }
+    let (tmp, file) = TempFile::create(dest)?;
+    let src = File::open(source).map_err(|e| Error::io(source, "cannot read external data", e))?;
+    if reflink(&src, &file) {
+        return Ok((tmp, Placed::Reflink));
+    }
+    let mut w = file;
+    let mut r = src;
+    std::io::copy(&mut r, &mut w).map_err(io("cannot copy the data file"))?;
+    w.sync_data().ok();
+    Ok((tmp, Placed::Copy))
+}
+
+/// Clone `src` into `dst` copy-on-write (Linux `FICLONE`); false where the file system has no
+/// reflinks (ext4) or the files are on two file systems.
+#[cfg(target_os = "linux")]
+fn reflink(src: &File, dst: &File) -> bool {
+    use std::os::fd::AsRawFd;
+    // _IOW(0x94, 9, int)
+    const FICLONE: libc::c_ulong = 0x4004_9409;
+    // SAFETY: both descriptors are open files owned by the caller for the call's duration.
+    unsafe { libc::ioctl(dst.as_raw_fd(), FICLONE as _, src.as_raw_fd()) == 0 }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn reflink(_src: &File, _dst: &File) -> bool {
+    false
 }
 
 /// Write a model file beside `out` (not yet moved into place): returns it and its length. As
