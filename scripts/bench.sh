@@ -6,7 +6,7 @@
 # On the large models `cp+37` is cp's copy written 37 bytes into the output: what moving the
 # payloads costs the kernel's file-to-file copy when the nodes before them change size
 # (onnx-safeify writes them from the mapped input instead, which costs what cp does).
-#   scripts/bench.sh [--peers] [--big] [--callgrind]
+#   scripts/bench.sh [--peers] [--big] [--callgrind] [--llm | --llm-only]
 #     --peers      add onnxsim and onnxslim on the 326 MB model (slow)
 #     --big        also two ~1.3 GB variants of the 326 MB model, written once by
 #                  tools/bench_big_model.py into $CACHE/bench/ (~4 GB of memory while Python writes
@@ -16,18 +16,27 @@
 #                  `check` of the 50,000-node chain, the rx580 compile of the 326 MB model (a
 #                  repeatable figure where wall time is noisy; but fewer instructions are not
 #                  always less time: a hash of fewer instructions made the import slower)
+#     --llm        int4 decoders as onnxruntime-genai writes them (tools/make_llm.py: 1b, 0.7 GB,
+#                  and 7b, 4.3 GB of external data, written once into $CACHE/bench/): cp of the
+#                  folder, --target none / webgpu / rx580 with the output in the model's folder
+#                  (weights shared) and in another folder with --weights link, check rx580, and
+#                  the peers Python onnx load+save with external data and onnxruntime's
+#                  transformers OnnxModel load+save (tools/bench_llm_peers.py); --llm-only
+#                  runs these rows alone (LLM_RUNS, default 3, runs each)
 # RUNS (default 7) sets the counted runs per tool. BEFORE=PATH adds the same commands run with
 # another build of onnx-safeify (named "...-before"), interleaved in the same runs: a before/after
 # table from one run.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CACHE="${ONNX_SAFEIFY_CACHE:-$HOME/.cache/onnx-safeify}"
-PEERS=() BIG=0 CALLGRIND=0
+PEERS=() BIG=0 CALLGRIND=0 LLM=0
 for a in "$@"; do
   case "$a" in
     --peers) PEERS=(--peers) ;;
     --big) BIG=1 ;;
     --callgrind) CALLGRIND=1 ;;
+    --llm) LLM=1 ;;
+    --llm-only) LLM=2 ;;
     *) echo "unknown option $a" >&2; exit 2 ;;
   esac
 done
@@ -65,6 +74,7 @@ cmds() {
   if [ -n "${BEFORE:-}" ]; then CMDS+=(--cmd "$1-before=${2//@BIN@/$BEFORE}"); fi
 }
 big_models=("$SYN/syn_mobilenet_dw_300mb.onnx")
+if [ "$LLM" = 2 ]; then big_models=(); fi
 if [ "$BIG" = 1 ]; then
   mkdir -p "$CACHE/bench"
   B="$CACHE/bench/syn_mobilenet_dw_1300mb.onnx"
@@ -89,6 +99,27 @@ for m in "${big_models[@]}"; do
   bench --model "$m" "${PEERS[@]}" --ratio-to cp "${CMDS[@]}"
   PEERS=()
 done
+if [ "$LLM" != 0 ]; then
+  for size in 1b 7b; do
+    D="$CACHE/bench/llm-$size"
+    if [ ! -s "$D/model.onnx" ]; then
+      rm -rf "$D.tmp" && "$PY" tools/make_llm.py "$D.tmp" --size "$size" && mv "$D.tmp" "$D"
+    fi
+    echo "== llm-$size ($(du -sh "$D" | cut -f1)): cp -r of the folder, onnx-safeify (in the folder: weights shared; elsewhere: --weights link), Python peers"
+    CMDS=(--cmd "cp=cp -r $D {out}")
+    for t in none webgpu rx580; do
+      # In the model's folder (the default output place); {out} gets a copy of the small model.
+      cmds "$t" "@BIN@ {model} --target $t -o $D/model.$t.onnx >/dev/null 2>&1 && cp $D/model.$t.onnx {out}"
+      cmds "$t-link" "@BIN@ {model} --target $t -o {out} --weights link"
+    done
+    cmds check-rx580 "$(check @BIN@ rx580)"
+    CMDS+=(--cmd "py-onnx=$PY tools/bench_llm_peers.py onnx {model} {out}")
+    CMDS+=(--cmd "py-ort-transformers=$PY tools/bench_llm_peers.py ort {model} {out}")
+    RUNS="${LLM_RUNS:-3}" bench --model "$D/model.onnx" --no-baseline --tmpdir "$CACHE/bench" \
+      --ratio-to cp "${CMDS[@]}"
+  done
+  if [ "$LLM" = 2 ]; then exit 0; fi
+fi
 echo "== syn_50k_nodes.onnx: Python onnx, onnx-safeify pin every Add / check rx580"
 CMDS=()
 cmds pin-add "@BIN@ {model} --target $TMP/pin-add.yaml -o {out}"
