@@ -18,6 +18,7 @@ pub mod fused_gemm;
 pub mod fused_matmul;
 pub mod gelu;
 pub mod layer_norm;
+pub mod matmul_nbits;
 pub mod nchwc;
 pub mod quant;
 pub mod rw;
@@ -156,6 +157,7 @@ pub const REGISTRY: &[(&str, &str, Decompose, Exactness)] = &[
     (MS_DOMAIN, "QLinearConcat", quant::qlinear_concat, EXACT),
     (MS_DOMAIN, "QLinearConv", quant::qlinear_conv_ms, EXACT),
     (MS_DOMAIN, "QGemm", quant::qgemm, EXACT),
+    (MS_DOMAIN, "MatMulNBits", matmul_nbits::matmul_nbits, ROUNDING),
     (
         MS_DOMAIN,
         "DynamicQuantizeMatMul",

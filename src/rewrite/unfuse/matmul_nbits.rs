@@ -1,0 +1,759 @@
+//! com.microsoft MatMulNBits: a MatMul whose weight is block-quantized to 2, 4 or 8 bits (the
+//! form ONNX Runtime's `MatMulNBitsQuantizer` and onnxruntime-genai's model builder write for
+//! int4 LLMs), decomposed into standard ONNX.
+//!
+//! The operator (ContribOperators.md, MatMulNBits): `Y = A @ dequant(B)^T (+ bias)`, where
+//! `B` is uint8 `[N, k_blocks, blob_size]` (`k_blocks = ceil(K / block_size)`,
+//! `blob_size = block_size * bits / 8`): row `n` of the `[N, K]` weight, its codes packed along
+//! K within each block, the first code in the lowest bits of a byte. `scales` are
+//! `[N, k_blocks]` (or flat `[N * k_blocks]`) of A's type; `zero_points` are either packed
+//! uint8 `[N, ceil(k_blocks * bits / 8)]` (each row packed on its own, padded to a byte) or
+//! unpacked of A's type `[N, k_blocks]`; absent, the zero point is `2^(bits - 1)`. The weight
+//! is `(code - zero_point) * scale` for uint8 zero points, and `code * scale + (-scale * zp)`
+//! for float zero points (ONNX Runtime's `DequantizeBlockwise` with unquantized zero points,
+//! `matmul_nbits_impl.cc`). Codes past K in the last block are padding. `g_idx` (deprecated)
+//! gives each k its block of scales and zero points. `bias` is `[N]`.
+//!
+//! ONNX Runtime's CPU kernel (`contrib_ops/cpu/quantization/matmul_nbits.cc`) with
+//! `accuracy_level` 0-3 computes in float32: the weight dequantized to float32 (for a float16
+//! A, A, the scales and the bias are converted to float32, the product is computed in float32
+//! and converted back), then a float GEMM (MLAS's blocked n-bit kernel or SGEMM over the
+//! dequantized weight). The decomposition does the same with `MatMul` (and a `Cast` on each
+//! side for float16): class `rounding` (measured at about 1e-6 of the output's scale for
+//! float32, at most 1 ulp for float16; the GEMMs sum in different orders). With
+//! `accuracy_level` 4 the kernel quantizes A to int8 per block (`SQNBIT_CompInt8`) and a
+//! float MatMul is not the same function: the patch declares `approximate`
+//! ([`INT8_ACCURACY_BOUND`]), so it runs only when approximations are allowed.
+//!
+//! Two forms, chosen per node (never raising the model's opset, see the module's policy); the
+//! `MatMul` node carries the form in its metadata under [`FORM_KEY`]:
+//!
+//! * **packed** (default-domain opset >= 21; 2-bit weights need opset 25's uint2): the packed
+//!   bytes of B are, unchanged, a uint4 (uint2, uint8) tensor `[N, k_blocks * block_size]`
+//!   (ONNX packs sub-byte types first element in the low bits, as MatMulNBits does, and each
+//!   row of B is whole bytes); `DequantizeLinear` with `axis = 1` and `block_size` (blocked
+//!   quantization, opset 21) gives the float32 weight, `Slice` drops the padding when K is not a
+//!   multiple of the block size, `Transpose` makes it `[K, N]`. The new initializer shares B's
+//!   payload (an external B stays a reference to the same bytes of the same file), so the
+//!   weights keep their size. Packed zero points are reused as they are when each row fills
+//!   whole bytes, repacked (they are small) otherwise; absent ones become a constant of
+//!   `2^(bits - 1)`. Float zero points: `DequantizeLinear` without zero point (`code * scale`)
+//!   plus the constant `-scale * zp` per block, ONNX Runtime's own formula.
+//! * **unpacked** (older opsets, 2-bit weights before opset 25, a `g_idx` that is not the
+//!   identity grouping): the `[K, N]` weight is computed here and stored as an initializer of
+//!   the scales' type (float32, or float16 cast to float32 at run time). It is 8x (float32) or
+//!   4x (float16) the size of 4-bit weights: a 4096 x 4096 int4 weight (8 MiB packed) becomes
+//!   64 MiB of float32.
+//!
+//! Refused, with the reason: a B, scales or zero points that are not constants
+//! ([`Cause::NotConstant`]); external data the decomposition has to read but cannot (the
+//! unpacked form, repacked zero points); `weight_prepacked` (a CUDA layout); bfloat16 (no CPU
+//! kernel to match); a `g_idx` together with packed zero points, or with other than 4 bits
+//! (ONNX Runtime's CPU kernel ignores packed zero points when `g_idx` is given, and supports
+//! `g_idx` only with 4 bits: no decomposition could both follow the operator's definition and
+//! match that kernel); shapes that disagree with K, N, bits and block_size.
+
+use bytes::Bytes;
+
+use crate::io::external::{external_ref, is_external};
+use crate::io::ExternalData;
+use crate::ir::{Graph, NodeId, TensorView, Text, ValueId};
+use crate::proto::TensorProto;
+use crate::rewrite::pass::{Cause, Refusal};
+use crate::rewrite::{AttrValue, Exactness, PValue, Patch};
+use crate::tensor::dtype;
+
+use super::rw::{f32_to_f16, unsupported, Rw};
+use super::{UnfuseCtx, Unsupported};
+
+/// The metadata key, on the new `MatMul` node, that names the form used (`packed ...` or
+/// `unpacked ...`, with the weight's size).
+pub const FORM_KEY: &str = "onnx_safeify.matmul_nbits_form";
+
+/// `accuracy_level` 4 on ONNX Runtime's CPU quantizes A to int8 per block: a float MatMul
+/// differs from it by that quantization error, measured at up to 7e-3 of the output's scale
+/// on random weights and activations (block sizes 16-128, K up to 4096).
+pub const INT8_ACCURACY_BOUND: f64 = 2e-2;
+
+/// The largest unpacked weight (elements) the unpacked form writes: a larger one is refused
+/// (`Cause::Limit`) rather than materialized in memory.
+const MAX_UNPACKED_ELEMENTS: u64 = 1 << 31;
+
+/// The node's attributes, checked.
+#[derive(Debug, Clone, Copy)]
+struct Spec {
+    k: usize,
+    n: usize,
+    bits: usize,
+    block: usize,
+    /// Blocks per row: `ceil(K / block_size)`.
+    blocks: usize,
+    /// Bytes per block: `block_size * bits / 8`.
+    blob: usize,
+    /// Bytes per row of packed zero points: `ceil(blocks * bits / 8)`.
+    zp_row: usize,
+    accuracy: i64,
+}
+
+impl Spec {
+    fn read(rw: &Rw) -> Result<Spec, Unsupported> {
+        let need = |name: &str| -> Result<i64, Unsupported> {
+            match rw.attr(name).and_then(|a| a.i()) {
+                Some(v) => Ok(v),
+                None => unsupported(format!("MatMulNBits without its '{name}' attribute")),
+            }
+        };
+        let k = need("K")?;
+        let n = need("N")?;
+        let block = need("block_size")?;
+        let bits = rw.attr_i("bits", 4);
+        let accuracy = rw.attr_i("accuracy_level", 0);
+        if rw.attr_i("weight_prepacked", 0) != 0 {
+            return unsupported(
+                "B is prepacked in an execution provider's own layout (weight_prepacked)",
+            );
+        }
+        if !matches!(bits, 2 | 4 | 8) {
+            return unsupported(format!("bits = {bits} (MatMulNBits has 2, 4 or 8)"));
+        }
+        if block < 16 || block.count_ones() != 1 {
+            return unsupported(format!(
+                "block_size = {block} (a power of two >= 16 is required)"
+            ));
+        }
+        if k <= 0 || n <= 0 || k > i32::MAX as i64 || n > i32::MAX as i64 {
+            return unsupported(format!("K = {k}, N = {n} (out of range)"));
+        }
+        let (k, n, bits, block) = (k as usize, n as usize, bits as usize, block as usize);
+        let blocks = k.div_ceil(block);
+        Ok(Spec {
+            k,
+            n,
+            bits,
+            block,
+            blocks,
+            blob: block * bits / 8,
+            zp_row: (blocks * bits).div_ceil(8),
+            accuracy,
+        })
+    }
+
+    /// K rounded up to whole blocks.
+    fn k_padded(&self) -> usize {
+        self.blocks * self.block
+    }
+
+    /// The ONNX element type that holds `bits`-bit unsigned codes.
+    fn code_type(&self) -> i32 {
+        match self.bits {
+            2 => dtype::UINT2,
+            4 => dtype::UINT4,
+            _ => dtype::UINT8,
+        }
+    }
+
+    fn default_zero_point(&self) -> u8 {
+        1u8 << (self.bits - 1)
+    }
+
+    /// Code `j` (0..block) of block `b` of row `n` of B.
+    fn code(&self, b_bytes: &[u8], n: usize, b: usize, j: usize) -> u8 {
+        let bit = j * self.bits;
+        let byte = b_bytes[(n * self.blocks + b) * self.blob + bit / 8];
+        (byte >> (bit % 8)) & self.mask()
+    }
+
+    fn mask(&self) -> u8 {
+        if self.bits == 8 {
+            0xff
+        } else {
+            (1u8 << self.bits) - 1
+        }
+    }
+
+    /// The packed uint8 zero point of block `b` of row `n`.
+    fn zero_point(&self, zp: &[u8], n: usize, b: usize) -> u8 {
+        let bit = b * self.bits;
+        (zp[n * self.zp_row + bit / 8] >> (bit % 8)) & self.mask()
+    }
+}
+
+/// A constant input: its tensor (an initializer that no graph input overrides, or a
+/// `Constant` node's value), or a refusal naming it.
+fn constant<'g>(rw: &Rw<'g>, i: usize, what: &str) -> Result<TensorView<'g>, Unsupported> {
+    let Some(v) = rw.input_id(i) else {
+        return unsupported(format!("required input {i} ({what}) is missing"));
+    };
+    match crate::rewrite::consts::constant_tensor(rw.g, v) {
+        Some(t) => Ok(t),
+        None => Err(Refusal::new(
+            Cause::NotConstant,
+            format!(
+                "{what} (input {i}, '{}') is not a constant: the weights are unpacked or \
+                 re-typed when the model is rewritten",
+                rw.g.value_name(v)
+            ),
+        )),
+    }
+}
+
+fn count(dims: &[i64]) -> Option<usize> {
+    dims.iter().try_fold(1usize, |acc, &d| {
+        usize::try_from(d).ok().and_then(|d| acc.checked_mul(d))
+    })
+}
+
+/// The payload of a dense constant in the model file (`raw_data`, or the typed field
+/// `int32_data` of uint8 and float16 tensors, `float_data` of float32 ones), or read from
+/// external data when a resolver is given. `elem` is the element's size in bytes (1, 2 or 4).
+fn payload(t: &TensorView, elem: usize, ext: Option<&ExternalData>) -> Option<Bytes> {
+    if is_external(t.rest) {
+        return ext?.read(&external_ref(t.rest).ok()?).ok();
+    }
+    if let Some(raw) = t.raw_data {
+        return Some(raw.clone());
+    }
+    let mut out = Vec::new();
+    if elem == 4 {
+        for &f in &t.rest.float_data {
+            out.extend_from_slice(&f.to_le_bytes());
+        }
+    } else {
+        for &x in &t.rest.int32_data {
+            match elem {
+                1 => out.push(x as u8),
+                _ => out.extend_from_slice(&(x as u16).to_le_bytes()),
+            }
+        }
+    }
+    Some(out.into())
+}
+
+/// The bytes of a constant, or a refusal saying that they could not be read.
+fn read_bytes(
+    rw: &Rw,
+    t: &TensorView,
+    elem: usize,
+    expect: usize,
+    what: &str,
+) -> Result<Bytes, Unsupported> {
+    match payload(t, elem, rw.ctx.external) {
+        Some(b) if b.len() == expect => Ok(b),
+        Some(b) => unsupported(format!(
+            "{what} holds {} bytes where {expect} are expected",
+            b.len()
+        )),
+        None => Err(Refusal::new(
+            Cause::NotConstant,
+            format!(
+                "{what} is stored as external data, which this decomposition must read here \
+                 and cannot (no data file was given to the rewrite)"
+            ),
+        )),
+    }
+}
+
+/// IEEE half to single precision (exact).
+fn f16_to_f32(h: u16) -> f32 {
+    let sign = ((h as u32) & 0x8000) << 16;
+    let exp = ((h >> 10) & 0x1f) as u32;
+    let man = (h & 0x3ff) as u32;
+    let bits = match (exp, man) {
+        (0, 0) => sign,
+        (0, m) => {
+            // Subnormal: normalise.
+            let shift = m.leading_zeros() - 21;
+            let m = (m << shift) & 0x3ff;
+            sign | ((113 - shift) << 23) | (m << 13)
+        }
+        (0x1f, 0) => sign | 0x7f80_0000,
+        (0x1f, m) => sign | 0x7fc0_0000 | (m << 13),
+        (e, m) => sign | ((e + 112) << 23) | (m << 13),
+    };
+    f32::from_bits(bits)
+}
+
+/// The values of a float32 or float16 payload, as float32 (exact).
+fn floats(bytes: &[u8], dt: i32) -> Vec<f32> {
+    if dt == dtype::FLOAT16 {
+        bytes
+            .chunks_exact(2)
+            .map(|c| f16_to_f32(u16::from_le_bytes([c[0], c[1]])))
+            .collect()
+    } else {
+        bytes
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect()
+    }
+}
+
+/// Pack `vals` (each below `2^bits`) as ONNX packs a sub-byte tensor: flat, the first element
+/// in the lowest bits.
+fn pack_flat(vals: &[u8], bits: usize) -> Vec<u8> {
+    if bits == 8 {
+        return vals.to_vec();
+    }
+    let per = 8 / bits;
+    let mut out = vec![0u8; vals.len().div_ceil(per)];
+    for (i, &v) in vals.iter().enumerate() {
+        out[i / per] |= v << ((i % per) * bits);
+    }
+    out
+}
+
+/// A tensor of `dims` and element type `dt` over `bytes`.
+fn raw_tensor(dims: &[i64], dt: i32, bytes: Bytes) -> TensorProto {
+    TensorProto {
+        dims: dims.to_vec(),
+        data_type: Some(dt),
+        raw_data: Some(bytes),
+        ..Default::default()
+    }
+}
+
+/// The same payload as `t` (shared, or the same external bytes) seen as `dims` of `dt`: the
+/// bytes are not copied, nor read when they are external.
+fn retyped(
+    rw: &Rw,
+    t: &TensorView,
+    dims: &[i64],
+    dt: i32,
+    elem: usize,
+    len: usize,
+    what: &str,
+) -> Result<TensorProto, Unsupported> {
+    if is_external(t.rest) {
+        let mut p = t.to_proto(None);
+        p.dims = dims.to_vec();
+        p.data_type = Some(dt);
+        return Ok(p);
+    }
+    let b = read_bytes(rw, t, elem, len, what)?;
+    Ok(raw_tensor(dims, dt, b))
+}
+
+/// The element type of a scale or float zero point.
+fn float_type_name(dt: i32) -> String {
+    crate::tensor::dtype_name(dt).to_string()
+}
+
+/// What the two forms share: the node's inputs, checked.
+struct Inputs<'g> {
+    spec: Spec,
+    /// A's (and the output's) element type: float32 or float16.
+    dt: i32,
+    b: TensorView<'g>,
+    scales: TensorView<'g>,
+    scales_id: ValueId,
+    zp: Zp<'g>,
+    /// `Some` when `g_idx` is given and is not the identity grouping `k / block_size`.
+    g_idx: Option<Vec<usize>>,
+}
+
+enum Zp<'g> {
+    Default,
+    Packed(TensorView<'g>),
+    Float(TensorView<'g>),
+}
+
+fn inputs<'g>(rw: &Rw<'g>) -> Result<Inputs<'g>, Unsupported> {
+    let spec = Spec::read(rw)?;
+    let (n, blocks) = (spec.n, spec.blocks);
+    rw.need(0, "A")?;
+    // B.
+    let b = constant(rw, 1, "B")?;
+    if b.data_type != Some(dtype::UINT8) {
+        return unsupported("B is not uint8");
+    }
+    let want = [n as i64, blocks as i64, spec.blob as i64];
+    if b.dims != want {
+        return unsupported(format!(
+            "B has shape {:?}, not [N, k_blocks, blob_size] = {want:?} (K = {}, bits = {}, block_size = {})",
+            b.dims, spec.k, spec.bits, spec.block
+        ));
+    }
+    // Scales: A's type.
+    let scales = constant(rw, 2, "scales")?;
+    let dt = match scales.data_type {
+        Some(t @ (dtype::FLOAT | dtype::FLOAT16)) => t,
+        Some(dtype::BFLOAT16) => {
+            return unsupported("bfloat16 MatMulNBits (ONNX Runtime's CPU has no kernel to match)")
+        }
+        Some(t) => return unsupported(format!("scales of element type {}", float_type_name(t))),
+        None => return unsupported("scales without an element type"),
+    };
+    if let Some(a) = rw.in_facts(0).dtype {
+        if a != dt {
+            return unsupported(format!(
+                "A is {} but the scales are {}",
+                float_type_name(a),
+                float_type_name(dt)
+            ));
+        }
+    }
+    if count(scales.dims) != Some(n * blocks) {
+        return unsupported(format!(
+            "scales have shape {:?}, not [N, k_blocks] = [{n}, {blocks}]",
+            scales.dims
+        ));
+    }
+    let scales_id = rw.input_id(2).expect("checked by constant()");
+    // Zero points.
+    let zp = match rw.input_id(3) {
+        None => Zp::Default,
+        Some(_) => {
+            let t = constant(rw, 3, "zero_points")?;
+            match t.data_type {
+                Some(dtype::UINT8) => {
+                    if count(t.dims) != Some(n * spec.zp_row) {
+                        return unsupported(format!(
+                            "packed zero points have shape {:?}, not [N, ceil(k_blocks * bits / 8)] = [{n}, {}]",
+                            t.dims, spec.zp_row
+                        ));
+                    }
+                    Zp::Packed(t)
+                }
+                Some(t_dt) if t_dt == dt => {
+                    if spec.bits != 4 {
+                        return unsupported(format!(
+                            "float zero points with {} bits (ONNX Runtime's CPU kernel takes them with 4 bits only)",
+                            spec.bits
+                        ));
+                    }
+                    if count(t.dims) != Some(n * blocks) {
+                        return unsupported(format!(
+                            "zero points have shape {:?}, not [N, k_blocks] = [{n}, {blocks}]",
+                            t.dims
+                        ));
+                    }
+                    Zp::Float(t)
+                }
+                Some(t_dt) => {
+                    return unsupported(format!(
+                        "zero points of element type {} with {} scales",
+                        float_type_name(t_dt),
+                        float_type_name(dt)
+                    ))
+                }
+                None => return unsupported("zero points without an element type"),
+            }
+        }
+    };
+    // g_idx.
+    let g_idx = match rw.input_id(4) {
+        None => None,
+        Some(_) => {
+            if spec.bits != 4 {
+                return unsupported(format!(
+                    "g_idx with {} bits (ONNX Runtime's CPU kernel supports g_idx with 4 bits only)",
+                    spec.bits
+                ));
+            }
+            if matches!(zp, Zp::Packed(_)) {
+                return unsupported(
+                    "g_idx with packed (uint8) zero points: ONNX Runtime's CPU kernel ignores \
+                     such zero points when g_idx is given (it uses 2^(bits-1)), so no \
+                     decomposition can follow the operator and match that kernel",
+                );
+            }
+            let Some(gv) = rw.input_id(4) else {
+                unreachable!()
+            };
+            let Some(g) = crate::rewrite::consts::const_i64(rw.g, gv, rw.ctx.external) else {
+                return Err(Refusal::new(
+                    Cause::NotConstant,
+                    "g_idx (input 4) is not a readable integer constant".to_string(),
+                ));
+            };
+            if g.len() != spec.k && g.len() != spec.k_padded() {
+                return unsupported(format!("g_idx has {} entries, not K = {}", g.len(), spec.k));
+            }
+            let mut idx = Vec::with_capacity(spec.k);
+            for &x in &g[..spec.k] {
+                if x < 0 || x as usize >= blocks {
+                    return unsupported(format!("g_idx entry {x} is not a block (0..{blocks})"));
+                }
+                idx.push(x as usize);
+            }
+            let identity = idx.iter().enumerate().all(|(k, &b)| b == k / spec.block);
+            (!identity).then_some(idx)
+        }
+    };
+    Ok(Inputs {
+        spec,
+        dt,
+        b,
+        scales,
+        scales_id,
+        zp,
+        g_idx,
+    })
+}
+
+/// MatMulNBits `(A, B, scales, zero_points?, g_idx?, bias?)` as `MatMul` on the dequantized
+/// weight (see the module's documentation for the two forms).
+pub fn matmul_nbits(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch, Unsupported> {
+    let mut rw = Rw::new(ctx, g, n);
+    rw.only_attrs(&[
+        "K",
+        "N",
+        "bits",
+        "block_size",
+        "accuracy_level",
+        "weight_prepacked",
+    ])?;
+    let ins = inputs(&rw)?;
+    let spec = ins.spec;
+    let packed = rw.opset >= 21 && (spec.bits != 2 || rw.opset >= 25) && ins.g_idx.is_none();
+    let (w, form) = if packed {
+        packed_weight(&mut rw, &ins)?
+    } else {
+        unpacked_weight(&mut rw, &ins)?
+    };
+    // A, bias and the product in float32, as the kernel computes them.
+    let f16 = ins.dt == dtype::FLOAT16;
+    let mut a = rw.need(0, "A")?;
+    if f16 {
+        a = rw.cast(a, dtype::FLOAT);
+    }
+    let mut y = rw.op("MatMul", &[a, w], &[]);
+    if let Some(last) = rw.p.nodes.last_mut() {
+        last.metadata
+            .push((Text::Static(FORM_KEY), Text::from(form)));
+    }
+    if let Some(mut bias) = rw.input(5) {
+        if f16 {
+            bias = rw.cast(bias, dtype::FLOAT);
+        }
+        y = rw.op("Add", &[y, bias], &[]);
+    }
+    if f16 {
+        y = rw.cast(y, dtype::FLOAT16);
+    }
+    if spec.accuracy == 4 {
+        rw.p.exactness = Exactness::Approximate(INT8_ACCURACY_BOUND);
+    }
+    rw.finish(&[(0, y)])
+}
+
+/// The packed form: `Transpose(Slice(DequantizeLinear(B as uint4 [N, Kp], scales, zp)))`,
+/// float32 `[K, N]`.
+fn packed_weight(rw: &mut Rw, ins: &Inputs) -> Result<(PValue, String), Unsupported> {
+    let s = ins.spec;
+    let (n, blocks, kp) = (s.n as i64, s.blocks as i64, s.k_padded() as i64);
+    let code_dt = s.code_type();
+    let b_len = s.n * s.blocks * s.blob;
+    let x = retyped(rw, &ins.b, &[n, kp], code_dt, 1, b_len, "B")?;
+    let x = rw.p.initializer("codes", x);
+    // Scales as [N, k_blocks], in float32.
+    let elem = if ins.dt == dtype::FLOAT16 { 2 } else { 4 };
+    let mut scale = if ins.scales.dims == [n, blocks] {
+        PValue::Existing(ins.scales_id)
+    } else {
+        let t = retyped(
+            rw,
+            &ins.scales,
+            &[n, blocks],
+            ins.dt,
+            elem,
+            s.n * s.blocks * elem,
+            "scales",
+        )?;
+        rw.p.initializer("scales", t)
+    };
+    if ins.dt == dtype::FLOAT16 {
+        scale = rw.cast(scale, dtype::FLOAT);
+    }
+    let zp_count = s.n * s.blocks;
+    let zp_len = (zp_count * s.bits).div_ceil(8);
+    let (zp, offset) = match &ins.zp {
+        Zp::Default => {
+            let v = vec![s.default_zero_point(); zp_count];
+            let t = raw_tensor(&[n, blocks], code_dt, pack_flat(&v, s.bits).into());
+            (Some(rw.p.initializer("zero_points", t)), None)
+        }
+        Zp::Packed(t) => {
+            let z = if (s.blocks * s.bits) % 8 == 0 {
+                // Each row fills whole bytes: the packing is ONNX's.
+                retyped(rw, t, &[n, blocks], code_dt, 1, zp_len, "zero_points")?
+            } else {
+                let bytes = read_bytes(rw, t, 1, s.n * s.zp_row, "zero_points")?;
+                let mut v = Vec::with_capacity(zp_count);
+                for r in 0..s.n {
+                    for b in 0..s.blocks {
+                        v.push(s.zero_point(&bytes, r, b));
+                    }
+                }
+                raw_tensor(&[n, blocks], code_dt, pack_flat(&v, s.bits).into())
+            };
+            (Some(rw.p.initializer("zero_points", z)), None)
+        }
+        Zp::Float(t) => {
+            // code * scale (DequantizeLinear without zero point), plus -scale * zp per block.
+            let sb = read_bytes(rw, &ins.scales, elem, zp_count * elem, "scales")?;
+            let zb = read_bytes(rw, t, elem, zp_count * elem, "zero_points")?;
+            let (sv, zv) = (floats(&sb, ins.dt), floats(&zb, ins.dt));
+            let off: Vec<f32> = sv.iter().zip(&zv).map(|(&s, &z)| -s * z).collect();
+            (
+                None,
+                Some(rw.f32s("zero_point_offset", &[n, blocks, 1], &off)),
+            )
+        }
+    };
+    let ins_dq = [Some(x), Some(scale), zp];
+    let attrs = vec![
+        AttrValue::Int(1).to_proto("axis"),
+        AttrValue::Int(s.block as i64).to_proto("block_size"),
+    ];
+    let mut w = rw.op_opt("DequantizeLinear", &ins_dq, attrs);
+    if let Some(off) = offset {
+        let blocked = rw.reshape(w, &[n, blocks, s.block as i64])?;
+        let shifted = rw.op("Add", &[blocked, off], &[]);
+        w = rw.reshape(shifted, &[n, kp])?;
+    }
+    if s.k_padded() != s.k {
+        w = rw.slice(w, &[0], &[s.k as i64], &[1]);
+    }
+    let w = rw.transpose(w, &[1, 0]);
+    let form = format!(
+        "packed: {}-bit codes [{}, {}] ({} bytes, B's payload as it was) through DequantizeLinear-21 (block_size {})",
+        s.bits,
+        s.n,
+        s.k_padded(),
+        b_len,
+        s.block
+    );
+    Ok((w, form))
+}
+
+/// The unpacked form: the `[K, N]` weight computed here, in the scales' type (float16 is cast
+/// to float32 at run time).
+fn unpacked_weight(rw: &mut Rw, ins: &Inputs) -> Result<(PValue, String), Unsupported> {
+    let s = ins.spec;
+    let total = (s.k as u64) * (s.n as u64);
+    if total > MAX_UNPACKED_ELEMENTS {
+        return Err(Refusal::new(
+            Cause::Limit,
+            format!(
+                "unpacking a {} x {} weight ({total} elements) is over the limit of {MAX_UNPACKED_ELEMENTS}; \
+                 a model at default-domain opset >= 21 keeps it packed",
+                s.k, s.n
+            ),
+        ));
+    }
+    let b = read_bytes(rw, &ins.b, 1, s.n * s.blocks * s.blob, "B")?;
+    let elem = if ins.dt == dtype::FLOAT16 { 2 } else { 4 };
+    let count = s.n * s.blocks;
+    let sv = floats(
+        &read_bytes(rw, &ins.scales, elem, count * elem, "scales")?,
+        ins.dt,
+    );
+    enum Z {
+        Codes(Vec<u8>),
+        Floats(Vec<f32>),
+    }
+    let z = match &ins.zp {
+        Zp::Default => Z::Codes(vec![s.default_zero_point(); count]),
+        Zp::Packed(t) => {
+            let bytes = read_bytes(rw, t, 1, s.n * s.zp_row, "zero_points")?;
+            let mut v = Vec::with_capacity(count);
+            for r in 0..s.n {
+                for blk in 0..s.blocks {
+                    v.push(s.zero_point(&bytes, r, blk));
+                }
+            }
+            Z::Codes(v)
+        }
+        Zp::Float(t) => Z::Floats(floats(
+            &read_bytes(rw, t, elem, count * elem, "zero_points")?,
+            ins.dt,
+        )),
+    };
+    // w[k, n] = dequant(code of (n, k)) with block g_idx[k] (or k / block_size).
+    let mut out: Vec<u8> = Vec::with_capacity(s.k * s.n * elem);
+    for k in 0..s.k {
+        let (blk, j) = (k / s.block, k % s.block);
+        let group = ins.g_idx.as_ref().map_or(blk, |g| g[k]);
+        for r in 0..s.n {
+            let code = s.code(&b, r, blk, j);
+            let i = r * s.blocks + group;
+            let scale = sv[i];
+            let v = match &z {
+                Z::Codes(zp) => (code as i32 - zp[i] as i32) as f32 * scale,
+                Z::Floats(zp) => code as f32 * scale + (-scale * zp[i]),
+            };
+            if elem == 2 {
+                out.extend_from_slice(&f32_to_f16(v).to_le_bytes());
+            } else {
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+    }
+    let bytes = out.len();
+    let t = raw_tensor(&[s.k as i64, s.n as i64], ins.dt, out.into());
+    let mut w = rw.p.initializer("weight", t);
+    if ins.dt == dtype::FLOAT16 {
+        w = rw.cast(w, dtype::FLOAT);
+    }
+    let why = if ins.g_idx.is_some() {
+        "g_idx is not the identity grouping".to_string()
+    } else if rw.opset < 21 {
+        format!("default-domain opset {} < 21", rw.opset)
+    } else {
+        format!("{}-bit codes need opset 25", s.bits)
+    };
+    let form = format!(
+        "unpacked ({why}): {} [{}, {}] weight ({bytes} bytes, from {} packed)",
+        crate::tensor::dtype_name(ins.dt),
+        s.k,
+        s.n,
+        s.n * s.blocks * s.blob
+    );
+    Ok((w, form))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn half_to_single_is_exact() {
+        for h in [0x3c00u16, 0xc000, 0x0001, 0x03ff, 0x7bff, 0x8000, 0x3555] {
+            assert_eq!(f32_to_f16(f16_to_f32(h)), h, "{h:#x}");
+        }
+        assert_eq!(f16_to_f32(0x3c00), 1.0);
+        assert_eq!(f16_to_f32(0x0001), 5.960_464_5e-8);
+        assert!(f16_to_f32(0x7e00).is_nan());
+        assert_eq!(f16_to_f32(0xfc00), f32::NEG_INFINITY);
+    }
+
+    #[test]
+    fn sub_byte_packing_is_flat_and_low_first() {
+        assert_eq!(pack_flat(&[1, 2, 3], 4), vec![0x21, 0x03]);
+        assert_eq!(pack_flat(&[1, 2, 3, 0, 1], 2), vec![0b0011_1001, 0b01]);
+        assert_eq!(pack_flat(&[7, 200], 8), vec![7, 200]);
+    }
+
+    #[test]
+    fn codes_and_zero_points_are_read_per_row() {
+        // K = 40, block 32: 2 blocks of 16 bytes per row; zero points: one byte per row.
+        let s = Spec {
+            k: 40,
+            n: 2,
+            bits: 4,
+            block: 32,
+            blocks: 2,
+            blob: 16,
+            zp_row: 1,
+            accuracy: 0,
+        };
+        let mut b = vec![0u8; 2 * 2 * 16];
+        b[(2 + 1) * 16] = 0xa5; // row 1, block 1, codes 0 and 1
+        assert_eq!(s.code(&b, 1, 1, 0), 0x5);
+        assert_eq!(s.code(&b, 1, 1, 1), 0xa);
+        let zp = [0x21u8, 0x43];
+        assert_eq!(s.zero_point(&zp, 0, 1), 2);
+        assert_eq!(s.zero_point(&zp, 1, 0), 3);
+    }
+}
