@@ -1,0 +1,320 @@
+//! onnxruntime-genai model folders: `onnx-safeify DIR --target T` on a folder that holds a
+//! `genai_config.json` writes a new folder with every model the config names compiled for the
+//! target, the config with the target's runtime settings merged into each model's
+//! `session_options.config_entries`, and every other file copied unchanged.
+//!
+//! The new folder is built under a temporary name beside its final place and renamed into
+//! place only when every model compiled: an error leaves nothing behind, and the input folder
+//! is never written.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{Map, Value};
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::rules::schema::RuntimeSetting;
+
+/// The config file that marks a genai folder.
+pub const CONFIG: &str = "genai_config.json";
+
+/// Is `path` a genai model folder?
+pub fn is_genai_folder(path: &Path) -> bool {
+    path.is_dir() && path.join(CONFIG).is_file()
+}
+
+/// A folder to compile: its models (paths relative to it, as the config names them) and the
+/// config, parsed.
+#[derive(Debug, Clone)]
+pub struct Folder {
+    pub dir: PathBuf,
+    pub config: Value,
+    /// The `filename`s of `model.*` sections (decoder, encoder, vision, embedding...), in the
+    /// config's order, each once.
+    pub models: Vec<String>,
+}
+
+fn err(dir: &Path, msg: String) -> Error {
+    Error::new(ErrorKind::Usage, msg).in_file(&dir.join(CONFIG))
+}
+
+/// Read and check `dir`'s config (untrusted: every model file must be a plain name inside the
+/// folder that exists).
+pub fn read(dir: &Path) -> Result<Folder> {
+    let path = dir.join(CONFIG);
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| Error::io(&path, "cannot read the config", e))?;
+    let config: Value =
+        serde_json::from_str(&text).map_err(|e| err(dir, format!("not valid JSON: {e}")))?;
+    let model = config
+        .get("model")
+        .and_then(Value::as_object)
+        .ok_or_else(|| err(dir, "no `model` object".into()))?;
+    let mut models: Vec<String> = Vec::new();
+    for (section, v) in model {
+        let Some(file) = v.get("filename") else {
+            continue;
+        };
+        let file = file
+            .as_str()
+            .ok_or_else(|| err(dir, format!("`model.{section}.filename` is not a string")))?;
+        let plain = !file.is_empty()
+            && Path::new(file)
+                .components()
+                .all(|c| matches!(c, std::path::Component::Normal(_)));
+        if !plain {
+            return Err(err(
+                dir,
+                format!("`model.{section}.filename` {file:?} is not a file name inside the folder"),
+            ));
+        }
+        if !dir.join(file).is_file() {
+            return Err(err(
+                dir,
+                format!("`model.{section}.filename` names {file}, which is not in the folder"),
+            ));
+        }
+        if !models.iter().any(|m| m == file) {
+            models.push(file.to_string());
+        }
+    }
+    if models.is_empty() {
+        return Err(err(dir, "no model section names a `filename`".into()));
+    }
+    Ok(Folder {
+        dir: dir.to_path_buf(),
+        config,
+        models,
+    })
+}
+
+/// The config with `settings` merged into every model section's
+/// `session_options.config_entries` (a setting already there is replaced: the target's value
+/// is the one the compiled model needs).
+pub fn merged_config(config: &Value, settings: &[RuntimeSetting]) -> Value {
+    let mut out = config.clone();
+    if let Some(model) = out.get_mut("model").and_then(Value::as_object_mut) {
+        for (_, section) in model.iter_mut() {
+            let Some(section) = section.as_object_mut() else {
+                continue;
+            };
+            if !section.contains_key("filename") {
+                continue;
+            }
+            let so = section
+                .entry("session_options")
+                .or_insert_with(|| Value::Object(Map::new()));
+            if !so.is_object() {
+                *so = Value::Object(Map::new());
+            }
+            let so = so.as_object_mut().expect("an object");
+            let entries = so
+                .entry("config_entries")
+                .or_insert_with(|| Value::Object(Map::new()));
+            if !entries.is_object() {
+                *entries = Value::Object(Map::new());
+            }
+            let entries = entries.as_object_mut().expect("an object");
+            for s in settings {
+                entries.insert(s.key.clone(), Value::String(s.value.clone()));
+            }
+        }
+    }
+    out
+}
+
+/// The files of the folder to copy as they are: everything but the models the config names,
+/// the data files those models refer to (`data`), and the config itself. Folders are copied
+/// whole; symlinks are refused (a link could lead out of the folder).
+pub fn other_files(folder: &Folder, data: &[PathBuf]) -> Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    let mut entries: Vec<_> = std::fs::read_dir(&folder.dir)
+        .map_err(|e| Error::io(&folder.dir, "cannot list the folder", e))?
+        .collect::<std::io::Result<Vec<_>>>()
+        .map_err(|e| Error::io(&folder.dir, "cannot list the folder", e))?;
+    entries.sort_by_key(|e| e.file_name());
+    for e in entries {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let path = e.path();
+        if name == CONFIG || folder.models.iter().any(|m| *m == name) {
+            continue;
+        }
+        if data.iter().any(|d| same(d, &path)) {
+            continue;
+        }
+        let ft = e
+            .file_type()
+            .map_err(|er| Error::io(&path, "cannot read", er))?;
+        if ft.is_symlink() {
+            return Err(Error::new(
+                ErrorKind::Usage,
+                "a symbolic link in a genai folder is not copied (it could lead out of the folder)",
+            )
+            .in_file(&path));
+        }
+        out.push(path);
+    }
+    Ok(out)
+}
+
+fn same(a: &Path, b: &Path) -> bool {
+    matches!((a.canonicalize(), b.canonicalize()), (Ok(x), Ok(y)) if x == y)
+}
+
+/// Copy a file or a folder (recursively) to `to`.
+pub fn copy_entry(from: &Path, to: &Path) -> Result<()> {
+    let meta = std::fs::symlink_metadata(from).map_err(|e| Error::io(from, "cannot read", e))?;
+    if meta.is_dir() {
+        std::fs::create_dir_all(to).map_err(|e| Error::io(to, "cannot create", e))?;
+        let mut entries: Vec<_> = std::fs::read_dir(from)
+            .map_err(|e| Error::io(from, "cannot list", e))?
+            .collect::<std::io::Result<Vec<_>>>()
+            .map_err(|e| Error::io(from, "cannot list", e))?;
+        entries.sort_by_key(|e| e.file_name());
+        for e in entries {
+            copy_entry(&e.path(), &to.join(e.file_name()))?;
+        }
+        Ok(())
+    } else if meta.is_file() {
+        std::fs::copy(from, to).map_err(|e| Error::io(to, "cannot copy", e))?;
+        Ok(())
+    } else {
+        Err(Error::new(
+            ErrorKind::Usage,
+            "neither a file nor a folder (a link?): not copied",
+        )
+        .in_file(from))
+    }
+}
+
+/// A folder being built: removed on drop unless [`Staging::persist`] moved it into place.
+pub struct Staging {
+    pub path: PathBuf,
+    done: bool,
+}
+
+impl Staging {
+    /// A new empty folder beside `final_dir`.
+    pub fn create(final_dir: &Path) -> Result<Self> {
+        let parent = final_dir
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        let name = final_dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "out".into());
+        for attempt in 0..1000u32 {
+            let p = parent.join(format!(".{name}.tmp-{}-{attempt}", std::process::id()));
+            match std::fs::create_dir(&p) {
+                Ok(()) => {
+                    return Ok(Staging {
+                        path: p,
+                        done: false,
+                    })
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(Error::io(final_dir, "cannot create the output folder", e)),
+            }
+        }
+        Err(
+            Error::new(ErrorKind::Io, "cannot find a free temporary folder name")
+                .in_file(final_dir),
+        )
+    }
+    /// Move the folder into place. An existing output folder is replaced only when it was
+    /// written by a compile before (it holds a `genai_config.json`); anything else is refused.
+    pub fn persist(mut self, to: &Path) -> Result<()> {
+        if to.exists() {
+            if !is_genai_folder(to) {
+                return Err(Error::new(
+                    ErrorKind::Usage,
+                    "refusing to replace it: it exists and is not a genai model folder",
+                )
+                .in_file(to));
+            }
+            let old = self.path.with_extension("old");
+            std::fs::rename(to, &old).map_err(|e| Error::io(to, "cannot replace", e))?;
+            if let Err(e) = std::fs::rename(&self.path, to) {
+                let _ = std::fs::rename(&old, to);
+                return Err(Error::io(to, "cannot move the output folder into place", e));
+            }
+            let _ = std::fs::remove_dir_all(&old);
+        } else {
+            std::fs::rename(&self.path, to)
+                .map_err(|e| Error::io(to, "cannot move the output folder into place", e))?;
+        }
+        self.done = true;
+        Ok(())
+    }
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        if !self.done {
+            let _ = std::fs::remove_dir_all(&self.path);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn setting(k: &str, v: &str) -> RuntimeSetting {
+        RuntimeSetting {
+            key: k.into(),
+            value: v.into(),
+            why: String::new(),
+            evidence: Vec::new(),
+            source: Default::default(),
+        }
+    }
+
+    #[test]
+    fn settings_merge_into_every_model_section() {
+        let c: Value = serde_json::from_str(
+            r#"{"model": {"type": "llama", "decoder": {"filename": "m.onnx",
+                "session_options": {"log_id": "x", "config_entries": {"a": "1", "k": "old"}}},
+                "embedding": {"filename": "e.onnx"}}, "search": {}}"#,
+        )
+        .unwrap();
+        let m = merged_config(&c, &[setting("k", "new"), setting("b", "2")]);
+        let d = &m["model"]["decoder"]["session_options"];
+        assert_eq!(d["log_id"], "x");
+        assert_eq!(d["config_entries"]["a"], "1");
+        assert_eq!(d["config_entries"]["k"], "new");
+        assert_eq!(d["config_entries"]["b"], "2");
+        assert_eq!(
+            m["model"]["embedding"]["session_options"]["config_entries"]["b"],
+            "2"
+        );
+        assert_eq!(m["model"]["type"], "llama");
+    }
+
+    #[test]
+    fn model_names_must_stay_in_the_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("m.onnx"), b"").unwrap();
+        for (cfg, ok) in [
+            (r#"{"model": {"decoder": {"filename": "m.onnx"}}}"#, true),
+            (
+                r#"{"model": {"decoder": {"filename": "../m.onnx"}}}"#,
+                false,
+            ),
+            (
+                r#"{"model": {"decoder": {"filename": "/etc/passwd"}}}"#,
+                false,
+            ),
+            (
+                r#"{"model": {"decoder": {"filename": "missing.onnx"}}}"#,
+                false,
+            ),
+            (r#"{"model": {"decoder": {"filename": 3}}}"#, false),
+            (r#"{"model": {}}"#, false),
+            ("not json", false),
+        ] {
+            std::fs::write(dir.path().join(CONFIG), cfg).unwrap();
+            assert_eq!(read(dir.path()).is_ok(), ok, "{cfg}");
+        }
+    }
+}

@@ -1,0 +1,134 @@
+//! onnxruntime-genai folders (issue 34): `onnx-safeify DIR --target T` writes a new folder with
+//! the models compiled, the config's session options given the target's runtime settings, the
+//! other files copied; nothing is written when the folder's config is bad.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// A tiny int4 decoder in a genai folder (tools/make_llm.py), with one prefill's inputs.
+fn tiny_folder(dir: &Path) -> Option<(PathBuf, PathBuf)> {
+    let py = common::venv_python()?;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let folder = dir.join("llm");
+    let st = Command::new(&py)
+        .arg(root.join("tools/make_llm.py"))
+        .arg(&folder)
+        .args(["--size", "tiny"])
+        .output()
+        .unwrap();
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+    let inputs = dir.join("prefill.npz");
+    let script = r#"
+import sys, numpy as np
+f = {"input_ids": np.array([[1, 5, 9, 3]], np.int64), "attention_mask": np.ones((1, 4), np.int64)}
+for i in range(2):
+    for k in ("key", "value"):
+        f[f"past_key_values.{i}.{k}"] = np.zeros((1, 2, 0, 32), np.float16)
+np.savez(sys.argv[1], **f)
+"#;
+    let st = Command::new(&py)
+        .args(["-c", script, inputs.to_str()?])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    Some((folder, inputs))
+}
+
+fn run(args: &[&str]) -> (Option<i32>, String) {
+    let o = Command::new(common::bin()).args(args).output().unwrap();
+    (
+        o.status.code(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+fn listing(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn a_genai_folder_compiles_into_a_new_folder_with_the_settings_merged() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some((folder, inputs)) = tiny_folder(tmp.path()) else {
+        eprintln!("SKIP: no venv (run scripts/corpus.sh)");
+        return;
+    };
+    let before = listing(&folder);
+    let (code, err) = run(&[folder.to_str().unwrap(), "--target", "rx580"]);
+    assert_eq!(code, Some(0), "{err}");
+    let out = tmp.path().join("llm.rx580");
+    assert_eq!(
+        listing(&out),
+        [
+            "genai_config.json",
+            "model.onnx",
+            "model.onnx.data",
+            "tokenizer_config.json"
+        ],
+        "{err}"
+    );
+    assert_eq!(listing(&folder), before, "the input folder changed");
+    assert_eq!(
+        std::fs::read(out.join("tokenizer_config.json")).unwrap(),
+        std::fs::read(folder.join("tokenizer_config.json")).unwrap()
+    );
+    let cfg: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("genai_config.json")).unwrap()).unwrap();
+    let entries = &cfg["model"]["decoder"]["session_options"]["config_entries"];
+    assert_eq!(
+        entries["session.layer_assignment_settings"], "cpu(safeify_cpu)",
+        "{cfg}"
+    );
+    assert_eq!(
+        cfg["model"]["decoder"]["session_options"]["log_id"],
+        "onnxruntime-genai"
+    );
+    assert_eq!(cfg["search"]["num_beams"], 1);
+    // The compiled model is clean for its target and computes what the original does (one
+    // prefill step).
+    let model = out.join("model.onnx");
+    let (code, err) = run(&["check", model.to_str().unwrap(), "--target", "rx580"]);
+    assert_eq!(code, Some(0), "{err}");
+    let original = folder.join("model.onnx");
+    let (code, err) = run(&[
+        "verify",
+        original.to_str().unwrap(),
+        model.to_str().unwrap(),
+        "--inputs",
+        inputs.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    // A second compile replaces the folder it wrote.
+    let (code, err) = run(&[folder.to_str().unwrap(), "--target", "rx580"]);
+    assert_eq!(code, Some(0), "{err}");
+}
+
+#[test]
+fn a_bad_config_is_an_error_and_nothing_is_written() {
+    let tmp = tempfile::tempdir().unwrap();
+    let folder = tmp.path().join("llm");
+    std::fs::create_dir(&folder).unwrap();
+    std::fs::write(
+        folder.join("genai_config.json"),
+        r#"{"model": {"decoder": {"filename": "../outside.onnx"}}}"#,
+    )
+    .unwrap();
+    let (code, err) = run(&[folder.to_str().unwrap(), "--target", "rx580"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("genai_config.json") && err.contains("../outside.onnx"),
+        "{err}"
+    );
+    assert_eq!(listing(tmp.path()), ["llm"]);
+}
