@@ -126,7 +126,7 @@ enum CpuMode {
     Partition,
 }
 
-#[derive(Args, Debug)]
+#[derive(Args, Debug, Clone)]
 struct CompileArgs {
     /// The model to rewrite.
     model: Option<PathBuf>,
@@ -316,6 +316,79 @@ fn options(a: &TargetArgs) -> Result<engine::Options, Error> {
     Ok(o)
 }
 
+/// `onnx-safeify DIR --target T` on an onnxruntime-genai folder: a new folder (`-o`, default
+/// `DIR.T` beside DIR) with each model the config names compiled, the config with the target's
+/// runtime settings merged in, and every other file copied; moved into place only when every
+/// model compiled.
+fn compile_genai_folder(a: &CompileArgs, dir: &Path) -> Result<u8, Error> {
+    use onnx_safeify::genai;
+    let folder = genai::read(dir)?;
+    let target = load_target(&a.target)?;
+    let slug = target_slug(&target);
+    let final_dir = a.output.clone().unwrap_or_else(|| {
+        let name = dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "model".into());
+        dir.with_file_name(format!("{name}.{slug}"))
+    });
+    let same = |x: &Path, y: &Path| matches!((x.canonicalize(), y.canonicalize()), (Ok(p), Ok(q)) if p == q);
+    if same(&final_dir, dir) {
+        return Err(Error::new(
+            ErrorKind::Usage,
+            "the output folder is the input folder; give another with -o",
+        )
+        .in_file(dir));
+    }
+    if a.report.is_some() && folder.models.len() > 1 {
+        return Err(Error::new(
+            ErrorKind::Usage,
+            "--report takes one model; this folder's config names several",
+        )
+        .in_file(dir));
+    }
+    if a.cpu_subgraphs == CpuMode::Partition {
+        return Err(Error::new(
+            ErrorKind::Usage,
+            "--cpu-subgraphs partition does not apply to a genai folder (its config names whole models)",
+        )
+        .in_file(dir));
+    }
+    let staging = genai::Staging::create(&final_dir)?;
+    for m in &folder.models {
+        let mut sub = a.clone();
+        sub.model = Some(dir.join(m));
+        sub.output = Some(staging.path.join(m));
+        let code = compile(&sub)?;
+        if code != 0 {
+            return Ok(code);
+        }
+    }
+    let config = genai::merged_config(&folder.config, &target.runtime);
+    let text = serde_json::to_string_pretty(&config)
+        .map_err(|e| Error::new(ErrorKind::Io, format!("cannot write the config: {e}")))?;
+    let cfg = staging.path.join(genai::CONFIG);
+    std::fs::write(&cfg, text + "\n").map_err(|e| Error::io(&cfg, "cannot write", e))?;
+    let placed: Vec<PathBuf> = std::fs::read_dir(&staging.path)
+        .map_err(|e| Error::io(&staging.path, "cannot list", e))?
+        .filter_map(|e| e.ok())
+        .map(|e| dir.join(e.file_name()))
+        .collect();
+    for f in genai::other_files(&folder, &placed)? {
+        let name = f.file_name().map(PathBuf::from).unwrap_or_default();
+        genai::copy_entry(&f, &staging.path.join(name))?;
+    }
+    staging.persist(&final_dir)?;
+    eprintln!(
+        "wrote folder {} ({} model(s) for {}, {} with the target's runtime settings)",
+        final_dir.display(),
+        folder.models.len(),
+        target.name,
+        genai::CONFIG
+    );
+    Ok(0)
+}
+
 fn default_output(model: &Path, target: &str, ext: &str) -> PathBuf {
     let stem = model
         .file_stem()
@@ -343,6 +416,9 @@ fn compile(a: &CompileArgs) -> Result<u8, Error> {
         .model
         .as_deref()
         .ok_or_else(|| Error::new(ErrorKind::Usage, "a MODEL is required"))?;
+    if onnx_safeify::genai::is_genai_folder(model) {
+        return compile_genai_folder(a, model);
+    }
     let target = load_target(&a.target)?;
     let mut opts = options(&a.target)?;
     opts.strict = a.strict;

@@ -126,6 +126,7 @@ pub mod doctor;
 pub mod engine;
 pub mod error;
 pub mod export;
+pub mod genai;
 pub mod import;
 pub mod infer;
 pub mod inspect;

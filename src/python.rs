@@ -18,7 +18,9 @@ create_exception!(
     onnx_safeify,
     Error,
     PyValueError,
-    "An onnx-safeify error: the one-line message the command prints after `error: `."
+    "An onnx-safeify error: the message the command prints after `error: ` (one line; for \
+     rule files, a first line that counts the errors, then each with file:line:col and a \
+     snippet)."
 );
 
 fn err(e: impl std::fmt::Display) -> PyErr {

@@ -49,7 +49,12 @@ pub fn findings_text(target: &str, model: &str, findings: &[Finding]) -> String 
             let _ = writeln!(s, "  evidence: {}", first.evidence.join(", "));
         }
         for f in fs.iter().take(50) {
-            let mut line = format!("  - {} ({})", display_name(&f.node), f.op);
+            // A graph-wide finding (a piece over budget) names where it starts, with no op.
+            let mut line = if f.op.is_empty() {
+                format!("  - {}", display_name(&f.node))
+            } else {
+                format!("  - {} ({})", display_name(&f.node), f.op)
+            };
             if f.kind != crate::engine::FindingKind::Fires {
                 line.push_str(&format!(" [{}]", f.kind.as_str()));
             }

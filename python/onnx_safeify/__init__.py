@@ -14,8 +14,9 @@ compiled here is byte for byte the model the command writes::
     assert findings == []
 
 A model is a path (``str`` or ``os.PathLike``), the file's ``bytes``, or an
-``onnx.ModelProto``. Errors raise :class:`Error` (a ``ValueError``) carrying the one-line
-message the command prints.
+``onnx.ModelProto``. Errors raise :class:`Error` (a ``ValueError``) carrying the message the
+command prints after ``error: ``: one line, except for rule files, where the first line counts
+the errors and the lines after it show each with ``file:line:col`` and a snippet.
 """
 
 import os
