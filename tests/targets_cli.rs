@@ -37,6 +37,17 @@ fn targets_lists_every_builtin() {
             "{name} missing:\n{out}"
         );
     }
+    // Counts agree with their nouns: "1 rule", "2 rules".
+    for l in out.lines() {
+        assert!(
+            !l.contains(" 1 rules") && !l.contains(" 1 runtime settings"),
+            "{l}"
+        );
+    }
+    assert!(
+        out.lines().any(|l| l.contains(" 1 rule ")),
+        "a target of one rule: {out}"
+    );
     snapshot("targets_list", &out);
 }
 
