@@ -243,12 +243,18 @@ fn read_bytes(
             "{what} holds {} bytes where {expect} are expected",
             b.len()
         )),
+        None if rw.ctx.external.is_none() => Err(Refusal::new(
+            Cause::Limit,
+            format!(
+                "{what} is stored as external data, which this form of the decomposition must \
+                 read (to unpack the weights, or to repack zero points) and the rewrite was \
+                 given no data file to read; at default-domain opset >= 21 the weights stay \
+                 packed and nothing is read"
+            ),
+        )),
         None => Err(Refusal::new(
             Cause::NotConstant,
-            format!(
-                "{what} is stored as external data, which this decomposition must read here \
-                 and cannot (no data file was given to the rewrite)"
-            ),
+            format!("{what}'s external data could not be read"),
         )),
     }
 }
@@ -398,7 +404,9 @@ fn inputs<'g>(rw: &Rw<'g>) -> Result<Inputs<'g>, Unsupported> {
             scales.dims
         ));
     }
-    let scales_id = rw.input_id(2).expect("checked by constant()");
+    let Some(scales_id) = rw.input_id(2) else {
+        return unsupported("required input 2 (scales) is missing");
+    };
     // Zero points.
     let zp = match rw.input_id(3) {
         None => Zp::Default,
@@ -458,7 +466,7 @@ fn inputs<'g>(rw: &Rw<'g>) -> Result<Inputs<'g>, Unsupported> {
                 );
             }
             let Some(gv) = rw.input_id(4) else {
-                unreachable!()
+                return unsupported("g_idx is missing");
             };
             let Some(g) = crate::rewrite::consts::const_i64(rw.g, gv, rw.ctx.external) else {
                 return Err(Refusal::new(
