@@ -19,7 +19,7 @@
 #     --llm        int4 decoders as onnxruntime-genai writes them (tools/make_llm.py: 1b, 0.7 GB,
 #                  and 7b, 4.3 GB of external data, written once into $CACHE/bench/): cp of the
 #                  folder, --target none / webgpu / rx580 with the output in the model's folder
-#                  (weights shared) and in another folder with --weights link, check rx580, and
+#                  (weights shared) and in another folder (cloned or copied), check rx580, and
 #                  the peers Python onnx load+save with external data and onnxruntime's
 #                  transformers OnnxModel load+save (tools/bench_llm_peers.py); --llm-only
 #                  runs these rows alone (LLM_RUNS, default 3, runs each)
@@ -106,11 +106,12 @@ if [ "$LLM" != 0 ]; then
       rm -rf "$D.tmp" && "$PY" tools/make_llm.py "$D.tmp" --size "$size" && mv "$D.tmp" "$D"
     fi
     echo "== llm-$size ($(du -sh "$D" | cut -f1)): cp -r of the folder, onnx-safeify (in the folder: weights shared; elsewhere: --weights link), Python peers"
-    CMDS=(--cmd "cp=cp -r $D {out}")
+    CMDS=(--cmd "cp=cp -r $D {out}.d && cp $D/model.onnx {out}")
     for t in none webgpu rx580; do
       # In the model's folder (the default output place); {out} gets a copy of the small model.
       cmds "$t" "@BIN@ {model} --target $t -o $D/model.$t.onnx >/dev/null 2>&1 && cp $D/model.$t.onnx {out}"
-      cmds "$t-link" "@BIN@ {model} --target $t -o {out} --weights link"
+      # In another folder: the data file is cloned where the file system can, else copied.
+      cmds "$t-elsewhere" "@BIN@ {model} --target $t -o {out}"
     done
     cmds check-rx580 "$(check @BIN@ rx580)"
     CMDS+=(--cmd "py-onnx=$PY tools/bench_llm_peers.py onnx {model} {out}")

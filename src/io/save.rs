@@ -49,8 +49,9 @@ pub enum Weights {
     #[default]
     Share,
     /// Like `Share`, but a file placed in another folder is a hard link where possible (no
-    /// byte written; an edit in place of one file changes the other, which is why it is not
-    /// the default).
+    /// byte written; an edit in place of one file changes the other, and Python's `onnx.load`
+    /// refuses a data file with more than one link, the input's too: why it is not the
+    /// default).
     Link,
     /// One fresh data file beside the output (`<output file name>.data`), holding exactly the
     /// tensors the output keeps.
