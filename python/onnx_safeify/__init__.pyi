@@ -11,7 +11,9 @@ Model = Union[_PathLike, bytes, bytearray, memoryview, _SerializableModel]
 __version__: str
 
 class Error(ValueError):
-    """An onnx-safeify error, with the one-line message the command prints."""
+    """An onnx-safeify error, with the message the command prints after ``error: ``: one line,
+    except for rule files (a first line that counts the errors, then each with
+    ``file:line:col`` and a snippet)."""
 
 class Result:
     @property

@@ -1,5 +1,6 @@
 """The ``onnx-safeify`` console script: the command line of the Rust library, unchanged."""
 
+import os
 import signal
 import sys
 
@@ -12,6 +13,11 @@ def main():
     # ends the native binary, instead of waiting for Python's handler to get a turn.
     if hasattr(signal, "SIGINT"):
         signal.signal(signal.SIGINT, signal.SIG_DFL)
+    # `verify` looks for ONNX Runtime in the onnxruntime package of this interpreter first
+    # (src/verify/discover.rs), so that the one installed beside the wheel is found without
+    # the environment being activated. An explicit setting wins.
+    if sys.executable and not os.environ.get("ONNX_SAFEIFY_PYTHON"):
+        os.environ["ONNX_SAFEIFY_PYTHON"] = sys.executable
     sys.stdout.flush()
     sys.exit(_native.run_cli(["onnx-safeify"] + sys.argv[1:]))
 

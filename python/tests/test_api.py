@@ -211,6 +211,50 @@ def test_errors_carry_the_commands_message(tmp_path):
         onnx_safeify.compile(12, "rx580")
 
 
+def test_rule_file_errors_are_a_summary_line_then_every_diagnostic(sample, tmp_path):
+    rules = tmp_path / "bad.yaml"
+    rules.write_text(
+        "rules:\n"
+        "  - id: typo\n"
+        "    why: test\n"
+        "    evidence: []\n"
+        "    match: {op: Cnv}\n"
+        "    action: cpu\n"
+        "  - id: no-why\n"
+        "    evidence: []\n"
+        "    match: {op: Conv}\n"
+        "    action: cpu\n"
+    )
+    with pytest.raises(onnx_safeify.Error) as e:
+        onnx_safeify.check(sample, "none", rules=[rules])
+    message = str(e.value)
+    lines = message.splitlines()
+    assert lines[0] == "2 errors in rule files", message
+    assert "%s:5:17" % rules in message and "did you mean `Conv`?" in message
+    assert "%s:7:5" % rules in message
+    code, _, err = run("check", str(sample), "--target", "none", "--rules", str(rules))
+    assert code == 2
+    assert ("error: " + message) in err, "the command prints the same text after `error: `"
+
+
+def test_the_console_scripts_verify_uses_this_environments_onnxruntime(sample, tmp_path):
+    pytest.importorskip("onnxruntime", reason="verify needs ONNX Runtime")
+    out = tmp_path / "out.onnx"
+    assert run(str(sample), "--target", "rx580", "-o", str(out))[0] == 0
+    # Nothing else that could lead to an onnxruntime: no library path, no active or project
+    # venv, no interpreter on PATH. Only the interpreter that runs the console script.
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("ORT_DYLIB_PATH", "VIRTUAL_ENV", "ONNX_SAFEIFY_PYTHON")}
+    env.update(PATH=str(tmp_path / "empty"), ONNX_SAFEIFY_VENV=str(tmp_path / "no-venv"),
+               ONNX_SAFEIFY_CACHE=str(tmp_path / "no-cache"))
+    p = subprocess.run([command(), "verify", str(sample), str(out)], capture_output=True,
+                       text=True, env=env)
+    assert p.returncode == 0, p.stderr
+    runtime = [l for l in p.stdout.splitlines() if l.startswith("runtime:")]
+    assert runtime and os.path.realpath(sys.prefix) in os.path.realpath(
+        runtime[0].split("(", 1)[1].split(")", 1)[0]), p.stdout
+
+
 def test_a_builtin_named_as_a_file_gets_a_hint(tmp_path):
     with pytest.raises(onnx_safeify.Error, match="use --target rx580"):
         onnx_safeify.check(SAMPLE, str(tmp_path / "rx580.yaml"))

@@ -1,6 +1,10 @@
 //! Finding the ONNX Runtime shared library: `ORT_DYLIB_PATH`, else the `onnxruntime`
-//! Python package (an active virtualenv, the project's venv, or python3 on PATH).
+//! Python package of, in order: the interpreter that runs the wheel's console script
+//! (`ONNX_SAFEIFY_PYTHON`, which the script sets), an active virtualenv (`VIRTUAL_ENV`), the
+//! project's venv (`ONNX_SAFEIFY_VENV`, else `$ONNX_SAFEIFY_CACHE/venv`, else
+//! `~/.cache/onnx-safeify/venv`), or python3 on PATH.
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -10,8 +14,14 @@ use super::error::VerifyError;
 pub const ORT_DYLIB_ENV: &str = "ORT_DYLIB_PATH";
 /// Set to `1` to skip looking for a Python `onnxruntime` package.
 pub const NO_PYTHON_DISCOVERY_ENV: &str = "ONNX_SAFEIFY_NO_PYTHON_DISCOVERY";
-/// The project's Python venv (default `$HOME/.cache/onnx-safeify/venv`).
+/// The project's Python venv (default `$ONNX_SAFEIFY_CACHE/venv`).
 pub const VENV_ENV: &str = "ONNX_SAFEIFY_VENV";
+/// The cache folder of the scripts (corpus, venv; default `$HOME/.cache/onnx-safeify`).
+pub const CACHE_ENV: &str = "ONNX_SAFEIFY_CACHE";
+/// The Python interpreter whose `onnxruntime` to use first: the wheel's console script sets
+/// it to the interpreter that runs it (`sys.executable`), so that `onnx-safeify verify` finds
+/// the onnxruntime installed beside it without the environment being activated.
+pub const PYTHON_ENV: &str = "ONNX_SAFEIFY_PYTHON";
 
 /// The inputs of library discovery, separated from the process environment so that it
 /// can be tested without touching global state.
@@ -21,6 +31,9 @@ pub struct Discovery {
     pub explicit: Option<PathBuf>,
     /// Whether to look for a Python `onnxruntime` package at all.
     pub python: bool,
+    /// The interpreter that runs the wheel's console script ([`PYTHON_ENV`]): asked first,
+    /// and the environment a "not found" error tells to `pip install onnxruntime` into.
+    pub own_python: Option<PathBuf>,
     /// Virtual environments to search, in order.
     pub venvs: Vec<PathBuf>,
     /// Python interpreters to ask, in order (names on PATH or paths).
@@ -37,6 +50,9 @@ impl Discovery {
             std::env::var(NO_PYTHON_DISCOVERY_ENV).as_deref(),
             Ok("1") | Ok("true") | Ok("yes")
         );
+        let own_python = std::env::var_os(PYTHON_ENV)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from);
         let mut venvs = Vec::new();
         if let Some(v) = std::env::var_os("VIRTUAL_ENV").filter(|v| !v.is_empty()) {
             venvs.push(PathBuf::from(v));
@@ -52,22 +68,37 @@ impl Discovery {
         Discovery {
             explicit,
             python,
+            own_python,
             venvs,
             interpreters,
         }
     }
 }
 
-/// `$ONNX_SAFEIFY_VENV`, else `$HOME/.cache/onnx-safeify/venv`.
+/// The project's venv: `$ONNX_SAFEIFY_VENV`, else `$ONNX_SAFEIFY_CACHE/venv`, else
+/// `$HOME/.cache/onnx-safeify/venv` (where `scripts/test.sh` puts it).
 pub fn default_venv() -> PathBuf {
-    if let Some(v) = std::env::var_os(VENV_ENV).filter(|v| !v.is_empty()) {
-        return PathBuf::from(v);
+    venv_from(
+        std::env::var_os(VENV_ENV),
+        std::env::var_os(CACHE_ENV),
+        std::env::var_os("HOME").or_else(|| std::env::var_os("USERPROFILE")),
+    )
+}
+
+/// [`default_venv`] from the values of its variables (empty counts as unset).
+fn venv_from(venv: Option<OsString>, cache: Option<OsString>, home: Option<OsString>) -> PathBuf {
+    let set = |v: Option<OsString>| v.filter(|v| !v.is_empty()).map(PathBuf::from);
+    if let Some(v) = set(venv) {
+        return v;
     }
-    let home = std::env::var_os("HOME")
-        .or_else(|| std::env::var_os("USERPROFILE"))
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("."));
-    home.join(".cache").join("onnx-safeify").join("venv")
+    if let Some(c) = set(cache) {
+        return c.join("venv");
+    }
+    set(home)
+        .unwrap_or_else(|| PathBuf::from("."))
+        .join(".cache")
+        .join("onnx-safeify")
+        .join("venv")
 }
 
 /// Returns the ONNX Runtime library to load, or an error that says how to get one.
@@ -86,6 +117,12 @@ pub fn find_onnxruntime(d: &Discovery) -> Result<PathBuf, VerifyError> {
     }
     let mut looked = Vec::new();
     if d.python {
+        if let Some(py) = &d.own_python {
+            looked.push(py.display().to_string());
+            if let Some(lib) = ask_python(py).and_then(|pkg| lib_in_package(&pkg)) {
+                return Ok(lib);
+            }
+        }
         for venv in &d.venvs {
             looked.push(venv.display().to_string());
             for sp in site_packages(venv) {
@@ -111,11 +148,23 @@ pub fn find_onnxruntime(d: &Discovery) -> Result<PathBuf, VerifyError> {
     } else {
         format!("Python discovery is disabled ({NO_PYTHON_DISCOVERY_ENV}=1)")
     };
+    let get_it = match d.own_python.as_ref().filter(|_| d.python) {
+        // The wheel's console script: onnxruntime belongs in the environment that runs it.
+        Some(py) => format!(
+            "`{} -m pip install onnxruntime` (into the Python environment that runs this \
+             onnx-safeify; found automatically)",
+            py.display()
+        ),
+        None => format!(
+            "`python3 -m venv {venv} && {venv}/bin/pip install onnxruntime` (found \
+             automatically), or `pip install onnxruntime` into an active virtualenv",
+            venv = default_venv().display()
+        ),
+    };
     Err(VerifyError::RuntimeNotFound(format!(
         "ONNX Runtime was not found: {ORT_DYLIB_ENV} is not set and {searched}. To get it: \
-         `python3 -m venv {venv} && {venv}/bin/pip install onnxruntime` (found automatically), \
-         or set {ORT_DYLIB_ENV} to the libonnxruntime.so of an onnxruntime >= 1.24 release",
-        venv = default_venv().display()
+         {get_it}, or set {ORT_DYLIB_ENV} to the libonnxruntime.so of an onnxruntime >= 1.24 \
+         release"
     )))
 }
 
@@ -212,6 +261,89 @@ mod tests {
         let e = find_onnxruntime(&d).unwrap_err().to_string();
         assert!(e.contains("pip install onnxruntime"), "{e}");
         assert!(e.contains(ORT_DYLIB_ENV), "{e}");
+        assert!(!e.contains('\n'));
+    }
+
+    #[test]
+    fn the_venv_is_named_by_its_variable_else_under_the_cache_else_under_home() {
+        let o = |s: &str| Some(OsString::from(s));
+        assert_eq!(
+            venv_from(o("/v"), o("/c"), o("/h")),
+            PathBuf::from("/v"),
+            "ONNX_SAFEIFY_VENV wins"
+        );
+        assert_eq!(
+            venv_from(None, o("/c"), o("/h")),
+            PathBuf::from("/c/venv"),
+            "else the venv of ONNX_SAFEIFY_CACHE, where the scripts put it"
+        );
+        assert_eq!(
+            venv_from(o(""), o(""), o("/h")),
+            PathBuf::from("/h/.cache/onnx-safeify/venv"),
+            "empty counts as unset"
+        );
+    }
+
+    /// A stand-in interpreter: a script that prints `pkg` whatever it is asked.
+    #[cfg(unix)]
+    fn fake_python(dir: &Path, pkg: &str) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let py = dir.join("python3");
+        std::fs::write(&py, format!("#!/bin/sh\necho '{pkg}'\n")).unwrap();
+        std::fs::set_permissions(&py, std::fs::Permissions::from_mode(0o755)).unwrap();
+        py
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn the_console_scripts_interpreter_is_asked_first() {
+        let dir = tempfile::tempdir().unwrap();
+        // Its onnxruntime, and another in a venv that would be found otherwise.
+        let own = dir.path().join("own/onnxruntime");
+        std::fs::create_dir_all(own.join("capi")).unwrap();
+        std::fs::write(own.join("capi/libonnxruntime.so.1.32.0"), b"x").unwrap();
+        let venv = dir.path().join("venv");
+        let capi = venv.join("lib/python3.11/site-packages/onnxruntime/capi");
+        std::fs::create_dir_all(&capi).unwrap();
+        std::fs::write(capi.join("libonnxruntime.so.1.99.0"), b"x").unwrap();
+        let d = Discovery {
+            python: true,
+            own_python: Some(fake_python(dir.path(), own.to_str().unwrap())),
+            venvs: vec![venv.clone()],
+            ..Discovery::default()
+        };
+        assert_eq!(
+            find_onnxruntime(&d).unwrap(),
+            own.join("capi/libonnxruntime.so.1.32.0")
+        );
+        // Without the variable, the venv's.
+        let d = Discovery {
+            own_python: None,
+            ..d
+        };
+        assert_eq!(
+            find_onnxruntime(&d).unwrap(),
+            capi.join("libonnxruntime.so.1.99.0")
+        );
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn without_onnxruntime_beside_the_console_script_the_error_says_pip_install_there() {
+        let dir = tempfile::tempdir().unwrap();
+        let py = fake_python(dir.path(), "");
+        let d = Discovery {
+            python: true,
+            own_python: Some(py.clone()),
+            ..Discovery::default()
+        };
+        let e = find_onnxruntime(&d).unwrap_err().to_string();
+        assert!(
+            e.contains(&format!("`{} -m pip install onnxruntime`", py.display())),
+            "{e}"
+        );
+        assert!(e.contains("environment that runs this onnx-safeify"), "{e}");
+        assert!(!e.contains(".cache/onnx-safeify/venv"), "{e}");
         assert!(!e.contains('\n'));
     }
 
