@@ -147,7 +147,8 @@ struct CompileArgs {
     /// External data the output keeps unchanged: `share` refers to the input's data files in
     /// the same folder (nothing written) and clones (reflink) or copies them into another
     /// folder; `link` hard-links them there instead (no byte written; an in-place edit of one
-    /// file changes the other); `copy` writes one fresh OUT.data.
+    /// file changes the other, and Python's onnx.load refuses a data file with several links);
+    /// `copy` writes one fresh OUT.data.
     #[arg(long, value_enum, default_value_t = WeightsArg::Share)]
     weights: WeightsArg,
     /// Write a JSON report of the compile.
