@@ -5,6 +5,12 @@
 #   pinned) with scripts/corpus.sh into a cache folder ($ONNX_SAFEIFY_CACHE, default
 #   ~/.cache/onnx-safeify); a second run reuses it;
 # - points the tests at them (ONNX_SAFEIFY_CORPUS, ONNX_SAFEIFY_VENV, ORT_DYLIB_PATH);
+# - sets up the other runtimes with scripts/setup-runtimes.sh (Chromium through apt, which
+#   needs root or sudo; the web harness, which needs Node.js 20+ with npm; OpenVINO through
+#   pip). One that cannot be installed here is skipped loudly: the suite still runs, and the
+#   tests of that runtime skip, each naming what is missing
+#   (ONNX_SAFEIFY_ALLOW_MISSING_RUNTIMES=1). Under CI (CI=true, as .ci/run sets) every
+#   runtime is required and a setup failure stops the run;
 # - runs `cargo test` (Rust crates come from crates.io through Cargo.lock).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -17,7 +23,16 @@ export ONNX_SAFEIFY_CORPUS="$CACHE/corpus"
 export ONNX_SAFEIFY_VENV="$CACHE/venv"
 ORT_LIB="$(ls "$CACHE"/venv/lib/python3*/site-packages/onnxruntime/capi/libonnxruntime.so.* 2>/dev/null | head -n 1 || true)"
 if [ -n "$ORT_LIB" ]; then export ORT_DYLIB_PATH="$ORT_LIB"; fi
-bash "$ROOT/scripts/setup-runtimes.sh"  # Chromium, the web harness, OpenVINO (verify --runtime)
+# Chromium, the web harness, OpenVINO (verify --runtime): exit 3 means some could not be
+# installed here (never under CI, where that is exit 2 and stops the run).
+RC=0
+bash "$ROOT/scripts/setup-runtimes.sh" || RC=$?
+if [ "$RC" = 3 ]; then
+  export ONNX_SAFEIFY_ALLOW_MISSING_RUNTIMES=1
+  echo "== !!!!!!!! some runtimes are missing (listed above): their tests will be SKIPPED" >&2
+elif [ "$RC" != 0 ]; then
+  exit "$RC"
+fi
 cd "$ROOT"
 echo "== cargo test"
 cargo test --locked "$@"

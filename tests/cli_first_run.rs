@@ -129,3 +129,165 @@ fn compile_exits_1_when_a_node_is_denied() {
     assert!(err.contains("nothing was written"), "{err}");
     assert!(!out.exists());
 }
+
+#[test]
+fn a_graph_wide_finding_prints_no_empty_op() {
+    // A budget far below the sample's work: `check` reports the piece over budget, a finding
+    // that names where the piece starts and has no op of its own.
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("tiny-budget.yaml");
+    std::fs::write(
+        &rules,
+        "rules:\n  - id: tiny-budget\n    why: test\n    evidence: []\n    match: {op: Conv}\n    action: {barrier: {budget: 1e3, dims: {batch: 1}}}\n",
+    )
+    .unwrap();
+    let s = sample();
+    let (code, out, err) = cli(&[
+        "check",
+        s.to_str().unwrap(),
+        "--target",
+        "none",
+        "--rules",
+        rules.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 1, "{err}");
+    let over: Vec<&str> = out
+        .lines()
+        .filter(|l| l.contains("[over-budget]"))
+        .collect();
+    assert!(!over.is_empty(), "{out}");
+    for l in over {
+        assert!(!l.contains("()"), "an empty op is printed as `()`: {l}");
+        assert!(
+            l.starts_with("  - ") && l.contains(" [over-budget]: "),
+            "{l}"
+        );
+    }
+    // Node findings keep their op.
+    let (_, out, _) = cli(&["check", s.to_str().unwrap(), "--target", "rx580"]);
+    assert!(out.contains("  - backbone.block3.dw.conv (Conv)"), "{out}");
+}
+
+/// The `--long` options a subcommand's `--help` lists.
+fn long_options(help: &str) -> Vec<String> {
+    let mut out: Vec<String> = help
+        .lines()
+        .filter_map(|l| {
+            let l = l.trim_start();
+            let l = l.strip_prefix("-h, ").unwrap_or(l);
+            let opt = l.strip_prefix("--")?;
+            let name: String = opt
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+                .collect();
+            (!name.is_empty()).then(|| format!("--{name}"))
+        })
+        .collect();
+    out.dedup();
+    out
+}
+
+#[test]
+fn the_readme_usage_of_verify_names_every_option() {
+    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    let usage = readme
+        .split("## Usage")
+        .nth(1)
+        .and_then(|u| u.split("```").nth(1))
+        .expect("the README has a usage block");
+    // The usage lines of `verify`: its own line and the indented ones after it.
+    let mut verify = String::new();
+    let mut inside = false;
+    for l in usage.lines() {
+        if l.starts_with("onnx-safeify ") {
+            inside = l.starts_with("onnx-safeify verify ");
+        }
+        if inside {
+            verify.push_str(l);
+            verify.push('\n');
+        }
+    }
+    assert!(!verify.is_empty(), "{usage}");
+    let (code, help, err) = cli(&["verify", "--help"]);
+    assert_eq!(code, 0, "{err}");
+    let options = long_options(&help);
+    assert!(options.contains(&"--float-range".to_string()), "{help}");
+    for o in options.iter().filter(|o| *o != "--help") {
+        assert!(
+            verify.contains(&format!("[{o}")) || verify.contains(&format!(" {o} ")),
+            "the README's usage of verify omits {o}:\n{verify}"
+        );
+    }
+}
+
+/// scripts/setup-runtimes.sh on a machine with none of what it installs from (no apt-get,
+/// no Node.js, no venv): it says what is missing and exits 3, for scripts/test.sh to let the
+/// runtime tests skip; under CI (CI=true) the same is a failure, exit 2.
+#[cfg(unix)]
+#[test]
+fn setup_skips_what_it_cannot_install_and_ci_fails_on_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("repo");
+    std::fs::create_dir_all(root.join("scripts")).unwrap();
+    std::fs::create_dir_all(root.join("tools/webgpu")).unwrap();
+    std::fs::copy(
+        repo().join("scripts/setup-runtimes.sh"),
+        root.join("scripts/setup-runtimes.sh"),
+    )
+    .unwrap();
+    std::fs::copy(
+        repo().join("tools/webgpu/package-lock.json"),
+        root.join("tools/webgpu/package-lock.json"),
+    )
+    .unwrap();
+    // A PATH with the shell tools the script uses, and nothing it installs or installs with.
+    let bin = dir.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let which = |t: &str| {
+        std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+            .map(|d| d.join(t))
+            .find(|p| p.is_file())
+    };
+    for t in ["bash", "env", "id", "cmp", "cp", "dirname", "cat"] {
+        if let Some(p) = which(t) {
+            std::os::unix::fs::symlink(p, bin.join(t)).unwrap();
+        }
+    }
+    let Some(bash) = which("bash") else {
+        eprintln!("SKIPPED: no bash on PATH to run scripts/setup-runtimes.sh");
+        return;
+    };
+    let run = |ci: bool| {
+        let mut c = Command::new(&bash);
+        c.arg(root.join("scripts/setup-runtimes.sh"))
+            .env_clear()
+            .env("HOME", dir.path())
+            .env("PATH", &bin)
+            .env("ONNX_SAFEIFY_CACHE", dir.path().join("cache"))
+            .stdin(std::process::Stdio::null());
+        if ci {
+            c.env("CI", "true");
+        }
+        let o = c.output().unwrap();
+        (
+            o.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    let (code, err) = run(false);
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("NOT INSTALLED (webgpu): Chromium"), "{err}");
+    assert!(
+        err.contains("NOT INSTALLED (webgpu): Node.js 20 or later with npm"),
+        "{err}"
+    );
+    assert!(err.contains("NOT INSTALLED (openvino): the venv"), "{err}");
+    assert!(
+        err.contains("cache/venv"),
+        "the venv is under ONNX_SAFEIFY_CACHE: {err}"
+    );
+    assert!(err.contains("will be skipped"), "{err}");
+    let (code, err) = run(true);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("CI=true: every runtime is required"), "{err}");
+}
