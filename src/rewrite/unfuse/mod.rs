@@ -17,10 +17,12 @@ pub mod fused_conv;
 pub mod fused_gemm;
 pub mod fused_matmul;
 pub mod gelu;
+pub mod gqa;
 pub mod layer_norm;
 pub mod matmul_nbits;
 pub mod nchwc;
 pub mod quant;
+pub mod rotary;
 pub mod rw;
 
 use std::collections::{HashMap, HashSet};
@@ -129,6 +131,18 @@ pub const REGISTRY: &[(&str, &str, Decompose, Exactness)] = &[
         MS_DOMAIN,
         "MultiHeadAttention",
         attention::multi_head_attention,
+        ROUNDING,
+    ),
+    (
+        MS_DOMAIN,
+        "RotaryEmbedding",
+        rotary::rotary_embedding,
+        ROUNDING,
+    ),
+    (
+        MS_DOMAIN,
+        "GroupQueryAttention",
+        gqa::group_query_attention,
         ROUNDING,
     ),
     // The quantized family (ONNX Runtime's quantization tools and optimizer).
