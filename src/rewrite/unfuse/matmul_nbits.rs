@@ -21,9 +21,16 @@
 //! dequantized weight). The decomposition does the same with `MatMul` (and a `Cast` on each
 //! side for float16): class `rounding` (measured at about 1e-6 of the output's scale for
 //! float32, at most 1 ulp for float16; the GEMMs sum in different orders). With
-//! `accuracy_level` 4 the kernel quantizes A to int8 per block (`SQNBIT_CompInt8`) and a
-//! float MatMul is not the same function: the patch declares `approximate`
-//! ([`INT8_ACCURACY_BOUND`]), so it runs only when approximations are allowed.
+//! `accuracy_level` 4 the kernel's int8 path (`SQNBIT_CompInt8`, which x86 CPUs with AVX2 or
+//! AVX-512 have for 2, 4 and 8 bits) quantizes A to int8 per block of `block_size` and sums
+//! integer products: a float MatMul on A as it is differs from it by that quantization (about
+//! 5e-3 of the output's scale). The decomposition quantizes and dequantizes A the way the
+//! kernel does ([`quantize_a_int8`]), which brings it back to float rounding (about 1e-7 of the
+//! scale). Where the kernel dequantizes to float32 even at level 4 (`g_idx` given, float zero
+//! points) A is left as it is; below opset 11 (no `Round`) the patch declares `approximate`
+//! ([`INT8_ACCURACY_BOUND`]), so it runs only when approximations are allowed. (A CPU without
+//! the int8 kernel computes level 4 in float32; there the decomposition is off by the
+//! quantization error, which `verify` reports.)
 //!
 //! Two forms, chosen per node (never raising the model's opset, see the module's policy); the
 //! `MatMul` node carries the form in its metadata under [`FORM_KEY`]:
@@ -70,9 +77,10 @@ use super::{UnfuseCtx, Unsupported};
 /// `unpacked ...`, with the weight's size).
 pub const FORM_KEY: &str = "onnx_safeify.matmul_nbits_form";
 
-/// `accuracy_level` 4 on ONNX Runtime's CPU quantizes A to int8 per block: a float MatMul
-/// differs from it by that quantization error, measured at up to 7e-3 of the output's scale
-/// on random weights and activations (block sizes 16-128, K up to 4096).
+/// `accuracy_level` 4 on ONNX Runtime's CPU quantizes A to int8 per block: a float MatMul on A
+/// as it is (below opset 11, where `Round` is missing to mirror the quantization) differs from
+/// it by that quantization error, measured at up to 6e-3 of the output's scale on random
+/// weights and activations (block sizes 16-128, K up to 4096).
 pub const INT8_ACCURACY_BOUND: f64 = 2e-2;
 
 /// The largest unpacked weight (elements) the unpacked form writes: a larger one is refused
@@ -355,6 +363,9 @@ struct Inputs<'g> {
     zp: Zp<'g>,
     /// `Some` when `g_idx` is given and is not the identity grouping `k / block_size`.
     g_idx: Option<Vec<usize>>,
+    /// Whether a `g_idx` input is given at all (the kernel then dequantizes to float32 even
+    /// with `accuracy_level` 4).
+    has_g_idx: bool,
 }
 
 enum Zp<'g> {
@@ -496,6 +507,7 @@ fn inputs<'g>(rw: &Rw<'g>) -> Result<Inputs<'g>, Unsupported> {
         scales_id,
         zp,
         g_idx,
+        has_g_idx: rw.input_id(4).is_some(),
     })
 }
 
@@ -525,6 +537,16 @@ pub fn matmul_nbits(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch, Unsu
     if f16 {
         a = rw.cast(a, dtype::FLOAT);
     }
+    // accuracy_level 4: the kernel's int8 path quantizes A per block (not with g_idx or float
+    // zero points, which it dequantizes to float32 instead).
+    let int8_a = spec.accuracy == 4 && !ins.has_g_idx && !matches!(ins.zp, Zp::Float(_));
+    if int8_a {
+        if rw.opset >= 11 {
+            a = quantize_a_int8(&mut rw, a, &spec)?;
+        } else {
+            rw.p.exactness = Exactness::Approximate(INT8_ACCURACY_BOUND);
+        }
+    }
     let mut y = rw.op("MatMul", &[a, w], &[]);
     if let Some(last) = rw.p.nodes.last_mut() {
         last.metadata
@@ -539,10 +561,43 @@ pub fn matmul_nbits(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch, Unsu
     if f16 {
         y = rw.cast(y, dtype::FLOAT16);
     }
-    if spec.accuracy == 4 {
-        rw.p.exactness = Exactness::Approximate(INT8_ACCURACY_BOUND);
-    }
     rw.finish(&[(0, y)])
+}
+
+/// A (float32) as the int8 path of ONNX Runtime's CPU kernel sees it (`accuracy_level` 4,
+/// MLAS `QuantizeARow_CompInt8`): per block of `block_size` along K (the last one padded with
+/// zeros), `scale = amax / 127`, `q = round_half_even(a * (127 / amax))` (0 where amax is 0),
+/// and the kernel's integer products are those of `q * scale` with the weight's codes. Needs
+/// `Round` (opset 11).
+fn quantize_a_int8(rw: &mut Rw, a: PValue, s: &Spec) -> Result<PValue, Unsupported> {
+    let (k, kp) = (s.k as i64, s.k_padded() as i64);
+    let rows = rw.reshape(a, &[-1, k])?;
+    let rows = if kp != k {
+        let pads = rw.ints("pads", &[0, 0, 0, kp - k]);
+        rw.op("Pad", &[rows, pads], &[])
+    } else {
+        rows
+    };
+    let blocks = rw.reshape(rows, &[-1, s.blocks as i64, s.block as i64])?;
+    let magnitude = rw.op("Abs", &[blocks], &[]);
+    let amax = rw.reduce("ReduceMax", magnitude, &[2], true);
+    let levels = rw.scalar("int8_levels", dtype::FLOAT, 127.0);
+    let zero = rw.scalar("zero", dtype::FLOAT, 0.0);
+    let scale = rw.op("Div", &[amax, levels], &[]);
+    let inverse = rw.op("Div", &[levels, amax], &[]);
+    let empty = rw.op("Equal", &[amax, zero], &[]);
+    let inverse = rw.op("Where", &[empty, zero, inverse], &[]);
+    let scaled = rw.op("Mul", &[blocks, inverse], &[]);
+    let q = rw.op("Round", &[scaled], &[]);
+    let dequantized = rw.op("Mul", &[q, scale], &[]);
+    let rows = rw.reshape(dequantized, &[-1, kp])?;
+    let rows = if kp != k {
+        rw.slice(rows, &[0], &[k], &[1])
+    } else {
+        rows
+    };
+    let shape = rw.op("Shape", &[a], &[]);
+    Ok(rw.op("Reshape", &[rows, shape], &[]))
 }
 
 /// The packed form: `Transpose(Slice(DequantizeLinear(B as uint4 [N, Kp], scales, zp)))`,
