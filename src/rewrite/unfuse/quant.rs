@@ -100,6 +100,187 @@ fn zero_of(rw: &mut Rw, dt: i32) -> PValue {
     rw.p.initializer("zero_point", t)
 }
 
+/// The per-tensor float32 constant behind input `i` (a scale), if it is one.
+fn const_scale(rw: &Rw, i: usize) -> Option<f32> {
+    let (_, v) = rw.const_f32(i)?;
+    (v.len() == 1).then(|| v[0])
+}
+
+/// The 8-bit zero point behind input `i`: 0 when the input is omitted, `None` when it is not a
+/// per-tensor uint8/int8 constant.
+fn const_zp(rw: &Rw, i: usize) -> Option<i32> {
+    let Some(id) = rw.input_id(i) else {
+        return Some(0);
+    };
+    let t = crate::rewrite::consts::const_tensor(rw.g, id)?;
+    let signed = match t.data_type? {
+        dtype::UINT8 => false,
+        dtype::INT8 => true,
+        _ => return None,
+    };
+    let vals: Vec<i32> = match &t.raw_data {
+        Some(b) => b
+            .iter()
+            .map(|&x| if signed { x as i8 as i32 } else { x as i32 })
+            .collect(),
+        None => t.int32_data.clone(),
+    };
+    (vals.len() == 1).then(|| vals[0])
+}
+
+/// The range of an 8-bit type.
+fn range_of(dt: i32) -> (i32, i32) {
+    if dt == dtype::INT8 {
+        (-128, 127)
+    } else {
+        (0, 255)
+    }
+}
+
+/// `MlasQuantizeLinear` of one value: `v / scale` in float32, clamped to the type's range less
+/// the zero point (a NaN takes the lower bound, as MAXPS gives it), rounded half to even, plus
+/// the zero point.
+fn mlas_quantize(v: f32, scale: f32, zp: i32, dt: i32) -> i32 {
+    let (lo, hi) = range_of(dt);
+    let x = v / scale;
+    let x = if x > (lo - zp) as f32 {
+        x
+    } else {
+        (lo - zp) as f32
+    };
+    let x = if x < (hi - zp) as f32 {
+        x
+    } else {
+        (hi - zp) as f32
+    };
+    x.round_ties_even() as i32 + zp
+}
+
+/// `MlasComputeLogistic` as ONNX Runtime runs it on x86-64 with FMA3 (and on ARM64, whose NEON
+/// multiply-add is fused too): the input clamped to [-18, 18], Eigen's rational polynomial with
+/// fused multiply-adds, `p / q + 0.5`, clamped below at 0 (MLAS `logistic.cpp`,
+/// `LogisticKernelFma3.S`).
+#[allow(clippy::excessive_precision)]
+pub fn mlas_logistic(x: f32) -> f32 {
+    // The constants as MLAS writes them (decimal, rounded to float32 by the compiler).
+    const A9: f32 = 4.37031012579801e-11;
+    const A7: f32 = 1.15627324459942e-07;
+    const A5: f32 = 6.08574864600143e-05;
+    const A3: f32 = 8.51377133304701e-03;
+    const A1: f32 = 2.48287947061529e-01;
+    const B10: f32 = 6.10247389755681e-13;
+    const B8: f32 = 5.76102136993427e-09;
+    const B6: f32 = 6.29106785017040e-06;
+    const B4: f32 = 1.70198817374094e-03;
+    const B2: f32 = 1.16817656904453e-01;
+    const B0: f32 = 9.93151921023180e-01;
+    // MAXPS/MINPS with the constant first: a NaN input gives the constant's bound.
+    let v = if x > -18.0 { x } else { -18.0 };
+    let v = if v < 18.0 { v } else { 18.0 };
+    let v2 = v * v;
+    let mut p = v2.mul_add(A9, A7);
+    for c in [A5, A3, A1] {
+        p = v2.mul_add(p, c);
+    }
+    let mut q = v2.mul_add(B10, B8);
+    for c in [B6, B4, B2, B0] {
+        q = v2.mul_add(q, c);
+    }
+    let p = v * p;
+    let r = p / q + 0.5;
+    if r > 0.0 {
+        r
+    } else {
+        0.0
+    }
+}
+
+/// The 256-entry table ONNX Runtime builds for a lookup-table activation
+/// (`qlinear_lookup_table.cc`): each code dequantized as `x_scale * (x - x_zp)` in float32,
+/// mapped by `f`, quantized with `MlasQuantizeLinear`. Entry `j` is for the code `j + min`
+/// (value order, not byte order).
+pub fn lookup_table(
+    xs: f32,
+    xzp: i32,
+    ys: f32,
+    yzp: i32,
+    dt: i32,
+    f: impl Fn(f32) -> f32,
+) -> Vec<i32> {
+    let (lo, hi) = range_of(dt);
+    (lo..=hi)
+        .map(|x| mlas_quantize(f(xs * (x - xzp) as f32), ys, yzp, dt))
+        .collect()
+}
+
+/// A constant 1-D tensor of 8-bit values of type `dt`.
+fn bytes_const(rw: &mut Rw, hint: &str, dt: i32, vals: &[i32]) -> PValue {
+    let t = crate::proto::TensorProto {
+        dims: vec![vals.len() as i64],
+        data_type: Some(dt),
+        raw_data: Some(vals.iter().map(|&v| v as u8).collect::<Vec<u8>>().into()),
+        ..Default::default()
+    };
+    rw.p.initializer(hint, t)
+}
+
+/// `Gather(table, Cast(x, int32) - min)`: the table lookup of an 8-bit tensor.
+fn gather_table(rw: &mut Rw, x: PValue, table: &[i32], dt: i32) -> PValue {
+    let t = bytes_const(rw, "lookup_table", dt, table);
+    let xi = rw.cast(x, dtype::INT32);
+    let idx = if dt == dtype::INT8 {
+        let off = int32_scalar(rw, "offset", 128);
+        rw.op("Add", &[xi, off], &[])
+    } else {
+        xi
+    };
+    rw.op("Gather", &[t, idx], &[("axis", AttrValue::Int(0))])
+}
+
+/// A rank-0 int32 constant.
+fn int32_scalar(rw: &mut Rw, hint: &str, v: i32) -> PValue {
+    let t = crate::proto::TensorProto {
+        dims: vec![],
+        data_type: Some(dtype::INT32),
+        raw_data: Some(v.to_le_bytes().to_vec().into()),
+        ..Default::default()
+    };
+    rw.p.initializer(hint, t)
+}
+
+/// A lookup-table activation `(X, X_scale, X_zp, Y_scale, Y_zp)`: with constant per-tensor
+/// parameters, the kernel's own 256-entry table and a Gather (bit-exact on every runtime);
+/// otherwise dequantize, the float operator `float_op`, quantize (what the kernel computes when
+/// it builds its table at run time; exact on ONNX Runtime CPU, whose float kernels are the ones
+/// the table is built with).
+fn table_activation(
+    ctx: &UnfuseCtx,
+    g: &Graph,
+    n: NodeId,
+    attrs: &[&str],
+    f: impl Fn(f32) -> f32,
+    float_op: impl FnOnce(&mut Rw, PValue) -> Result<PValue, Unsupported>,
+) -> Result<Patch, Unsupported> {
+    let mut rw = Rw::new(ctx, g, n);
+    rw.only_attrs(attrs)?;
+    need_opset10(&rw)?;
+    let dt = quant_dtype(&rw, 0)?;
+    let params = (
+        const_scale(&rw, 1),
+        const_zp(&rw, 2),
+        const_scale(&rw, 3),
+        const_zp(&rw, 4),
+    );
+    if let (Some(xs), Some(xzp), Some(ys), Some(yzp)) = params {
+        let x = rw.need(0, "X")?;
+        let table = lookup_table(xs, xzp, ys, yzp, dt, f);
+        let y = gather_table(&mut rw, x, &table, dt);
+        return rw.finish(&[(0, y)]);
+    }
+    drop(rw);
+    unary(ctx, g, n, attrs, float_op)
+}
+
 /// `DequantizeLinear(x, scale, zp)` of the per-tensor quantized input at `x`, with its scale
 /// and zero point at `s` and `zp`.
 fn dequant(rw: &mut Rw, x: usize, s: usize, zp: usize) -> Result<PValue, Unsupported> {
@@ -150,9 +331,64 @@ fn unary(
     rw.finish(&[(0, q)])
 }
 
-/// QLinearAdd / QLinearMul `(A, A_scale, A_zp, B, B_scale, B_zp, C_scale, C_zp)`:
-/// `C = quantize(dequantize(A) op dequantize(B))`, numpy broadcasting.
-fn binary(ctx: &UnfuseCtx, g: &Graph, n: NodeId, op: &str) -> Result<Patch, Unsupported> {
+/// Which input ONNX Runtime's broadcaster hands to the MLAS kernel as the vector: the kernel is
+/// called per span of the innermost run of the output, with A as the vector unless A is
+/// broadcast along that run (A "scalar in span"), when the two swap roles. Decided from the
+/// static dimensions at the innermost output axis of size > 1; `None` when a dimension that
+/// decides it is unknown.
+fn a_is_scalar_in_span(rw: &Rw) -> Option<bool> {
+    let (fa, fb) = (rw.in_facts(0), rw.in_facts(3));
+    let (ra, rb) = (fa.rank()?, fb.rank()?);
+    let r = ra.max(rb);
+    for k in 1..=r {
+        let da = if k <= ra { fa.dim(ra - k)? } else { 1 };
+        let db = if k <= rb { fb.dim(rb - k)? } else { 1 };
+        match (da, db) {
+            (1, 1) => continue,
+            (1, _) => return Some(true),
+            _ => return Some(false),
+        }
+    }
+    // A single element: the broadcaster's first case, A scalar.
+    Some(true)
+}
+
+/// The constant per-tensor parameters of a QLinear binary op: `(a_s, a_zp, b_s, b_zp, c_s,
+/// c_zp)`.
+fn binary_params(rw: &Rw) -> Result<(f32, i32, f32, i32, f32, i32), Unsupported> {
+    let (sa, za) = const_params(rw, 1, 2, "A")?;
+    let (sb, zb) = const_params(rw, 4, 5, "B")?;
+    let (sc, zc) = const_params(rw, 6, 7, "C")?;
+    Ok((sa, za, sb, zb, sc, zc))
+}
+
+/// `(float)(x * r + c)` with one rounding, as a fused multiply-add computes it, for an 8-bit
+/// tensor `x`: in double, where `x * r` (8 by 24 bits) and its sum with a float `c` of the
+/// magnitudes quantized ops see are exact, then one rounding to float.
+fn fma_8bit(rw: &mut Rw, x: PValue, r: f32, c: PValue) -> PValue {
+    let xd = rw.cast(x, dtype::DOUBLE);
+    let rd = rw.scalar("ratio", dtype::DOUBLE, r as f64);
+    let prod = rw.op("Mul", &[xd, rd], &[]);
+    let sum = rw.op("Add", &[prod, c], &[]);
+    rw.cast(sum, dtype::FLOAT)
+}
+
+/// `round(t)` saturated to the 8-bit type `dt` (QuantizeLinear with scale 1 and zero point 0:
+/// the kernels' `cvtps` and saturating packs).
+fn round_saturate(rw: &mut Rw, t: PValue, dt: i32) -> PValue {
+    let one = rw.scalar("one", dtype::FLOAT, 1.0);
+    let zero = zero_of(rw, dt);
+    rw.op("QuantizeLinear", &[t, one, zero], &[])
+}
+
+/// QLinearAdd `(A, A_scale, A_zp, B, B_scale, B_zp, C_scale, C_zp)`, numpy broadcasting, as
+/// ONNX Runtime's x86-64 kernel computes it (`qladd_avx2.cpp`, AVX2 and FMA3): with the vector
+/// input `V` and the other `S` (A and B, swapped when A is broadcast along the innermost run,
+/// see [`a_is_scalar_in_span`]), `r_v = s_v / s_c`, `r_s = s_s / s_c`, `F = zp_c - fma(r_v,
+/// zp_v, r_s * zp_s)`, `C = round(fma(v, r_v, fma(s, r_s, F)))` saturated; the raw codes enter
+/// as floats, the zero points only through `F`. Needs constant per-tensor parameters and the
+/// dimensions that decide the roles.
+pub fn qlinear_add(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch, Unsupported> {
     let mut rw = Rw::new(ctx, g, n);
     rw.only_attrs(&[])?;
     need_opset10(&rw)?;
@@ -160,69 +396,217 @@ fn binary(ctx: &UnfuseCtx, g: &Graph, n: NodeId, op: &str) -> Result<Patch, Unsu
     if quant_dtype(&rw, 3)? != dt {
         return unsupported("A and B have different element types");
     }
-    let a = dequant(&mut rw, 0, 1, 2)?;
-    let b = dequant(&mut rw, 3, 4, 5)?;
-    let c = rw.op(op, &[a, b], &[]);
-    let q = quant(&mut rw, c, 6, 7, dt)?;
+    let (sa, za, sb, zb, sc, zc) = binary_params(&rw)?;
+    let Some(swap) = a_is_scalar_in_span(&rw) else {
+        return Err(Refusal::new(
+            Cause::UnknownFact,
+            "the innermost dimensions of A and B are not static (they decide the kernel's operand order)",
+        ));
+    };
+    let a = rw.need(0, "A")?;
+    let b = rw.need(3, "B")?;
+    let ((v, sv, zv), (o, so, zo)) = if swap {
+        ((b, sb, zb), (a, sa, za))
+    } else {
+        ((a, sa, za), (b, sb, zb))
+    };
+    let rv = sv / sc;
+    let ro = so / sc;
+    let fixed = zc as f32 - rv.mul_add(zv as f32, ro * zo as f32);
+    let fd = rw.scalar("fixed_part", dtype::DOUBLE, fixed as f64);
+    let t1 = fma_8bit(&mut rw, o, ro, fd);
+    let t1d = rw.cast(t1, dtype::DOUBLE);
+    let t = fma_8bit(&mut rw, v, rv, t1d);
+    let q = round_saturate(&mut rw, t, dt);
     rw.finish(&[(0, q)])
 }
 
-pub fn qlinear_add(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch, Unsupported> {
-    binary(ctx, g, n, "Add")
-}
-
+/// QLinearMul, as ONNX Runtime's kernel computes it (`qlmul.cpp`, SSE2): `p = (a - zp_a) * (b -
+/// zp_b)` in integers, `C = round(float(p) * ((s_a * s_b) / s_c) + zp_c)` (float32, multiply
+/// then add) saturated. Needs constant per-tensor parameters.
 pub fn qlinear_mul(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch, Unsupported> {
-    binary(ctx, g, n, "Mul")
+    let mut rw = Rw::new(ctx, g, n);
+    rw.only_attrs(&[])?;
+    need_opset10(&rw)?;
+    let dt = quant_dtype(&rw, 0)?;
+    if quant_dtype(&rw, 3)? != dt {
+        return unsupported("A and B have different element types");
+    }
+    let (sa, za, sb, zb, sc, zc) = binary_params(&rw)?;
+    let a = rw.need(0, "A")?;
+    let b = rw.need(3, "B")?;
+    let ai = rw.cast(a, dtype::INT32);
+    let za = int32_scalar(&mut rw, "a_zero_point", za);
+    let ai = rw.op("Sub", &[ai, za], &[]);
+    let bi = rw.cast(b, dtype::INT32);
+    let zb = int32_scalar(&mut rw, "b_zero_point", zb);
+    let bi = rw.op("Sub", &[bi, zb], &[]);
+    let p = rw.op("Mul", &[ai, bi], &[]);
+    let pf = rw.cast(p, dtype::FLOAT);
+    let ratio = rw.scalar("ratio", dtype::FLOAT, ((sa * sb) / sc) as f64);
+    let scaled = rw.op("Mul", &[pf, ratio], &[]);
+    let zcf = rw.scalar("c_zero_point", dtype::FLOAT, zc as f64);
+    let t = rw.op("Add", &[scaled, zcf], &[]);
+    let q = round_saturate(&mut rw, t, dt);
+    rw.finish(&[(0, q)])
 }
 
 pub fn qlinear_sigmoid(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch, Unsupported> {
-    unary(ctx, g, n, &[], |rw, x| Ok(rw.op("Sigmoid", &[x], &[])))
+    table_activation(ctx, g, n, &[], mlas_logistic, |rw, x| {
+        Ok(rw.op("Sigmoid", &[x], &[]))
+    })
 }
 
-/// QLinearLeakyRelu: `alpha` defaults to 0.01 (as LeakyRelu's).
+/// QLinearLeakyRelu: `alpha` defaults to 0.01 (as LeakyRelu's); the kernel's table maps
+/// `v >= 0 ? v : alpha * v`.
 pub fn qlinear_leaky_relu(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch, Unsupported> {
-    unary(ctx, g, n, &["alpha"], |rw, x| {
-        let alpha = rw.attr_f("alpha", 0.01);
-        Ok(rw.op("LeakyRelu", &[x], &[("alpha", AttrValue::Float(alpha))]))
-    })
+    let alpha = ctx_attr_f(g, n, "alpha", 0.01);
+    table_activation(
+        ctx,
+        g,
+        n,
+        &["alpha"],
+        move |v| if v >= 0.0 { v } else { v * alpha },
+        move |rw, x| Ok(rw.op("LeakyRelu", &[x], &[("alpha", AttrValue::Float(alpha))])),
+    )
 }
 
-/// QLinearSoftmax: `axis` (default -1) with the Softmax semantics of the node's `opset`
-/// attribute: before 13 the input is coerced to 2-D at `axis` (a softmax over the flattened
-/// trailing axes), from 13 a softmax over `axis` alone.
+fn ctx_attr_f(g: &Graph, n: NodeId, name: &str, default: f32) -> f32 {
+    g.node(n).attr(name).and_then(|a| a.f()).unwrap_or(default)
+}
+
+/// The per-tensor constant quantization parameters `(scale, zero point)` at inputs `s`, `zp`,
+/// or a refusal naming what is not constant.
+fn const_params(rw: &Rw, s: usize, zp: usize, what: &str) -> Result<(f32, i32), Unsupported> {
+    match (const_scale(rw, s), const_zp(rw, zp)) {
+        (Some(sc), Some(z)) if sc.is_finite() && sc > 0.0 => Ok((sc, z)),
+        (Some(sc), Some(_)) => unsupported(format!("{what} scale {sc} is not a positive number")),
+        _ => Err(Refusal::new(
+            Cause::UnknownFact,
+            format!("{what} scale and zero point (inputs {s}, {zp}) are not per-tensor constants"),
+        )),
+    }
+}
+
+/// The static shape of input `i`, or a refusal saying why it is needed.
+fn static_dims(rw: &Rw, i: usize, why: &str) -> Result<Vec<i64>, Unsupported> {
+    match rw.in_facts(i).dims_known() {
+        Some(d) => Ok(d),
+        None => Err(Refusal::new(
+            Cause::UnknownFact,
+            format!("the shape of input {i} is not static ({why})"),
+        )),
+    }
+}
+
+/// The exp table of ONNX Runtime's QLinearSoftmax (`qlinear_softmax.cc`, float variant):
+/// `bit_shift = max(0, ln(FLT_MAX / D) - 5) / x_scale` and entry `j` =
+/// `(float)exp((j - 255 + bit_shift) * x_scale)` in double. An input `x` of a row whose
+/// maximum is `m` reads entry `x - m + 255`, for uint8 and int8 alike.
+pub fn softmax_exp_table(x_scale: f32, reduce_len: i64) -> Vec<f32> {
+    let ratio = f32::MAX / reduce_len as f32;
+    let shift = ((ratio as f64).ln() - 5.0).max(0.0) / x_scale as f64;
+    (0..256)
+        .map(|j| (((j as f64) - 255.0 + shift) * x_scale as f64).exp() as f32)
+        .collect()
+}
+
+/// QLinearSoftmax `(X, X_scale, X_zp, Y_scale, Y_zp)`, attributes `axis` and `opset` (the
+/// Softmax semantics: before 13 a softmax over the axes from `axis` on, flattened; from 13 over
+/// `axis` alone; `axis` defaults to 1 before 13, -1 from 13), computed as the kernel computes
+/// it: the row maximum `m` in integers, `e = table[x - m + 255]` from the kernel's exp table
+/// (which depends on the reduced length, so the shape must be static), the sum of `e` in
+/// float32 in order along the axis (CumSum, last element), `round((e * floor(1 / Y_scale)) /
+/// sum) + Y_zp`, saturated.
 pub fn qlinear_softmax(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch, Unsupported> {
-    unary(ctx, g, n, &["axis", "opset"], |rw, x| {
-        let axis = rw.attr_i("axis", -1);
-        let Some(semantics) = rw.attr("opset").and_then(|a| a.i()) else {
-            return unsupported("QLinearSoftmax without its 'opset' attribute");
-        };
-        if semantics < 13 {
-            // softmax_flat picks the native operator before 13, Flatten/Softmax/Reshape after.
-            return Ok(rw.softmax_flat(x, axis));
-        }
-        if rw.opset >= 13 {
-            return Ok(rw.op("Softmax", &[x], &[("axis", AttrValue::Int(axis))]));
-        }
-        // Per-axis semantics at an older model opset: over the last axis the two agree;
-        // elsewhere, move the axis last and back.
-        let r = rw.rank(0, "QLinearSoftmax axis")? as i64;
-        let a = if axis < 0 { axis + r } else { axis };
-        if a < 0 || a >= r {
-            return unsupported(format!("axis {axis} out of range for rank {r}"));
-        }
-        if a == r - 1 {
-            return Ok(rw.softmax_last(x));
-        }
-        let mut perm: Vec<i64> = (0..r).filter(|&i| i != a).collect();
-        perm.push(a);
-        let mut inv = vec![0i64; r as usize];
-        for (i, &p) in perm.iter().enumerate() {
-            inv[p as usize] = i as i64;
-        }
-        let t = rw.transpose(x, &perm);
-        let s = rw.softmax_last(t);
-        Ok(rw.transpose(s, &inv))
-    })
+    let mut rw = Rw::new(ctx, g, n);
+    rw.only_attrs(&["axis", "opset"])?;
+    need_opset10(&rw)?;
+    if rw.opset < 11 {
+        return Err(Refusal::new(
+            Cause::Limit,
+            format!(
+                "QLinearSoftmax needs CumSum and Round (opset >= 11); the model imports opset {}",
+                rw.opset
+            ),
+        ));
+    }
+    let dt = quant_dtype(&rw, 0)?;
+    let Some(sem) = rw.attr("opset").and_then(|a| a.i()) else {
+        return unsupported("QLinearSoftmax without its 'opset' attribute");
+    };
+    let (xs, _) = const_params(&rw, 1, 2, "X")?;
+    let (ys, yzp) = const_params(&rw, 3, 4, "Y")?;
+    let dims = static_dims(
+        &rw,
+        0,
+        "the kernel's exp table depends on the reduced length",
+    )?;
+    let r = dims.len() as i64;
+    let axis = rw.attr_i("axis", if sem < 13 { 1 } else { -1 });
+    let a = if axis < 0 { axis + r } else { axis };
+    if r == 0 || a < 0 || a >= r {
+        return unsupported(format!("axis {axis} out of range for rank {r}"));
+    }
+    if dims.contains(&0) {
+        return unsupported("an empty input (the kernel writes nothing)");
+    }
+    let d: i64 = if sem < 13 {
+        dims[a as usize..].iter().product()
+    } else {
+        dims[a as usize]
+    };
+    let table = softmax_exp_table(xs, d);
+    let y_mul = (1.0f32 / ys).floor();
+    if !(table[255] * y_mul).is_finite() {
+        return unsupported(format!(
+            "the kernel's exp table times floor(1 / Y_scale) overflows float32 (reduced length {d})"
+        ));
+    }
+    let x = rw.need(0, "X")?;
+    let mut xi = rw.cast(x, dtype::INT32);
+    let red = if sem < 13 {
+        xi = rw.op("Flatten", &[xi], &[("axis", AttrValue::Int(a))]);
+        1
+    } else {
+        a
+    };
+    let m = rw.reduce("ReduceMax", xi, &[red], true);
+    let c255 = int32_scalar(&mut rw, "c255", 255);
+    let shifted = rw.op("Sub", &[xi, m], &[]);
+    let idx = rw.op("Add", &[shifted, c255], &[]);
+    let t = rw.f32s("softmax_exp_table", &[256], &table);
+    let e = rw.op("Gather", &[t, idx], &[("axis", AttrValue::Int(0))]);
+    let ax = rw.ints("axis", &[red]);
+    let ax0 = rw.op("Squeeze", &[ax], &[]);
+    let cs = rw.op("CumSum", &[e, ax0], &[]);
+    let sum = rw.slice(cs, &[-1], &[i64::MAX], &[red]);
+    let ym = rw.scalar("y_scale_inverse", dtype::FLOAT, y_mul as f64);
+    let num = rw.op("Mul", &[e, ym], &[]);
+    let y = rw.op("Div", &[num, sum], &[]);
+    // round half to even, plus the zero point, saturated (ONNX Runtime 1.32 saturates int8
+    // too, where the source's cast would wrap).
+    let one = rw.scalar("one", dtype::FLOAT, 1.0);
+    let z = bytes_scalar(&mut rw, "y_zero_point", dt, yzp);
+    let q = rw.op("QuantizeLinear", &[y, one, z], &[]);
+    let q = if sem < 13 {
+        let shape = rw.ints("shape", &dims);
+        rw.op("Reshape", &[q, shape], &[])
+    } else {
+        q
+    };
+    rw.finish(&[(0, q)])
+}
+
+/// A rank-0 8-bit constant of type `dt`.
+fn bytes_scalar(rw: &mut Rw, hint: &str, dt: i32, v: i32) -> PValue {
+    let t = crate::proto::TensorProto {
+        dims: vec![],
+        data_type: Some(dt),
+        raw_data: Some(vec![v as u8].into()),
+        ..Default::default()
+    };
+    rw.p.initializer(hint, t)
 }
 
 /// Permutations between channels-last `[N, spatial..., C]` and channels-first for rank `r`.
@@ -236,55 +620,290 @@ fn nhwc_perms(r: usize) -> (Vec<i64>, Vec<i64>) {
     (to_first, to_last)
 }
 
-/// QLinearGlobalAveragePool: the mean over the spatial axes (`channels_last` puts the
-/// channels last).
+/// The integer path of ONNX Runtime's quantized global average pool
+/// (`MlasQLinearGlobalAveragePoolNchw/Nhwc`, which QLinearAveragePool also takes when the
+/// window covers the whole image without padding): `acc = sum(x) - x_zp * image_size` in int32,
+/// `round(float(acc) * (x_scale / (y_scale * image_size)))` (float32, in that order) plus the
+/// zero point, saturated. `axes` are the spatial axes, kept as size 1.
+fn integer_global_average(
+    rw: &mut Rw,
+    dt: i32,
+    axes: &[i64],
+    image_size: i64,
+) -> Result<PValue, Unsupported> {
+    if !(1..0x100_0000).contains(&image_size) {
+        return unsupported(format!(
+            "image size {image_size} (the kernel takes 1 to 2^24 - 1)"
+        ));
+    }
+    let x = rw.need(0, "X")?;
+    let xs = rw.need(1, "X_scale")?;
+    let ys = rw.need(3, "Y_scale")?;
+    per_tensor(rw, 1, "X_scale")?;
+    per_tensor(rw, 3, "Y_scale")?;
+    let xi = rw.cast(x, dtype::INT32);
+    let mut acc = rw.reduce("ReduceSum", xi, axes, true);
+    if let Some(zp) = rw.input(2) {
+        per_tensor(rw, 2, "X zero point")?;
+        let zi = rw.cast(zp, dtype::INT32);
+        let count = int32_scalar(rw, "image_size", image_size as i32);
+        let bias = rw.op("Mul", &[zi, count], &[]);
+        acc = rw.op("Sub", &[acc, bias], &[]);
+    }
+    let count_f = rw.scalar("image_size_f", dtype::FLOAT, image_size as f32 as f64);
+    let denom = rw.op("Mul", &[ys, count_f], &[]);
+    let scale = rw.op("Div", &[xs, denom], &[]);
+    let accf = rw.cast(acc, dtype::FLOAT);
+    let y = rw.op("Mul", &[accf, scale], &[]);
+    let one = rw.scalar("one", dtype::FLOAT, 1.0);
+    per_tensor(rw, 4, "Y zero point")?;
+    let z = match rw.input(4) {
+        Some(z) => {
+            if rw.in_facts(4).dtype.is_some_and(|t| t != dt) {
+                return unsupported("the output zero point's type differs from the input's");
+            }
+            z
+        }
+        None => zero_of(rw, dt),
+    };
+    Ok(rw.op("QuantizeLinear", &[y, one, z], &[]))
+}
+
+/// QLinearGlobalAveragePool (`channels_last` puts the channels last): the kernel's integer
+/// path (see [`integer_global_average`]); the spatial size must be static.
 pub fn qlinear_global_average_pool(
     ctx: &UnfuseCtx,
     g: &Graph,
     n: NodeId,
 ) -> Result<Patch, Unsupported> {
-    unary(ctx, g, n, &["channels_last"], |rw, x| {
-        if rw.attr_i("channels_last", 0) == 0 {
-            return Ok(rw.op("GlobalAveragePool", &[x], &[]));
+    let mut rw = Rw::new(ctx, g, n);
+    rw.only_attrs(&["channels_last"])?;
+    need_opset10(&rw)?;
+    let dt = quant_dtype(&rw, 0)?;
+    let r = rw.rank(0, "pooling")?;
+    if r < 3 {
+        return unsupported(format!("input of rank {r}"));
+    }
+    let axes: Vec<i64> = if rw.attr_i("channels_last", 0) != 0 {
+        (1..r as i64 - 1).collect()
+    } else {
+        (2..r as i64).collect()
+    };
+    let f = rw.in_facts(0);
+    let mut image = 1i64;
+    for &a in &axes {
+        match f.dim(a as usize) {
+            Some(d) => image = image.saturating_mul(d),
+            None => {
+                return Err(Refusal::new(
+                    Cause::UnknownFact,
+                    "the spatial size of the input is not static (the kernel scales by it)",
+                ))
+            }
         }
-        let r = rw.rank(0, "channels-last pooling")?;
-        if r < 3 {
-            return unsupported(format!("input of rank {r}"));
-        }
-        let axes: Vec<i64> = (1..r as i64 - 1).collect();
-        Ok(rw.reduce("ReduceMean", x, &axes, true))
-    })
+    }
+    let y = integer_global_average(&mut rw, dt, &axes, image)?;
+    rw.finish(&[(0, y)])
 }
 
-/// QLinearAveragePool: AveragePool with the node's window attributes.
+/// ONNX Runtime's pool window arithmetic for one spatial axis (`PoolAttributes`): explicit
+/// `(pad_head, pad_tail)` and the output size, from the input size, kernel, stride, pads or
+/// `auto_pad`, and `ceil_mode`.
+fn pool_axis(
+    input: i64,
+    kernel: i64,
+    stride: i64,
+    pads: (i64, i64),
+    auto_pad: &str,
+    ceil: bool,
+) -> Option<(i64, i64, i64)> {
+    if kernel < 1 || stride < 1 {
+        return None;
+    }
+    let (head, tail, out) = match auto_pad {
+        "" | "NOTSET" => {
+            let total = input + pads.0 + pads.1 - kernel;
+            if total < 0 {
+                return None;
+            }
+            let mut out = if ceil {
+                (total + stride - 1) / stride + 1
+            } else {
+                total / stride + 1
+            };
+            // The last window must start inside the image or its head padding.
+            if ceil && (out - 1) * stride >= input + pads.0 {
+                out -= 1;
+            }
+            (pads.0, pads.1, out)
+        }
+        "VALID" => {
+            if input < kernel {
+                return None;
+            }
+            (0, 0, (input - kernel) / stride + 1)
+        }
+        "SAME_UPPER" | "SAME_LOWER" => {
+            let out = (input + stride - 1) / stride;
+            let needed = (out - 1) * stride + kernel - input;
+            let head = if auto_pad == "SAME_LOWER" {
+                (needed + 1) / 2
+            } else {
+                needed / 2
+            };
+            (head, needed - head, out)
+        }
+        _ => return None,
+    };
+    (head >= 0 && tail >= 0 && out >= 1).then_some((head, tail, out))
+}
+
+/// QLinearAveragePool, as the kernel computes it (`qlinear_pool.cc`): with a window that covers
+/// the whole image and no padding, the integer global-average path; otherwise each code
+/// dequantized (`x_scale * (x - x_zp)`), summed in float32 over the part of the window inside
+/// the image (in row order), divided by the kernel size (`count_include_pad`) or by the number
+/// of elements summed, and quantized as `round(avg / y_scale + y_zp)` (float32, then
+/// saturated). The sum is AveragePool's over an input padded with zeros (adding a zero does not
+/// change a float sum), so the kernel's divisor holds also where `ceil_mode` lets a window run
+/// past the padding. The spatial shape must be static.
 pub fn qlinear_average_pool(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch, Unsupported> {
-    const WINDOW: &[&str] = &[
+    let mut rw = Rw::new(ctx, g, n);
+    rw.only_attrs(&[
         "auto_pad",
         "ceil_mode",
         "count_include_pad",
         "kernel_shape",
         "pads",
         "strides",
+        "channels_last",
+    ])?;
+    need_opset10(&rw)?;
+    let dt = quant_dtype(&rw, 0)?;
+    let last = rw.attr_i("channels_last", 0) != 0;
+    let dims = static_dims(&rw, 0, "the kernel's window arithmetic")?;
+    let r = dims.len();
+    if !(3..=5).contains(&r) {
+        return unsupported(format!("input of rank {r} (1 to 3 spatial axes)"));
+    }
+    let spatial: Vec<i64> = if last {
+        dims[1..r - 1].to_vec()
+    } else {
+        dims[2..].to_vec()
+    };
+    let k = spatial.len();
+    let kernel = rw.attr_ints("kernel_shape").unwrap_or_default();
+    if kernel.len() != k {
+        return unsupported(format!("kernel_shape {kernel:?} for {k} spatial axes"));
+    }
+    let strides = rw.attr_ints("strides").unwrap_or_else(|| vec![1; k]);
+    let pads = rw.attr_ints("pads").unwrap_or_else(|| vec![0; 2 * k]);
+    if strides.len() != k || pads.len() != 2 * k {
+        return unsupported("strides/pads do not match the kernel's rank");
+    }
+    let auto_pad = rw.attr_s("auto_pad").unwrap_or_default();
+    let ceil = rw.attr_i("ceil_mode", 0) != 0;
+    let include_pad = rw.attr_i("count_include_pad", 0) != 0;
+    let mut heads = Vec::with_capacity(k);
+    let mut tails = Vec::with_capacity(k);
+    let mut outs = Vec::with_capacity(k);
+    for i in 0..k {
+        match pool_axis(
+            spatial[i],
+            kernel[i],
+            strides[i],
+            (pads[i], pads[k + i]),
+            &auto_pad,
+            ceil,
+        ) {
+            Some((h, t, o)) => {
+                heads.push(h);
+                tails.push(t);
+                outs.push(o);
+            }
+            None => {
+                return unsupported(format!(
+                    "window arithmetic the kernel does not define for this decomposition (input {spatial:?}, kernel {kernel:?}, strides {strides:?}, pads {pads:?}, auto_pad '{auto_pad}')"
+                ))
+            }
+        }
+    }
+    let axes: Vec<i64> = if last {
+        (1..r as i64 - 1).collect()
+    } else {
+        (2..r as i64).collect()
+    };
+    if spatial == kernel && heads.iter().chain(&tails).all(|&p| p == 0) {
+        let image: i64 = spatial.iter().product();
+        let y = integer_global_average(&mut rw, dt, &axes, image)?;
+        return rw.finish(&[(0, y)]);
+    }
+    let mut x = dequant(&mut rw, 0, 1, 2)?;
+    if last {
+        let (first, _) = nhwc_perms(r);
+        x = rw.transpose(x, &first);
+    }
+    let mut attrs = vec![
+        ("kernel_shape", AttrValue::Ints(kernel.clone())),
+        ("strides", AttrValue::Ints(strides.clone())),
     ];
-    let mut known = WINDOW.to_vec();
-    known.push("channels_last");
-    unary(ctx, g, n, &known, |rw, x| {
-        if rw.attr_i("ceil_mode", 0) != 0 && rw.opset < 10 {
-            return unsupported("ceil_mode needs AveragePool-10");
+    if include_pad {
+        // Zeros in the head padding and past the last window: AveragePool without padding then
+        // divides every window by the kernel size, as the kernel does.
+        let mut before = vec![0i64; 2];
+        let mut after = vec![0i64; 2];
+        for i in 0..k {
+            before.push(heads[i]);
+            let need = (outs[i] - 1) * strides[i] + kernel[i] - spatial[i] - heads[i];
+            after.push(need.max(0));
         }
-        let attrs = rw.copy_attrs(WINDOW);
-        if rw.attr_i("channels_last", 0) == 0 {
-            return Ok(rw.op_opt("AveragePool", &[Some(x)], attrs));
+        if before.iter().chain(&after).any(|&p| p != 0) {
+            let mut all = before;
+            all.extend(after);
+            x = pad_zeros(&mut rw, x, &all)?;
         }
-        let r = rw.rank(0, "channels-last pooling")?;
-        if r < 3 {
-            return unsupported(format!("input of rank {r}"));
+    } else {
+        let mut p = heads.clone();
+        p.extend(&tails);
+        attrs.push(("pads", AttrValue::Ints(p)));
+        if ceil {
+            attrs.push(("ceil_mode", AttrValue::Int(1)));
         }
-        let (first, last) = nhwc_perms(r);
-        let t = rw.transpose(x, &first);
-        let p = rw.op_opt("AveragePool", &[Some(t)], attrs);
-        Ok(rw.transpose(p, &last))
-    })
+    }
+    let mut y = rw.op("AveragePool", &[x], &attrs);
+    if last {
+        let (_, to_last) = nhwc_perms(r);
+        y = rw.transpose(y, &to_last);
+    }
+    // round(avg / y_scale + y_zp), saturated: QuantizeLinear with scale 1 and zero point 0 of
+    // the float sum.
+    let ys = rw.need(3, "Y_scale")?;
+    per_tensor(&rw, 3, "Y_scale")?;
+    let v = rw.op("Div", &[y, ys], &[]);
+    let v = match rw.input(4) {
+        Some(z) => {
+            per_tensor(&rw, 4, "Y zero point")?;
+            let zf = rw.cast(z, dtype::FLOAT);
+            rw.op("Add", &[v, zf], &[])
+        }
+        None => v,
+    };
+    let one = rw.scalar("one", dtype::FLOAT, 1.0);
+    let zero = zero_of(&mut rw, dt);
+    let q = rw.op("QuantizeLinear", &[v, one, zero], &[]);
+    rw.finish(&[(0, q)])
+}
+
+/// Pad with zeros (`pads` in ONNX order: all begins, then all ends): Pad-2 attributes before
+/// opset 11, inputs from 11.
+fn pad_zeros(rw: &mut Rw, x: PValue, pads: &[i64]) -> Result<PValue, Unsupported> {
+    if rw.opset >= 11 {
+        let p = rw.ints("pads", pads);
+        Ok(rw.op("Pad", &[x, p], &[]))
+    } else if rw.opset >= 2 {
+        Ok(rw.op("Pad", &[x], &[("pads", AttrValue::Ints(pads.to_vec()))]))
+    } else {
+        unsupported("Pad needs opset >= 2")
+    }
 }
 
 /// QLinearConcat `(Y_scale, Y_zp, X0, X0_scale, X0_zp, X1, ...)`: each input dequantized with

@@ -1,0 +1,742 @@
+"""Differential fuzzing of the `unfuse` decompositions against ONNX Runtime's own kernels.
+
+    fuzz_decomp.py run [--families A,B] [--seconds-per-family N] [--seed S] [--save DIR]
+                       [--binary PATH] [--max-instances N]
+    fuzz_decomp.py replay CASE_DIR [--binary PATH]
+    fuzz_decomp.py list
+
+`run`: for each op family, draw random instances (attributes, shapes with broadcasting, size-1
+and empty axes where the kernel takes them, element types fp32/fp16/uint8/int8), build a
+one-node model, compile it with the release binary and a rule file that unfuses every
+com.microsoft node, run the original and the result on ONNX Runtime CPU (graph optimizations
+off, one thread) and check the class the registry (src/rewrite/unfuse/mod.rs) declares for
+the op: exact = bit-identical outputs; rounding = at most 1e-5 of the output's scale for
+float32 and 2 units in the last place at that scale for float16 (scale = the largest
+|reference|); approximate(b) = at most b of the scale. Each mismatch is kept as a case
+directory (model.onnx, input_N.pb, case.json) under --save (default
+tests/data/fuzz_regressions/decomp/); `replay` reruns one (tests/exactness_regressions.rs does
+this for every kept case) and exits 1 when it still mismatches. Prints one JSON line per
+family: instances, mismatches (with the worst error), refused (the decomposition declined),
+skipped (ONNX Runtime rejected the original).
+
+Run it with the venv's python (scripts/corpus.sh), at low priority: `nice -n 10`.
+"""
+import argparse
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+U8, I8, F, F16, I32 = TensorProto.UINT8, TensorProto.INT8, TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.INT32
+NP = {U8: np.uint8, I8: np.int8, F: np.float32, F16: np.float16, I32: np.int32, TensorProto.INT64: np.int64}
+RULES = """target: unfuse-all
+description: decompose every fused operator (differential fuzzing)
+rules:
+  - id: unfuse-all
+    why: fuzz the decompositions against ONNX Runtime's kernels
+    evidence: []
+    match: {domain: [com.microsoft, com.microsoft.nchwc]}
+    action: unfuse
+"""
+
+
+# ---- the declared classes --------------------------------------------------------------------
+
+def registry_classes():
+    """(domain, op) -> ("exact",) | ("rounding",) | ("approximate", bound), read from mod.rs."""
+    src = open(os.path.join(REPO, "src/rewrite/unfuse/mod.rs")).read()
+    consts = {m.group(1): float(m.group(2)) for m in re.finditer(r"const (\w+): f64 = ([0-9.eE+-]+);", src)}
+    doms = {"MS_DOMAIN": "com.microsoft", "NCHWC_DOMAIN": "com.microsoft.nchwc", '""': ""}
+    out = {}
+    body = src[src.index("pub const REGISTRY"):]
+    body = body[:body.index("];")]
+    for m in re.finditer(r'\(\s*(MS_DOMAIN|NCHWC_DOMAIN|"")\s*,\s*"(\w+)"\s*,\s*[\w:]+\s*,\s*([^()]*?(?:\([^()]*\))?)\s*,?\s*\)', body):
+        dom, op, cls = doms[m.group(1)], m.group(2), m.group(3).strip()
+        if cls == "EXACT" or cls.endswith("Exact"):
+            out[(dom, op)] = ("exact",)
+        elif cls == "ROUNDING" or cls.endswith("Rounding"):
+            out[(dom, op)] = ("rounding",)
+        else:
+            a = re.search(r"Approximate\(([^)]*)\)", cls)
+            if not a:
+                raise SystemExit(f"cannot read the class of {op}: {cls}")
+            v = a.group(1).strip()
+            out[(dom, op)] = ("approximate", consts[v] if v in consts else float(v))
+    return out
+
+
+# ---- comparison --------------------------------------------------------------------------------
+
+def ulp_at(scale, dt):
+    """One unit in the last place of a float of type dt at magnitude scale."""
+    if scale == 0 or not np.isfinite(scale):
+        return 0.0
+    return float(np.spacing(dt(scale)))
+
+
+def error_of(ref, got, cls):
+    """(ok, measure): does `got` meet `cls` against `ref`; measure says by how much."""
+    if ref.shape != got.shape or ref.dtype != got.dtype:
+        return False, f"shape/type {ref.shape}/{ref.dtype} vs {got.shape}/{got.dtype}"
+    if cls[0] == "exact" or ref.dtype.kind in "iub":
+        same = ref.tobytes() == got.tobytes()
+        if ref.dtype.kind == "f" and not same:
+            # NaNs with different payloads are the same value.
+            same = np.array_equal(ref, got, equal_nan=True) and np.array_equal(np.signbit(ref), np.signbit(got))
+        if same:
+            return True, 0.0
+        d = np.abs(ref.astype(np.float64) - got.astype(np.float64))
+        if ref.dtype.kind in "iu":
+            return False, f"{int(np.max(d))} step(s), {int(np.count_nonzero(d))}/{d.size} elements"
+        scale = float(np.nanmax(np.abs(ref.astype(np.float64)))) if ref.size else 0.0
+        rel = float(np.nanmax(d) / scale) if scale > 0 else float(np.nanmax(d))
+        return False, f"{rel:.3g} of scale, {int(np.count_nonzero(d))}/{d.size} elements differ"
+    if ref.size == 0:
+        return True, 0.0
+    r64, g64 = ref.astype(np.float64), got.astype(np.float64)
+    if not np.array_equal(np.isnan(r64), np.isnan(g64)):
+        return False, "NaN pattern differs"
+    fin = ~np.isnan(r64)
+    if not np.array_equal(r64[~np.isfinite(r64) & fin], g64[~np.isfinite(r64) & fin]):
+        return False, "an infinity differs"
+    okm = np.isfinite(r64)
+    d = float(np.max(np.abs(r64[okm] - g64[okm]))) if okm.any() else 0.0
+    scale = float(np.max(np.abs(r64[okm]))) if okm.any() else 0.0
+    if cls[0] == "rounding":
+        bound = 2 * ulp_at(scale, ref.dtype.type) if ref.dtype != np.float32 else 1e-5 * scale
+    else:
+        bound = cls[1] * scale
+    rel = d / scale if scale > 0 else d
+    return d <= bound, rel
+
+
+def session(path):
+    import onnxruntime as ort
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.log_severity_level = 4
+    so.intra_op_num_threads = 1
+    return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+
+
+# ---- instance generators -------------------------------------------------------------------------
+
+def ms(op, ins, outs, **attrs):
+    return helper.make_node(op, ins, outs, domain="com.microsoft", **attrs)
+
+
+def make_model(node, inputs, outputs, inits, opset=13):
+    g = helper.make_graph([node], "fuzz", inputs, outputs, inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset), helper.make_opsetid("com.microsoft", 1)])
+    m.ir_version = 8
+    return m
+
+
+def vi(name, dt, shape=None):
+    return helper.make_tensor_value_info(name, dt, shape)
+
+
+def const(name, value, dt):
+    return numpy_helper.from_array(np.asarray(value, dtype=NP[dt]), name)
+
+
+class Gen:
+    def __init__(self, rng):
+        self.r = rng
+
+    def qdt(self):
+        return U8 if self.r.random() < 0.5 else I8
+
+    def qrand(self, shape, dt):
+        lo, hi = (0, 256) if dt == U8 else (-128, 128)
+        return self.r.integers(lo, hi, size=shape).astype(NP[dt])
+
+    def zp(self, dt, shape=()):
+        mode = self.r.random()
+        if mode < 0.25:
+            v = np.zeros(shape) + (128 if dt == U8 and self.r.random() < 0.5 else 0)
+        else:
+            v = self.r.integers(0, 256, size=shape) - (0 if dt == U8 else 128)
+        return np.asarray(v, dtype=NP[dt])
+
+    def scale(self, shape=(), lo=-4.0, hi=0.5):
+        # Log-uniform, sometimes a power of two or a "nice" decimal as tools write them.
+        e = self.r.uniform(lo, hi, size=shape)
+        v = 10.0 ** e
+        mode = self.r.random()
+        if mode < 0.15:
+            v = 2.0 ** np.round(np.log2(v))
+        elif mode < 0.3:
+            v = np.round(v, 4) + 1e-4
+        return np.asarray(v, dtype=np.float32)
+
+    def shape(self, rank, lo=1, hi=6, empty=False):
+        s = [int(self.r.integers(lo, hi + 1)) for _ in range(rank)]
+        if empty and rank and self.r.random() < 0.05:
+            s[int(self.r.integers(rank))] = 0
+        return s
+
+    def bcast_pair(self, empty=False):
+        rank = int(self.r.integers(0, 5))
+        out = self.shape(rank, 1, 5, empty)
+        def sub():
+            k = int(self.r.integers(0, rank + 1))
+            s = out[rank - k:]
+            return [1 if self.r.random() < 0.3 else d for d in s]
+        a, b = out, sub()
+        if self.r.random() < 0.5:
+            a, b = b, a
+        return a, b
+
+    def floats(self, shape, dt=F, spread=None):
+        spread = spread if spread is not None else 10.0 ** self.r.uniform(-2, 1.5)
+        v = self.r.standard_normal(shape) * spread
+        if self.r.random() < 0.2:
+            v = v + self.r.uniform(-3, 3) * spread
+        return v.astype(NP[dt])
+
+
+def quant_unary_inputs(g, dt, shape):
+    # Every one of the 256 codes appears when the tensor is large enough.
+    n = int(np.prod(shape))
+    codes = np.arange(256) - (0 if dt == U8 else 128)
+    v = np.resize(g.r.permutation(codes), n) if n else np.zeros(0)
+    return v.reshape(shape).astype(NP[dt])
+
+
+def gen_qlinear_binary(g, op):
+    dt = g.qdt()
+    sa, sb = g.bcast_pair(empty=True)
+    inits = [const("as", g.scale(), F), const("az", g.zp(dt), dt), const("bs", g.scale(), F),
+             const("bz", g.zp(dt), dt), const("cs", g.scale(lo=-3.5, hi=1.0), F), const("cz", g.zp(dt), dt)]
+    names = ["A", "as", "az", "B", "bs", "bz", "cs", "cz"]
+    feeds = {"A": g.qrand(sa, dt), "B": g.qrand(sb, dt)}
+    if g.r.random() < 0.3:
+        # Every pair of codes, with B a full tensor, a column or a row (the kernel's operand
+        # roles differ), and scales that are powers of two (where rounding ties happen).
+        codes = (np.arange(256) - (0 if dt == U8 else 128)).astype(NP[dt])
+        full = [np.repeat(codes[:, None], 256, 1), np.repeat(codes[None, :], 256, 0)]
+        kind = int(g.r.integers(0, 3))
+        a, b = (full[0], full[1]) if kind == 0 else ((full[1], codes[:, None].copy()) if kind == 1 else (codes[:, None].copy(), full[1]))
+        sa, sb = list(a.shape), list(b.shape)
+        feeds = {"A": a, "B": b}
+        for k in (0, 2, 4):
+            if g.r.random() < 0.5:
+                inits[k] = const(inits[k].name, np.float32(2.0 ** int(g.r.integers(-8, 1))), F)
+    m = make_model(ms(op, names, ["C"]), [vi("A", dt, sa), vi("B", dt, sb)], [vi("C", dt)], inits)
+    return m, feeds
+
+
+def gen_qlinear_unary(g, op, attrs):
+    dt = g.qdt()
+    shape = g.shape(int(g.r.integers(1, 5)), 1, 9, empty=True)
+    if g.r.random() < 0.5 and 0 not in shape:
+        shape = [2, 128]
+    inits = [const("xs", g.scale(lo=-3, hi=0), F), const("xz", g.zp(dt), dt),
+             const("ys", g.scale(lo=-3.5, hi=0), F), const("yz", g.zp(dt), dt)]
+    m = make_model(ms(op, ["X", "xs", "xz", "ys", "yz"], ["Y"], **attrs), [vi("X", dt, shape)], [vi("Y", dt)], inits)
+    return m, {"X": quant_unary_inputs(g, dt, shape)}
+
+
+def gen_sigmoid(g):
+    return gen_qlinear_unary(g, "QLinearSigmoid", {})
+
+
+def gen_leaky(g):
+    alpha = float(g.r.choice([0.01, 0.1, 0.2, 0.3, float(g.r.uniform(-1, 2))]))
+    return gen_qlinear_unary(g, "QLinearLeakyRelu", {"alpha": alpha})
+
+
+def gen_softmax(g):
+    dt = g.qdt()
+    rank = int(g.r.integers(1, 5))
+    shape = g.shape(rank, 1, 7)
+    axis = int(g.r.integers(-rank, rank))
+    sem = int(g.r.choice([11, 13]))
+    model_opset = int(g.r.choice([11, 13, 13, 17]))
+    inits = [const("xs", g.scale(lo=-3, hi=0.3), F), const("xz", g.zp(dt), dt),
+             const("ys", np.float32(1.0 / 256) if g.r.random() < 0.6 else g.scale(lo=-3, hi=-1), F),
+             const("yz", np.asarray(0 if dt == U8 else -128) if g.r.random() < 0.7 else g.zp(dt), dt)]
+    m = make_model(ms("QLinearSoftmax", ["X", "xs", "xz", "ys", "yz"], ["Y"], axis=axis, opset=sem),
+                   [vi("X", dt, shape)], [vi("Y", dt)], inits, opset=model_opset)
+    return m, {"X": g.qrand(shape, dt)}
+
+
+def gen_gap(g):
+    dt = g.qdt()
+    last = int(g.r.random() < 0.5)
+    rank = int(g.r.integers(3, 5))
+    shape = g.shape(rank, 1, 9)
+    inits = [const("xs", g.scale(), F), const("xz", g.zp(dt), dt), const("ys", g.scale(), F), const("yz", g.zp(dt), dt)]
+    m = make_model(ms("QLinearGlobalAveragePool", ["X", "xs", "xz", "ys", "yz"], ["Y"], channels_last=last),
+                   [vi("X", dt, shape)], [vi("Y", dt)], inits)
+    return m, {"X": g.qrand(shape, dt)}
+
+
+def gen_avgpool(g):
+    dt = g.qdt()
+    last = int(g.r.random() < 0.5)
+    nsp = int(g.r.integers(1, 3))
+    spatial = g.shape(nsp, 2, 9)
+    k = [int(g.r.integers(1, min(s, 4) + 1)) for s in spatial]
+    strides = [int(g.r.integers(1, 3)) for _ in spatial]
+    attrs = {"kernel_shape": k, "strides": strides, "count_include_pad": int(g.r.random() < 0.5)}
+    if g.r.random() < 0.5:
+        attrs["pads"] = [int(g.r.integers(0, kk)) for kk in k] * 2
+    elif g.r.random() < 0.3:
+        attrs["auto_pad"] = str(g.r.choice(["SAME_UPPER", "SAME_LOWER", "VALID"]))
+    if g.r.random() < 0.3:
+        attrs["ceil_mode"] = 1
+    c = int(g.r.integers(1, 6))
+    n = int(g.r.integers(1, 3))
+    shape = [n] + spatial + [c] if last else [n, c] + spatial
+    inits = [const("xs", g.scale(), F), const("xz", g.zp(dt), dt), const("ys", g.scale(), F), const("yz", g.zp(dt), dt)]
+    m = make_model(ms("QLinearAveragePool", ["X", "xs", "xz", "ys", "yz"], ["Y"], channels_last=last, **attrs),
+                   [vi("X", dt, shape)], [vi("Y", dt)], inits)
+    return m, {"X": g.qrand(shape, dt)}
+
+
+def gen_concat(g):
+    dt = g.qdt()
+    rank = int(g.r.integers(1, 5))
+    base = g.shape(rank, 1, 5)
+    axis = int(g.r.integers(-rank, rank))
+    k = int(g.r.integers(1, 5))
+    ys, yz = g.scale(), g.zp(dt)
+    inits = [const("ys", ys, F), const("yz", yz, dt)]
+    ins, inputs, feeds = ["ys", "yz"], [], {}
+    for i in range(k):
+        s = list(base)
+        s[axis] = int(g.r.integers(0 if g.r.random() < 0.1 else 1, 5))
+        same = g.r.random() < 0.3
+        inits += [const(f"s{i}", ys if same else g.scale(), F), const(f"z{i}", yz if same else g.zp(dt), dt)]
+        ins += [f"X{i}", f"s{i}", f"z{i}"]
+        inputs.append(vi(f"X{i}", dt, s))
+        feeds[f"X{i}"] = g.qrand(s, dt)
+    m = make_model(ms("QLinearConcat", ins, ["Y"], axis=axis), inputs, [vi("Y", dt)], inits)
+    return m, feeds
+
+
+def gen_conv(g):
+    dt = g.qdt()
+    wdt = I8 if (dt == I8 or g.r.random() < 0.6) else U8
+    last = int(g.r.random() < 0.5)
+    nsp = int(g.r.integers(1, 3))
+    group = int(g.r.choice([1, 1, 2, 3]))
+    cin = group * int(g.r.integers(1, 4))
+    cout = group * int(g.r.integers(1, 4))
+    spatial = g.shape(nsp, 3, 8)
+    k = [int(g.r.integers(1, 4)) for _ in range(nsp)]
+    attrs = {"kernel_shape": k, "group": group, "strides": [int(g.r.integers(1, 3)) for _ in k],
+             "dilations": [int(g.r.integers(1, 3)) if g.r.random() < 0.3 else 1 for _ in k],
+             "pads": [int(g.r.integers(0, kk)) for kk in k] * 2}
+    w = g.qrand([cout, cin // group] + k, wdt)
+    per_ch = g.r.random() < 0.5
+    ws = g.scale((cout,) if per_ch else (), lo=-3.5, hi=-1)
+    wz = np.zeros((cout,) if per_ch else (), NP[wdt]) if (wdt == I8 or g.r.random() < 0.5) else g.zp(wdt, (cout,) if per_ch else ())
+    n = int(g.r.integers(1, 3))
+    shape = [n] + spatial + [cin] if last else [n, cin] + spatial
+    inits = [const("xs", g.scale(lo=-3, hi=-0.5), F), const("xz", g.zp(dt), dt), numpy_helper.from_array(w, "w"),
+             const("ws", ws, F), const("wz", wz, wdt), const("ys", g.scale(lo=-2, hi=1), F), const("yz", g.zp(dt), dt)]
+    ins = ["X", "xs", "xz", "w", "ws", "wz", "ys", "yz"]
+    if g.r.random() < 0.6:
+        inits.append(const("b", g.r.integers(-3000, 3000, cout), I32))
+        ins.append("b")
+    m = make_model(ms("QLinearConv", ins, ["Y"], channels_last=last, **attrs), [vi("X", dt, shape)], [vi("Y", dt)], inits)
+    return m, {"X": g.qrand(shape, dt)}
+
+
+def gen_qgemm(g):
+    adt = g.qdt()
+    bdt = I8 if (adt == I8 or g.r.random() < 0.5) else U8
+    M, K, N = (int(g.r.integers(1, 9)) for _ in range(3))
+    ta, tb = int(g.r.random() < 0.3), int(g.r.random() < 0.4)
+    bshape = [N, K] if tb else [K, N]
+    per_col = g.r.random() < 0.4
+    bs = g.scale((N,) if per_col else (), lo=-3.5, hi=-1)
+    bz = np.zeros((N,) if per_col else (), NP[bdt]) if bdt == I8 else g.zp(bdt, (N,) if per_col else ())
+    inits = [const("as", g.scale(lo=-3, hi=-0.5), F), const("az", g.zp(adt), adt),
+             numpy_helper.from_array(g.qrand(bshape, bdt), "B"), const("bs", bs, F), const("bz", bz, bdt)]
+    ins = ["A", "as", "az", "B", "bs", "bz"]
+    attrs = {"transA": ta, "transB": tb}
+    if g.r.random() < 0.4:
+        attrs["alpha"] = float(g.r.choice([0.5, 2.0, float(g.r.uniform(0.1, 3))]))
+    requant = g.r.random() < 0.6
+    if g.r.random() < 0.6:
+        cshape = [[N], [1, N], [M, N], []][int(g.r.integers(0, 4))]
+        inits.append(const("C", g.r.integers(-5000, 5000, cshape), I32))
+        ins.append("C")
+    elif requant:
+        ins.append("")
+    ydt = F
+    if requant:
+        ydt = adt
+        inits += [const("ys", g.scale(lo=-2, hi=1), F), const("yz", g.zp(adt), adt)]
+        ins += ["ys", "yz"]
+    ashape = [K, M] if ta else [M, K]
+    m = make_model(ms("QGemm", ins, ["Y"], **attrs), [vi("A", adt, ashape)], [vi("Y", ydt)], inits)
+    return m, {"A": g.qrand(ashape, adt)}
+
+
+def gen_mitf(g):
+    adt = g.qdt()
+    bdt = I8 if (adt == I8 or g.r.random() < 0.6) else U8
+    K, N = int(g.r.integers(1, 17)), int(g.r.integers(1, 9))
+    batch = g.shape(int(g.r.integers(0, 3)), 1, 3)
+    ashape = batch + [int(g.r.integers(1, 6)), K]
+    per_col = g.r.random() < 0.4
+    inits = [numpy_helper.from_array(g.qrand([K, N], bdt), "B"), const("as", g.scale(lo=-3, hi=-0.5), F),
+             const("bs", g.scale((N,) if per_col else (), lo=-3.5, hi=-1), F)]
+    ins = ["A", "B", "as", "bs"]
+    if g.r.random() < 0.6:
+        inits.append(const("az", g.zp(adt), adt))
+        ins.append("az")
+    else:
+        ins.append("")
+    if g.r.random() < 0.5:
+        inits.append(const("bz", g.zp(bdt, (N,) if per_col and g.r.random() < 0.5 else ()), bdt))
+        ins.append("bz")
+    else:
+        ins.append("")
+    if g.r.random() < 0.6:
+        inits.append(const("bias", g.floats([N]), F))
+        ins.append("bias")
+    while ins[-1] == "":
+        ins.pop()
+    m = make_model(ms("MatMulIntegerToFloat", ins, ["Y"]), [vi("A", adt, ashape)], [vi("Y", F)], inits)
+    return m, {"A": g.qrand(ashape, adt)}
+
+
+def gen_dqmm(g):
+    bdt = I8 if g.r.random() < 0.6 else U8
+    K, N = int(g.r.integers(1, 17)), int(g.r.integers(1, 9))
+    batch = g.shape(int(g.r.integers(0, 3)), 1, 3)
+    ashape = batch + [int(g.r.integers(1, 6)), K]
+    per_col = g.r.random() < 0.4
+    inits = [numpy_helper.from_array(g.qrand([K, N], bdt), "B"), const("bs", g.scale((N,) if per_col else (), lo=-3.5, hi=-1), F)]
+    ins = ["A", "B", "bs"]
+    if g.r.random() < 0.5:
+        inits.append(const("bz", g.zp(bdt, (N,) if per_col and g.r.random() < 0.5 else ()), bdt))
+        ins.append("bz")
+    else:
+        ins.append("")
+    if g.r.random() < 0.6:
+        inits.append(const("bias", g.floats([N]), F))
+        ins.append("bias")
+    while ins[-1] == "":
+        ins.pop()
+    m = make_model(ms("DynamicQuantizeMatMul", ins, ["Y"]), [vi("A", F, ashape)], [vi("Y", F)], inits)
+    a = g.floats(ashape)
+    if g.r.random() < 0.1:
+        a = np.abs(a)
+    return m, {"A": a}
+
+
+def mask_index(g, kind, B, S, T):
+    """A mask_index input of the given format and its ONNX type."""
+    lens = g.r.integers(1, T + 1, size=B)
+    if kind == "1d_len":
+        return lens.astype(np.int32), [B]
+    if kind == "1d_end_start":
+        starts = np.array([int(g.r.integers(0, l)) for l in lens])
+        return np.concatenate([lens, starts]).astype(np.int32), [2 * B]
+    if kind == "2d":
+        m = (np.arange(T)[None, :] < lens[:, None]).astype(np.int32)
+        if g.r.random() < 0.3:
+            m = (g.r.random((B, T)) < 0.8).astype(np.int32)
+            m[:, 0] = 1
+        return m, [B, T]
+    if kind == "3d":
+        m = (g.r.random((B, S, T)) < 0.8).astype(np.int32)
+        m[:, :, 0] = 1
+        return m, [B, S, T]
+    if kind == "4d":
+        m = (g.r.random((B, 1, T, T)) < 0.8).astype(np.int32)
+        m[..., 0] = 1
+        return m, [B, 1, T, T]
+    raise ValueError(kind)
+
+
+def gen_attention(g):
+    dt = F16 if g.r.random() < 0.3 else F
+    B, S = int(g.r.integers(1, 3)), int(g.r.integers(1, 7))
+    heads = int(g.r.choice([1, 2, 4]))
+    hs = int(g.r.choice([2, 4, 8, 16]))
+    D = heads * hs
+    inp = int(g.r.choice([D, 8, 12]))
+    attrs = {"num_heads": heads}
+    if g.r.random() < 0.3:
+        attrs["unidirectional"] = 1
+    if g.r.random() < 0.3:
+        attrs["mask_filter_value"] = float(g.r.choice([-10000.0, -3.4e38, -1e9, -65504.0 if dt == F16 else -1e4]))
+    if g.r.random() < 0.2:
+        attrs["scale"] = float(g.r.uniform(0.05, 1))
+    w = (g.r.standard_normal((inp, 3 * D)) / np.sqrt(inp)).astype(NP[dt])
+    inits = [numpy_helper.from_array(w, "w")]
+    ins = ["X", "w"]
+    if g.r.random() < 0.8:
+        inits.append(numpy_helper.from_array((g.r.standard_normal(3 * D) * 0.2).astype(NP[dt]), "b"))
+        ins.append("b")
+    else:
+        ins.append("")
+    feeds = {"X": g.floats([B, S, inp], dt, spread=float(g.r.choice([0.5, 1.0, 3.0])))}
+    inputs = [vi("X", dt, [B, S, inp])]
+    # (A 4-D mask has no CPU kernel: ONNX Runtime refuses it, so it is not drawn.)
+    kind = str(g.r.choice(["none", "1d_len", "1d_end_start", "2d", "3d"]))
+    if kind != "none":
+        m, shp = mask_index(g, kind, B, S, S)
+        if kind == "4d":
+            # The 4-D mask is [B, 1, max_sequence_length, max_sequence_length].
+            pass
+        ins.append("mask")
+        inputs.append(vi("mask", I32, shp))
+        feeds["mask"] = m
+    if g.r.random() < 0.15:
+        while len(ins) < 5:
+            ins.append("")
+        ins.append("ab")
+        shp = [1 if g.r.random() < 0.5 else B, heads, S, S]
+        inputs.append(vi("ab", dt, shp))
+        feeds["ab"] = g.floats(shp, dt, spread=1.0)
+    while ins[-1] == "":
+        ins.pop()
+    m = make_model(ms("Attention", ins, ["Y"], **attrs), inputs, [vi("Y", dt)], inits)
+    return m, feeds
+
+
+def gen_mha(g):
+    dt = F16 if g.r.random() < 0.3 else F
+    B, S = int(g.r.integers(1, 3)), int(g.r.integers(1, 7))
+    L = S if g.r.random() < 0.5 else int(g.r.integers(1, 7))
+    heads = int(g.r.choice([1, 2, 4]))
+    hs = int(g.r.choice([2, 4, 8]))
+    D = heads * hs
+    attrs = {"num_heads": heads}
+    if g.r.random() < 0.2 and L == S:
+        attrs["unidirectional"] = 1
+    if g.r.random() < 0.3:
+        attrs["mask_filter_value"] = float(g.r.choice([-10000.0, -1e9]))
+    if g.r.random() < 0.2:
+        attrs["scale"] = float(g.r.uniform(0.05, 1))
+    sp = float(g.r.choice([0.5, 1.0, 3.0]))
+    feeds = {"q": g.floats([B, S, D], dt, sp), "k": g.floats([B, L, D], dt, sp), "v": g.floats([B, L, D], dt, sp)}
+    inputs = [vi("q", dt, [B, S, D]), vi("k", dt, [B, L, D]), vi("v", dt, [B, L, D])]
+    ins = ["q", "k", "v"]
+    inits = []
+    if g.r.random() < 0.5:
+        inits.append(numpy_helper.from_array((g.r.standard_normal(3 * D) * 0.2).astype(NP[dt]), "b"))
+        ins.append("b")
+    else:
+        ins.append("")
+    if g.r.random() < 0.5:
+        kind = str(g.r.choice(["1d_len", "1d_end_start", "2d", "3d"]))
+        mk, shp = mask_index(g, kind, B, S, L)
+        ins.append("kpm")
+        inputs.append(vi("kpm", I32, shp))
+        feeds["kpm"] = mk
+    else:
+        ins.append("")
+    if g.r.random() < 0.4:
+        shp = [1 if g.r.random() < 0.5 else B, 1 if g.r.random() < 0.3 else heads, S, L]
+        ins.append("ab")
+        inputs.append(vi("ab", dt, shp))
+        feeds["ab"] = g.floats(shp, dt, spread=1.0)
+    while ins[-1] == "":
+        ins.pop()
+    m = make_model(ms("MultiHeadAttention", ins, ["Y"], **attrs), inputs, [vi("Y", dt)], inits)
+    return m, feeds
+
+
+FAMILIES = {
+    "QLinearAdd": lambda g: gen_qlinear_binary(g, "QLinearAdd"),
+    "QLinearMul": lambda g: gen_qlinear_binary(g, "QLinearMul"),
+    "QLinearSigmoid": gen_sigmoid,
+    "QLinearLeakyRelu": gen_leaky,
+    "QLinearSoftmax": gen_softmax,
+    "QLinearAveragePool": gen_avgpool,
+    "QLinearGlobalAveragePool": gen_gap,
+    "QLinearConcat": gen_concat,
+    "QLinearConv": gen_conv,
+    "QGemm": gen_qgemm,
+    "MatMulIntegerToFloat": gen_mitf,
+    "DynamicQuantizeMatMul": gen_dqmm,
+    "Attention": gen_attention,
+    "MultiHeadAttention": gen_mha,
+}
+
+
+# ---- one instance --------------------------------------------------------------------------------
+
+def compile_model(binary, rules, src, dst, approximate):
+    args = [binary, src, "--target", rules, "-o", dst]
+    if approximate:
+        args.append("--allow-approximate")
+    p = subprocess.run(args, capture_output=True, text=True)
+    return p.returncode, p.stdout + p.stderr
+
+
+def check(binary, rules, workdir, model, feeds, cls):
+    """("ok"|"mismatch"|"refused"|"skipped", detail)."""
+    src = os.path.join(workdir, "model.onnx")
+    dst = os.path.join(workdir, "out.onnx")
+    onnx.save(model, src)
+    try:
+        ref_s = session(src)
+        ref = ref_s.run(None, feeds)
+    except Exception as e:  # ONNX Runtime rejects the instance: not a test of the decomposition
+        return "skipped", str(e).splitlines()[0][:200]
+    if os.path.exists(dst):
+        os.remove(dst)
+    rc, log = compile_model(binary, rules, src, dst, cls[0] == "approximate")
+    if rc != 0 or not os.path.exists(dst):
+        why = [l.split("]: ", 1)[-1] for l in log.splitlines() if "]: " in l and l.strip().startswith("- ")]
+        return "refused", (why[0] if why else (log.strip().splitlines() or [f"exit {rc}"])[-1])[:300]
+    out = onnx.load(dst)
+    left = [n.op_type for n in out.graph.node if n.domain not in ("", "ai.onnx")]
+    if left:
+        return "refused", f"left in the output: {left}"
+    try:
+        got = session(dst).run(None, feeds)
+    except Exception as e:
+        return "mismatch", "the decomposition fails on ONNX Runtime: " + str(e).splitlines()[0][:200]
+    worst = 0.0
+    for r, o in zip(ref, got):
+        ok, how = error_of(r, o, cls)
+        if not ok:
+            return "mismatch", how
+        if isinstance(how, float):
+            worst = max(worst, how)
+    return "ok", worst
+
+
+def save_case(root, family, model, feeds, cls, detail):
+    blob = model.SerializeToString() + b"".join(v.tobytes() for v in feeds.values())
+    h = hashlib.sha256(blob).hexdigest()[:12]
+    d = os.path.join(root, f"{family}_{h}")
+    os.makedirs(d, exist_ok=True)
+    onnx.save(model, os.path.join(d, "model.onnx"))
+    names = [i.name for i in model.graph.input]
+    for k, name in enumerate(names):
+        t = numpy_helper.from_array(feeds[name], name)
+        with open(os.path.join(d, f"input_{k}.pb"), "wb") as f:
+            f.write(t.SerializeToString())
+    with open(os.path.join(d, "case.json"), "w") as f:
+        json.dump({"family": family, "class_when_found": list(cls), "found": str(detail)}, f, indent=1)
+    return d
+
+
+def load_case(d):
+    model = onnx.load(os.path.join(d, "model.onnx"))
+    feeds = {}
+    for k, i in enumerate(model.graph.input):
+        t = TensorProto()
+        with open(os.path.join(d, f"input_{k}.pb"), "rb") as f:
+            t.ParseFromString(f.read())
+        feeds[i.name] = numpy_helper.to_array(t)
+    meta = json.load(open(os.path.join(d, "case.json")))
+    return model, feeds, meta
+
+
+def default_binary():
+    return os.path.join(REPO, "target/release/onnx-safeify")
+
+
+def class_of(classes, model):
+    n = model.graph.node[0]
+    return classes.get((n.domain or "", n.op_type))
+
+
+def cmd_run(a):
+    classes = registry_classes()
+    fams = a.families.split(",") if a.families else list(FAMILIES)
+    root = a.save or os.path.join(REPO, "tests/data/fuzz_regressions/decomp")
+    totals = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        rules = os.path.join(tmp, "unfuse-all.yaml")
+        open(rules, "w").write(RULES)
+        for fam in fams:
+            g = Gen(np.random.default_rng([a.seed, sum(map(ord, fam))]))
+            count = {"instances": 0, "ok": 0, "mismatch": 0, "refused": 0, "skipped": 0}
+            worst, examples, refusals, skips = 0.0, [], {}, {}
+            t0, cpu0 = time.time(), time.process_time()
+            while time.time() - t0 < a.seconds_per_family and count["instances"] < a.max_instances:
+                model, feeds = FAMILIES[fam](g)
+                cls = class_of(classes, model)
+                if cls is None:
+                    raise SystemExit(f"{fam}: no decomposition registered")
+                status, detail = check(a.binary, rules, tmp, model, feeds, cls)
+                count["instances"] += 1
+                count[status] += 1
+                if status == "ok":
+                    worst = max(worst, detail)
+                elif status == "mismatch":
+                    if a.keep:
+                        d = save_case(root, fam, model, feeds, cls, detail)
+                    else:
+                        d = "-"
+                    if len(examples) < 5:
+                        examples.append(f"{os.path.basename(d)}: {detail}")
+                elif status == "refused":
+                    refusals[detail] = refusals.get(detail, 0) + 1
+                else:
+                    skips[detail] = skips.get(detail, 0) + 1
+            count.update(family=fam, seconds=round(time.time() - t0, 1),
+                         cpu_seconds=round(time.process_time() - cpu0, 1), class_=cls[0] if cls else None,
+                         worst_ok=worst, examples=examples,
+                         refusals=dict(sorted(refusals.items(), key=lambda kv: -kv[1])[:4]),
+                         skips=dict(sorted(skips.items(), key=lambda kv: -kv[1])[:2]))
+            print(json.dumps(count), flush=True)
+            totals[fam] = count
+    return 0
+
+
+def cmd_replay(a):
+    classes = registry_classes()
+    model, feeds, meta = load_case(a.case)
+    cls = class_of(classes, model)
+    with tempfile.TemporaryDirectory() as tmp:
+        rules = os.path.join(tmp, "unfuse-all.yaml")
+        open(rules, "w").write(RULES)
+        status, detail = check(a.binary, rules, tmp, model, feeds, cls)
+    print(json.dumps({"case": os.path.basename(a.case.rstrip("/")), "class": list(cls), "status": status,
+                      "detail": detail if not isinstance(detail, float) else f"{detail:.3g} of scale"}))
+    return 0 if status in ("ok", "refused") and not (status == "refused" and a.no_refusal) else 1
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("--families", default="")
+    r.add_argument("--seconds-per-family", type=float, default=180.0)
+    r.add_argument("--max-instances", type=int, default=10 ** 9)
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--save", default="")
+    r.add_argument("--no-keep", dest="keep", action="store_false")
+    r.add_argument("--binary", default=default_binary())
+    rp = sub.add_parser("replay")
+    rp.add_argument("case")
+    rp.add_argument("--binary", default=default_binary())
+    rp.add_argument("--no-refusal", action="store_true", help="a refused decomposition fails the replay")
+    sub.add_parser("list")
+    a = p.parse_args()
+    if a.cmd == "run":
+        return cmd_run(a)
+    if a.cmd == "replay":
+        return cmd_replay(a)
+    for fam in FAMILIES:
+        print(fam)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
