@@ -10,7 +10,8 @@
 //!   `verify`'s `runtime:` line.
 //! - The blocks of one page run in order in one scratch folder, which holds the sample
 //!   (`ocr_tiny.onnx`), `docs/examples/*`, the corpus' PP-OCRv4 detector
-//!   (`ch_PP-OCRv4_det_infer.onnx`) and `page.npz` (see [`write_page`]).
+//!   (`ch_PP-OCRv4_det_infer.onnx`) and the shipped `samples/page.npz` (made by
+//!   [`page_npy`]; a test checks the shipped file is what it makes).
 //!
 //! `scripts/docs.sh` regenerates the pages (`ONNX_SAFEIFY_UPDATE_DOCS=1`): a block whose output
 //! no longer matches is replaced by the full new output (shorten it again with `[...]` by
@@ -139,9 +140,9 @@ fn matches(shown: &[String], actual: &[String]) -> bool {
 }
 
 /// A 640x640 page of dark text lines on white, normalised as PaddleOCR's detector expects
-/// (scale to [0, 1], subtract the ImageNet mean, divide by its deviation), written as
-/// `page.npz` with one float32 array `x` of shape [1, 3, 640, 640].
-fn write_page(path: &Path) {
+/// (scale to [0, 1], subtract the ImageNet mean, divide by its deviation): the `.npy` of one
+/// float32 array of shape [1, 3, 640, 640], which `samples/page.npz` holds as `x`.
+fn page_npy() -> Vec<u8> {
     const SIDE: usize = 640;
     let mean = [0.485f32, 0.456, 0.406];
     let std = [0.229f32, 0.224, 0.225];
@@ -171,13 +172,60 @@ fn write_page(path: &Path) {
     npy.extend_from_slice(&(header.len() as u16).to_le_bytes());
     npy.extend_from_slice(header.as_bytes());
     npy.extend_from_slice(&data);
+    npy
+}
+
+/// `samples/page.npz`, shipped for the tour (what `numpy.savez_compressed("page.npz", x=...)`
+/// writes: a deflated zip of `x.npy`; 4.9 MB of floats in 45 KB).
+fn shipped_page() -> PathBuf {
+    common::repo().join("samples/page.npz")
+}
+
+fn write_page(path: &Path) {
     let file = std::fs::File::create(path).unwrap();
     let mut zip = zip::ZipWriter::new(file);
-    let opts =
-        zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
+    let opts = zip::write::SimpleFileOptions::default()
+        .compression_method(zip::CompressionMethod::Deflated)
+        .last_modified_time(zip::DateTime::default());
     zip.start_file("x.npy", opts).unwrap();
-    std::io::Write::write_all(&mut zip, &npy).unwrap();
+    std::io::Write::write_all(&mut zip, &page_npy()).unwrap();
     zip.finish().unwrap();
+}
+
+/// The `x.npy` inside an `.npz`, if it has one.
+fn npy_in(npz: &Path) -> Option<Vec<u8>> {
+    let mut zip = zip::ZipArchive::new(std::fs::File::open(npz).ok()?).ok()?;
+    let mut entry = zip.by_name("x.npy").ok()?;
+    let mut out = Vec::new();
+    std::io::Read::read_to_end(&mut entry, &mut out).ok()?;
+    Some(out)
+}
+
+#[test]
+fn the_shipped_page_is_the_one_this_test_makes() {
+    let path = shipped_page();
+    if std::env::var("ONNX_SAFEIFY_UPDATE_DOCS").as_deref() == Ok("1")
+        && npy_in(&path).as_deref() != Some(&page_npy()[..])
+    {
+        write_page(&path);
+        eprintln!("updated {}", path.display());
+    }
+    let shipped = npy_in(&path).unwrap_or_else(|| {
+        panic!(
+            "{} is missing or holds no x.npy (ONNX_SAFEIFY_UPDATE_DOCS=1 writes it)",
+            path.display()
+        )
+    });
+    assert!(
+        shipped == page_npy(),
+        "{} is not the page this test makes (ONNX_SAFEIFY_UPDATE_DOCS=1 writes it again)",
+        path.display()
+    );
+    let size = std::fs::metadata(&path).unwrap().len();
+    assert!(
+        size < 100_000,
+        "the shipped page is {size} bytes: keep it small"
+    );
 }
 
 /// The scratch folder of one page, with every file the pages' commands read.
@@ -200,7 +248,8 @@ fn scratch(corpus: Option<&Path>) -> tempfile::TempDir {
             .unwrap();
         }
     }
-    write_page(&dir.path().join("page.npz"));
+    // The tour's real input, as a user copies it from the checkout.
+    std::fs::copy(shipped_page(), dir.path().join("page.npz")).unwrap();
     dir
 }
 
