@@ -151,6 +151,12 @@ struct CompileArgs {
     /// `copy` writes one fresh OUT.data.
     #[arg(long, value_enum, default_value_t = WeightsArg::Share)]
     weights: WeightsArg,
+    /// Let the rewrites add weights beyond the input's size (a decomposition that unpacks
+    /// quantized weights): without it, a compile that would add more bytes of weights than the
+    /// input holds (model file and external data) writes nothing and exits 1; with a FACTOR,
+    /// the output may hold up to FACTOR times the input.
+    #[arg(long, value_name = "FACTOR", num_args = 0..=1, default_missing_value = "inf")]
+    allow_growth: Option<f64>,
     /// Write a JSON report of the compile.
     #[arg(long, value_name = "FILE.json")]
     report: Option<PathBuf>,
@@ -445,6 +451,8 @@ fn compile(a: &CompileArgs) -> Result<u8, Error> {
     let pb = progress(&format!("reading {}", model.display()));
     let mut doc = onnx_safeify::load(model)?;
     doc.weights = a.weights.into();
+    let inline_before = onnx_safeify::inline_bytes(&doc.model);
+    let input_size = onnx_safeify::input_size(&doc);
     // Otherwise the file's pages are written ahead while the rules run (not while the model is
     // read, which has threads of its own), for the save to write the output over.
     if annotate && early.is_none() {
@@ -470,6 +478,28 @@ fn compile(a: &CompileArgs) -> Result<u8, Error> {
         eprint!("{text}");
         eprintln!("error: {}", compiled.blocked_message(model, &target));
         return Ok(1);
+    }
+
+    // Weights the rewrites added (unpacked quantized weights, say): stated, and bounded.
+    let added = onnx_safeify::inline_bytes(&doc.model).saturating_sub(inline_before);
+    if added > 0 {
+        let input = input_size;
+        let factor = a.allow_growth.unwrap_or(2.0);
+        let mb = |b: u64| b as f64 / 1e6;
+        eprintln!(
+            "size: the rewrites add {:.1} MB of weights to an input of {:.1} MB (output about {:.1} MB)",
+            mb(added),
+            mb(input),
+            mb(input + added)
+        );
+        if factor.is_nan() || (input + added) as f64 > factor * input as f64 {
+            eprintln!(
+                "error: {}: the output would be {:.1}x the input's size (limit {factor}x); nothing was written (--allow-growth [FACTOR] lets it grow)",
+                model.display(),
+                (input + added) as f64 / input.max(1) as f64
+            );
+            return Ok(1);
+        }
     }
 
     let outputs: Vec<PathBuf> = match a.cpu_subgraphs {

@@ -165,6 +165,47 @@ pub struct Document {
     pub weights: io::save::Weights,
 }
 
+/// The bytes of tensor data a model carries inline (every graph's initializers, not external
+/// data): what a compile that adds weights grows.
+pub fn inline_bytes(model: &Model) -> u64 {
+    ir::scope::graphs(&model.graph)
+        .iter()
+        .map(|sg| {
+            sg.graph
+                .initializers
+                .iter()
+                .map(|i| i.tensor.inline_len())
+                .sum::<u64>()
+        })
+        .sum()
+}
+
+/// The size of a document's input: its model file and every external data file its tensors
+/// refer to (each counted once).
+pub fn input_size(doc: &Document) -> u64 {
+    let mut files: Vec<std::path::PathBuf> = Vec::new();
+    for sg in ir::scope::graphs(&doc.model.graph) {
+        for i in &sg.graph.initializers {
+            let t = i.tensor.rest();
+            if !io::external::is_external(t) {
+                continue;
+            }
+            let Ok(r) = io::external::external_ref(t) else {
+                continue;
+            };
+            if let Ok(p) = doc.source.external.resolve(&r.location) {
+                if !files.contains(&p) {
+                    files.push(p);
+                }
+            }
+        }
+    }
+    std::iter::once(doc.source.path.clone())
+        .chain(files)
+        .map(|p| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0))
+        .sum()
+}
+
 /// Load and import a model file.
 pub fn load(path: &Path) -> Result<Document> {
     let (mut source, encoded) = io::load::load_model_split(path)?;

@@ -73,6 +73,20 @@ impl Tensor {
         }
     }
 
+    /// The bytes of data the tensor carries in the model file itself (its payload and typed
+    /// lists; 0 for data kept in an external file).
+    pub fn inline_len(&self) -> u64 {
+        let r = self.rest();
+        if crate::io::external::is_external(r) {
+            return 0;
+        }
+        let raw = self.raw_data.as_ref().map_or(0, |b| b.len()) as u64;
+        let typed = 4 * (r.float_data.len() + r.int32_data.len()) as u64
+            + 8 * (r.int64_data.len() + r.double_data.len() + r.uint64_data.len()) as u64
+            + r.string_data.iter().map(|s| s.len() as u64).sum::<u64>();
+        raw + typed
+    }
+
     /// The other fields, to change in place (boxed from here on; leave its dims, element
     /// type, payload and name empty).
     pub fn rest_mut(&mut self) -> &mut TensorProto {
