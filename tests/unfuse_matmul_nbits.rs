@@ -196,6 +196,59 @@ def build(d):
         json.dump(cases, f, indent=1)
 
 
+def malformed(d):
+    """Nodes that disagree with the operator: each must be refused with a reason, never crash."""
+    os.makedirs(d, exist_ok=True)
+    reasons = {}
+
+    def case(name, reason, m):
+        onnx.save(m, os.path.join(d, name + ".onnx"))
+        reasons[name] = reason
+
+    def base(opset=21):
+        return hand_made(64, 8, opset, np.float32, [2], 32, "packed", None, False, 5)
+
+    def node(m):
+        return [n for n in m.graph.node if n.op_type == "MatMulNBits"][0]
+
+    def set_attr(m, name, value):
+        n = node(m)
+        for a in list(n.attribute):
+            if a.name == name:
+                n.attribute.remove(a)
+        if value is not None:
+            n.attribute.append(helper.make_attribute(name, value))
+        return m
+
+    def init(m, name):
+        return [i for i in m.graph.initializer if i.name == name][0]
+
+    case("bits3", "bits = 3", set_attr(base(), "bits", 3))
+    case("block24", "block_size = 24", set_attr(base(), "block_size", 24))
+    case("no_k", "'K' attribute", set_attr(base(), "K", None))
+    case("n_mismatch", "B has shape", set_attr(base(), "N", 9))
+    case("prepacked", "prepacked", set_attr(base(), "weight_prepacked", 1))
+    case("unknown_attr", "attribute 'foo'", set_attr(base(), "foo", 1))
+    m = base()
+    s = init(m, "S")
+    s.CopyFrom(numpy_helper.from_array(np.ones((8, 3), np.float32), "S"))
+    case("scales_shape", "scales have shape", m)
+    m = base()
+    z = init(m, "Z")
+    z.CopyFrom(numpy_helper.from_array(np.zeros((8, 2), np.uint8), "Z"))
+    case("zp_shape", "packed zero points have shape", m)
+    m = hand_made(64, 8, 17, np.float32, [2], 32, None, "shuffled", False, 6)
+    g = init(m, "G")
+    g.CopyFrom(numpy_helper.from_array(np.full(64, 5, np.int32), "G"))
+    case("gidx_range", "is not a block", m)
+    m = base()
+    s = init(m, "S")
+    s.CopyFrom(helper.make_tensor("S", TensorProto.BFLOAT16, [8, 2], np.zeros(16, np.uint16).tobytes(), raw=True))
+    case("bf16", "bfloat16", m)
+    with open(os.path.join(d, "reasons.json"), "w") as f:
+        json.dump(reasons, f, indent=1)
+
+
 def big(d, opset):
     """A 4096 x 4096 int4 weight (block 32, zero points), its B stored as external data."""
     K = N = 4096
@@ -234,6 +287,8 @@ if __name__ == "__main__":
     cmd = sys.argv[1]
     if cmd == "build":
         build(sys.argv[2])
+    elif cmd == "malformed":
+        malformed(sys.argv[2])
     elif cmd == "big":
         big(sys.argv[2], int(sys.argv[3]))
     elif cmd == "compare":
@@ -538,5 +593,44 @@ fn a_4096_square_int4_weight_keeps_its_size_packed_and_grows_8x_unpacked() {
         let allowed = Exactness::Rounding.allowed_error(d.scale, d.ulp, true);
         assert!(d.err <= allowed, "opset {opset}: {d:?} over {allowed}");
         eprintln!("opset {opset}: {:.2e} of scale", d.err / d.scale);
+    }
+}
+
+#[test]
+fn malformed_nodes_are_refused_with_a_reason() {
+    if common::venv_python().is_none() {
+        eprintln!(
+            "SKIPPED: no test venv (onnx, onnxruntime, numpy): ONNX_SAFEIFY_ALLOW_MISSING_CORPUS=1"
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let script = script(dir.path());
+    let cases = dir.path().join("malformed");
+    python(&[
+        script.to_str().unwrap(),
+        "malformed",
+        cases.to_str().unwrap(),
+    ]);
+    let reasons: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(cases.join("reasons.json")).unwrap())
+            .unwrap();
+    let reasons = reasons.as_object().unwrap();
+    assert!(reasons.len() >= 10);
+    for (name, why) in reasons {
+        let src = cases.join(format!("{name}.onnx"));
+        let mut doc = match onnx_safeify::load(&src) {
+            Ok(d) => d,
+            Err(e) => panic!("{name}: the model does not load: {e}"),
+        };
+        let report = unfuse(&mut doc, true);
+        assert!(report.unfused.is_empty(), "{name}: {report:?}");
+        assert_eq!(report.unsupported.len(), 1, "{name}: {report:?}");
+        let reason = &report.unsupported[0].reason;
+        assert!(
+            reason.contains(why.as_str().unwrap()),
+            "{name}: '{reason}' does not say {why}"
+        );
+        eprintln!("{name}: {reason}");
     }
 }
