@@ -30,9 +30,21 @@ impl Sizes {
         self.named.is_empty() && self.positional.is_empty()
     }
 
-    /// The sizes for `model`'s open input dimensions: `dims` first (`NAME=V`, or
-    /// `INPUT[AXIS]=V` for an unnamed one), then `defaults` (what the target's rules assume)
-    /// by name, by role (`batch`: axis 0; `spatial`: axes 2.. of a rank-4 input) or `default`.
+    /// The sizes for `model`'s open input dimensions. Each open dimension takes, in order:
+    /// - `dims` (`NAME=V`, or `INPUT[AXIS]=V` for an unnamed one: the command line);
+    /// - `defaults[NAME]` (a target's rule naming the dimension);
+    /// - the default of the role its name says ([`name_role`]: `batch_size` is a batch,
+    ///   `sequence_length` a sequence, `past_sequence_length` a past, `height` spatial), where
+    ///   a *total* sequence (`total_sequence_length`) is the sequence plus the past (the past
+    ///   counted only when the model has one);
+    /// - the default of its position's role (`batch`: axis 0; `spatial`: axes 2.. of a rank-4
+    ///   input);
+    /// - `defaults["default"]`;
+    /// - `defaults["seq"]`: an open axis of an input that is not an image's is most often a
+    ///   sequence (tokens, audio samples, frames).
+    ///
+    /// A role's default is what `defaults` gives under its key (`batch`, `spatial`, `seq`,
+    /// `past`); a role without one leaves the dimension open.
     pub fn for_model(
         model: &Model,
         dims: &BTreeMap<String, i64>,
@@ -50,7 +62,8 @@ impl Sizes {
                 }
             }
         }
-        let mut positional = Vec::new();
+        // Every open dimension of the inputs: (input index, axis, rank, its name if any).
+        let mut open: Vec<(usize, usize, usize, Option<String>)> = Vec::new();
         let g = &model.graph;
         for (ii, i) in g.inputs.iter().enumerate() {
             if g.initializer(i.value).is_some() {
@@ -63,36 +76,81 @@ impl Sizes {
             };
             let Some(shape) = &t.shape else { continue };
             let rank = shape.dim.len();
-            let input_name = g.value_name(i.value).to_string();
             for (axis, d) in shape.dim.iter().enumerate() {
-                if let Some(v) = by_position.get(&(input_name.clone(), axis)) {
-                    positional.push((ii, axis, *v));
+                match &d.value {
+                    Some(DV::DimValue(v)) if *v > 0 => {}
+                    Some(DV::DimParam(name)) if !name.is_empty() => {
+                        open.push((ii, axis, rank, Some(name.clone())))
+                    }
+                    _ => open.push((ii, axis, rank, None)),
+                }
+            }
+        }
+        // The sequence and the past a total is made of: what the command line or the rule
+        // gives a dimension of that role, else the role's default.
+        let given_for = |role: Role| -> Option<i64> {
+            open.iter()
+                .filter_map(|(_, _, _, n)| n.as_ref())
+                .filter(|n| name_role(n) == Some(role))
+                .find_map(|n| named.get(n).or_else(|| defaults.get(n)).copied())
+        };
+        let has_past = open
+            .iter()
+            .any(|(_, _, _, n)| n.as_deref().and_then(name_role) == Some(Role::Past));
+        let seq = given_for(Role::Seq).or_else(|| defaults.get("seq").copied());
+        let past = if has_past {
+            given_for(Role::Past).or_else(|| defaults.get("past").copied())
+        } else {
+            Some(0)
+        };
+        let total = match (seq, past) {
+            (Some(s), Some(p)) => s.checked_add(p),
+            _ => None,
+        };
+        let role_default = |role: Role| -> Option<i64> {
+            match role {
+                Role::Batch => defaults.get("batch").copied(),
+                Role::Spatial => defaults.get("spatial").copied(),
+                Role::Seq => defaults.get("seq").copied(),
+                Role::Past => defaults.get("past").copied(),
+                Role::Total => total,
+            }
+        };
+        let mut positional = Vec::new();
+        for (ii, axis, rank, name) in open {
+            let input_name = g.value_name(g.inputs[ii].value).to_string();
+            if let Some(v) = by_position.get(&(input_name, axis)) {
+                positional.push((ii, axis, *v));
+                continue;
+            }
+            if let Some(name) = &name {
+                if named.contains_key(name) {
                     continue;
                 }
-                let by_role = if axis == 0 {
-                    defaults.get("batch")
-                } else if rank == 4 && axis >= 2 {
-                    defaults.get("spatial")
-                } else {
-                    None
-                };
-                match &d.value {
-                    Some(DV::DimParam(name)) if !name.is_empty() => {
-                        if named.contains_key(name) {
-                            continue;
-                        }
-                        if let Some(v) = defaults.get(name).or(by_role).or(defaults.get("default"))
-                        {
-                            named.insert(name.clone(), *v);
-                        }
-                    }
-                    Some(DV::DimValue(v)) if *v > 0 => {}
-                    _ => {
-                        if let Some(v) = by_role.or(defaults.get("default")) {
-                            positional.push((ii, axis, *v));
-                        }
-                    }
+            }
+            let by_position_role = if axis == 0 {
+                role_default(Role::Batch)
+            } else if rank == 4 && axis >= 2 {
+                role_default(Role::Spatial)
+            } else {
+                None
+            };
+            let by_name = name.as_ref().and_then(|n| {
+                defaults
+                    .get(n)
+                    .copied()
+                    .or_else(|| name_role(n).and_then(role_default))
+            });
+            let size = by_name
+                .or(by_position_role)
+                .or(defaults.get("default").copied())
+                .or(role_default(Role::Seq));
+            let Some(v) = size else { continue };
+            match name {
+                Some(name) => {
+                    named.insert(name, v);
                 }
+                None => positional.push((ii, axis, v)),
             }
         }
         Sizes { named, positional }
@@ -112,3 +170,47 @@ impl Sizes {
         crate::infer::infer_model(model, &self.infer_options())
     }
 }
+
+/// What a dimension's name says it measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// A batch (`batch`, `batch_size`, `N` is not recognised: too short to be sure).
+    Batch,
+    /// A sequence of tokens, samples or frames (`seq`, `sequence_length`, `seq_len`,
+    /// `num_tokens`, `time`, `frames`).
+    Seq,
+    /// The length of a cache of earlier steps (`past_sequence_length`, `past_seq_len`,
+    /// `cache_length`).
+    Past,
+    /// A past and the new sequence together (`total_sequence_length`, `total_seq_len`).
+    Total,
+    /// A side of an image (`height`, `width`).
+    Spatial,
+}
+
+/// The role a dimension's name gives it, when it gives one (case and separators ignored).
+pub fn name_role(name: &str) -> Option<Role> {
+    let n = name.to_ascii_lowercase();
+    let has = |w: &str| n.contains(w);
+    let seqish = has("seq") || has("len") || has("token") || has("time") || has("frame");
+    if has("past") || has("cache") {
+        Some(Role::Past)
+    } else if has("total") && seqish {
+        Some(Role::Total)
+    } else if has("batch") {
+        Some(Role::Batch)
+    } else if seqish {
+        Some(Role::Seq)
+    } else if has("height") || has("width") {
+        Some(Role::Spatial)
+    } else {
+        None
+    }
+}
+
+/// The sizes a target assumes for a sequence and a past when its rules give none: 128 tokens
+/// (a short prompt, or a few seconds of 16 kHz audio in 512-sample windows, cut to 128 frames)
+/// with a past of 128 (a decoder 128 tokens into its answer). A total sequence is then 256.
+pub const DEFAULT_SEQ: i64 = 128;
+/// See [`DEFAULT_SEQ`].
+pub const DEFAULT_PAST: i64 = 128;

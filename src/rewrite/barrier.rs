@@ -12,12 +12,21 @@
 //! `Identity`: ONNX Runtime's `EliminateIdentity` optimisation removes Identity nodes before
 //! nodes are placed, annotation or not, which would silently undo the cut. Types Max does not
 //! take at the model's opset (bool, strings) fall back to Identity.
+//!
+//! Work is estimated at the sizes the compile assumes (`--dim`, then the target's defaults:
+//! batch, spatial, sequence, past): exact where inference knows the shapes, otherwise bounded
+//! from the sizes around the node ([`crate::rewrite::work::Estimates`]). A cut is made only
+//! because the estimated work passes the budget: a model whose work fits one budget stays one
+//! piece. The cuts are the fewest that keep every piece within the budget, placed where the
+//! values that cross hold the fewest bytes ([`cut_positions`]). Shape computations (`Shape`,
+//! `Size` and the small integer arithmetic on them) count as CPU work, as ONNX Runtime places
+//! them: a cut never crosses them.
 
 use crate::infer::Facts;
 use crate::ir::{Graph, NodeId, Origin, Text, ValueId};
 use crate::rewrite::cpu::LAYER_ANN_KEY;
 use crate::rewrite::pass::{Cx, Leftover, Pass, Pending, Planned, Schedule, Summary};
-use crate::rewrite::work::work;
+use crate::rewrite::work::{Estimates, NodeWork};
 use crate::rewrite::{PValue, Patch};
 use crate::rules::schema::{Action, Rule, Target};
 
@@ -30,14 +39,15 @@ pub struct Piece {
     pub work: u64,
     /// Name of the first node of the piece.
     pub first: String,
-    /// Nodes whose work cannot be estimated.
-    pub unknown: usize,
+    /// Nodes whose work rests on sizes bounded from their neighbours (shapes inference did
+    /// not find at the assumed sizes): estimated, not exact.
+    pub bounded: usize,
 }
 
 impl Piece {
-    /// Is the piece over `budget` (work that cannot be estimated counts as over)?
+    /// Is the piece's estimated work over `budget`?
     pub fn over(&self, budget: u64) -> bool {
-        self.work > budget || self.unknown > 0
+        self.work > budget
     }
 }
 
@@ -52,29 +62,140 @@ fn is_constant_node(g: &Graph, n: NodeId) -> bool {
     node.op_type == "Constant" && node.domain().is_empty()
 }
 
-/// Per node index: on the CPU (pinned), and out of the GPU's work (pinned, or a `Constant`).
+/// Ops that shape arithmetic is made of (a `Shape`'s dims gathered, concatenated, computed
+/// with, and turned into the shape input of a Reshape, Expand, Slice...).
+const SHAPE_ARITHMETIC: &[&str] = &[
+    "Abs",
+    "Add",
+    "And",
+    "Cast",
+    "Ceil",
+    "Clip",
+    "Concat",
+    "ConstantOfShape",
+    "Div",
+    "Equal",
+    "Expand",
+    "Flatten",
+    "Floor",
+    "Gather",
+    "GatherElements",
+    "Greater",
+    "GreaterOrEqual",
+    "Identity",
+    "Less",
+    "LessOrEqual",
+    "Max",
+    "Min",
+    "Mod",
+    "Mul",
+    "Neg",
+    "Not",
+    "Or",
+    "Range",
+    "ReduceMax",
+    "ReduceMin",
+    "ReduceProd",
+    "ReduceSum",
+    "Reshape",
+    "Round",
+    "Sign",
+    "Slice",
+    "Sqrt",
+    "Squeeze",
+    "Sub",
+    "Tile",
+    "Unsqueeze",
+    "Where",
+];
+
+/// Per node index: a shape computation (`Shape`/`Size`, and the small integer arithmetic on
+/// their outputs: see [`SHAPE_ARITHMETIC`]). ONNX Runtime keeps these on the CPU for GPU
+/// providers (their outputs feed inputs that kernels read on the CPU), so a cut never crosses
+/// them: no barrier lands on a shape value, and a `Shape` of a GPU tensor does not keep that
+/// tensor live.
+///
+/// A value is shape arithmetic when its producer is `Shape` or `Size`, or when its producer
+/// is one of [`SHAPE_ARITHMETIC`], reads at least one shape value and otherwise constants, and
+/// the value is small: an integer or bool tensor of at most 1,024 elements, or any tensor of
+/// at most 64 (a shape cast to float to compute a scale).
+fn shape_computations(
+    g: &Graph,
+    s: &Facts,
+    e: &Estimates,
+    topo: &[NodeId],
+    bound: usize,
+) -> Vec<bool> {
+    use crate::tensor::dtype::*;
+    let mut shape_node = vec![false; bound];
+    let mut shape_value = vec![false; g.values.len()];
+    let small = |v: ValueId| -> bool {
+        let (n, _) = e.numel(v);
+        match s.dtype(v) {
+            Some(INT64 | INT32 | INT16 | INT8 | UINT64 | UINT32 | UINT16 | UINT8 | BOOL) => {
+                n <= 1024
+            }
+            Some(_) => n <= 64,
+            None => false,
+        }
+    };
+    for &n in topo {
+        let node = g.node(n);
+        if !node.domain().is_empty() || !node.implicit_inputs().is_empty() {
+            continue;
+        }
+        let op = node.op_type.as_str();
+        let is_shape = if op == "Shape" || op == "Size" {
+            true
+        } else if SHAPE_ARITHMETIC.contains(&op) {
+            let mut reads_shape = false;
+            let inputs_ok = node.inputs.iter().flatten().all(|v| {
+                let sv = shape_value.get(v.index()).copied().unwrap_or(false);
+                reads_shape |= sv;
+                sv || s.is_constant(*v)
+            });
+            inputs_ok && reads_shape && node.outputs.iter().flatten().all(|&o| small(o))
+        } else {
+            false
+        };
+        if is_shape {
+            shape_node[n.index()] = true;
+            for o in node.outputs.iter().flatten() {
+                if let Some(x) = shape_value.get_mut(o.index()) {
+                    *x = true;
+                }
+            }
+        }
+    }
+    shape_node
+}
+
+/// Per node index: on the CPU (pinned, or a shape computation), and out of the GPU's work
+/// (those, and `Constant` nodes).
 struct Kinds {
     cpu: Vec<bool>,
     skip: Vec<bool>,
 }
 
 impl Kinds {
-    fn new(g: &Graph) -> Self {
+    fn new(g: &Graph, shape: &[bool]) -> Self {
         let bound = petgraph::visit::NodeIndexable::node_bound(&g.nodes);
         let mut k = Kinds {
             cpu: vec![false; bound],
             skip: vec![false; bound],
         };
         for n in g.nodes.node_indices() {
-            let cpu = is_cpu(g, n);
+            let cpu = is_cpu(g, n) || shape.get(n.index()).copied().unwrap_or(false);
             k.cpu[n.index()] = cpu;
             k.skip[n.index()] = cpu || is_constant_node(g, n);
         }
         k
     }
+    /// Not a GPU reader: a pinned node or a shape computation.
     fn cpu(&self, n: NodeId) -> bool {
         self.cpu[n.index()]
     }
+    /// Not GPU work.
     fn skip(&self, n: NodeId) -> bool {
         self.skip[n.index()]
     }
@@ -88,16 +209,25 @@ struct Layout {
     kinds: Kinds,
     /// `gpu_live[i]`: GPU-computed values read on the GPU at or after i, computed before i.
     gpu_live: Vec<usize>,
+    /// Each GPU value read on the GPU after the position of its producer: (producer's
+    /// position, last GPU reader's position, bytes), by producer's position.
+    live: Vec<(usize, usize, u64)>,
+    /// Per position: the node's estimated work (zero work for nodes out of the GPU's work).
+    work: Vec<NodeWork>,
 }
 
-fn layout(g: &Graph) -> Result<Layout, String> {
+fn layout(g: &Graph, s: &Facts) -> Result<Layout, String> {
     let topo = g
         .topo_order()
         .map_err(|_| "the graph has a cycle".to_string())?;
     let pos = crate::ir::Positions::new(&topo);
     let consumers = g.consumers();
-    let kinds = Kinds::new(g);
+    let estimates = Estimates::new(g, s, &topo);
+    let bound = petgraph::visit::NodeIndexable::node_bound(&g.nodes);
+    let shape = shape_computations(g, s, &estimates, &topo, bound);
+    let kinds = Kinds::new(g, &shape);
     let mut diff = vec![0i64; topo.len() + 2];
+    let mut live = Vec::new();
     for (vi, value) in g.values.iter().enumerate() {
         let Origin::Node { node, .. } = value.origin else {
             continue;
@@ -108,8 +238,9 @@ fn layout(g: &Graph) -> Result<Layout, String> {
         let (Some(p), false) = (pos.get(&node), kinds.skip(node)) else {
             continue;
         };
+        let v = ValueId(vi as u32);
         let last_gpu = consumers
-            .of(ValueId(vi as u32))
+            .of(v)
             .iter()
             .filter(|(c, _)| !kinds.cpu(*c))
             .filter_map(|(c, _)| pos.get(c))
@@ -117,28 +248,47 @@ fn layout(g: &Graph) -> Result<Layout, String> {
         if let Some(q) = last_gpu.filter(|&q| q > p) {
             diff[p + 1] += 1;
             diff[q + 1] -= 1;
+            live.push((p, q, estimates.bytes(s, v).0));
         }
     }
+    live.sort_unstable();
     let mut gpu_live = Vec::with_capacity(topo.len() + 1);
     let mut acc = 0i64;
     for d in diff.iter().take(topo.len() + 1) {
         acc += d;
         gpu_live.push(acc.max(0) as usize);
     }
+    let work = topo
+        .iter()
+        .map(|&n| {
+            if kinds.skip(n) {
+                NodeWork {
+                    work: 0,
+                    bounded: false,
+                }
+            } else {
+                estimates.work(g, n, s)
+            }
+        })
+        .collect();
     Ok(Layout {
         topo,
         pos,
         consumers,
         kinds,
         gpu_live,
+        live,
+        work,
     })
 }
 
-/// The pieces as the graph stands (existing clean cuts respected). `work` sums what can be
-/// estimated; `unknown` counts the nodes whose work cannot be (unknown shapes), which make a
-/// piece of more than one node over any budget ([`unknown_work`] lists them).
+/// The pieces as the graph stands (existing clean cuts respected). `work` sums the estimates,
+/// exact or bounded from neighbours ([`bounded_work`] lists the bounded ones).
 pub fn pieces(g: &Graph, s: &Facts) -> Result<Vec<Piece>, String> {
-    let l = layout(g)?;
+    Ok(pieces_of(g, &layout(g, s)?))
+}
+
+fn pieces_of(g: &Graph, l: &Layout) -> Vec<Piece> {
     let mut pieces = PieceList::default();
     for (i, &n) in l.topo.iter().enumerate() {
         if i > 0 && l.gpu_live[i] == 0 {
@@ -147,9 +297,9 @@ pub fn pieces(g: &Graph, s: &Facts) -> Result<Vec<Piece>, String> {
         if l.kinds.skip(n) {
             continue;
         }
-        pieces.add(g, n, work(g, n, s));
+        pieces.add(g, n, l.work[i]);
     }
-    Ok(pieces.finish())
+    pieces.finish()
 }
 
 /// The pieces as a walk of the layout finds them: nodes are added to the current piece, and
@@ -165,17 +315,17 @@ impl PieceList {
     fn split(&mut self) {
         self.done.extend(self.cur.take());
     }
-    /// A GPU node of work `w` (`None`: unknown).
-    fn add(&mut self, g: &Graph, n: NodeId, w: Option<u64>) {
+    /// A GPU node of work `w`.
+    fn add(&mut self, g: &Graph, n: NodeId, w: NodeWork) {
         let cur = self.cur.get_or_insert_with(|| Piece {
             nodes: 0,
             work: 0,
             first: g.node(n).name().to_string(),
-            unknown: 0,
+            bounded: 0,
         });
         cur.nodes += 1;
-        cur.work = cur.work.saturating_add(w.unwrap_or(0));
-        cur.unknown += usize::from(w.is_none());
+        cur.work = cur.work.saturating_add(w.work);
+        cur.bounded += usize::from(w.bounded);
     }
     fn finish(mut self) -> Vec<Piece> {
         self.split();
@@ -183,13 +333,15 @@ impl PieceList {
     }
 }
 
-/// GPU nodes whose work cannot be estimated (their shapes are unknown).
-pub fn unknown_work(g: &Graph, s: &Facts) -> Vec<NodeId> {
-    g.order
+/// GPU nodes whose work rests on sizes bounded from their neighbours, in topological order.
+pub fn bounded_work(g: &Graph, s: &Facts) -> Result<Vec<NodeId>, String> {
+    let l = layout(g, s)?;
+    Ok(l.topo
         .iter()
-        .copied()
-        .filter(|&n| !is_cpu(g, n) && !is_constant_node(g, n) && work(g, n, s).is_none())
-        .collect()
+        .zip(&l.work)
+        .filter(|(&n, w)| w.bounded && !l.kinds.skip(n))
+        .map(|(&n, _)| n)
+        .collect())
 }
 
 /// Does any piece exceed the budget (and could a cut help, i.e. has more than one node)?
@@ -197,12 +349,7 @@ pub fn over_budget(g: &Graph, s: &Facts, budget: u64) -> Result<bool, String> {
     Ok(pieces(g, s)?.iter().any(|p| p.over(budget) && p.nodes > 1))
 }
 
-/// The patches for every cut needed, in order, or none when every piece fits. Each cut is
-/// planned on the graph as the cuts before it leave it, from one layout: a cut before position
-/// i re-points every GPU reader at or after i of the values it crosses to their CPU no-ops, so
-/// those values stop being GPU-live from i on (the live counts are lowered to match), and the
-/// next cut crosses only values computed at or after i. Applied in order, the patches are the
-/// cuts that planning one cut at a time on a fresh layout after each would make.
+/// The patches for every cut needed, in order, or none when every piece fits.
 pub fn cuts(
     g: &Graph,
     s: &Facts,
@@ -226,8 +373,139 @@ pub enum CutPlan {
     Fits(Vec<Piece>),
 }
 
-/// [`cuts`], and the pieces when no cut is needed. Until a cut is made nothing is lowered,
-/// so the places where the cuts' running sum starts again are where [`pieces`] splits.
+/// The positions of the fewest cuts that leave every piece within `budget` (or a single GPU
+/// node, which no cut can shorten), and among those, the ones whose crossing values hold the
+/// fewest bytes.
+///
+/// The cuts are found one at a time, each as the first cut of the best plan for what follows
+/// the cut before it, on the graph as that cut leaves it: the values a cut crosses are read
+/// through the CPU from there on, so they no longer keep later positions from being clean
+/// cuts, and they no longer cross later cuts. (So the plan is the one that planning on a
+/// fresh layout after each cut would make, from one layout.)
+///
+/// The clean cuts split the graph into stretches, each planned alone ([`first_cut`]).
+fn cut_positions(l: &Layout, budget: u64) -> Vec<usize> {
+    let n = l.topo.len();
+    // Prefix sums of work and of GPU nodes over the topological order.
+    let mut work = vec![0u64; n + 1];
+    let mut gpu = vec![0usize; n + 1];
+    for i in 0..n {
+        let skip = l.kinds.skip(l.topo[i]);
+        work[i + 1] = work[i].saturating_add(if skip { 0 } else { l.work[i].work });
+        gpu[i + 1] = gpu[i] + usize::from(!skip);
+    }
+    let mut out = Vec::new();
+    // Values computed since the last cut (`from`): live from after their producer to their
+    // last GPU reader; what each cut crosses.
+    let mut live = vec![0i64; n + 2];
+    let mut bytes = vec![0i128; n + 2];
+    let mut from = 0usize;
+    loop {
+        let first = l.live.partition_point(|&(p, _, _)| p < from);
+        live[from..].iter_mut().for_each(|x| *x = 0);
+        bytes[from..].iter_mut().for_each(|x| *x = 0);
+        for &(p, q, b) in &l.live[first..] {
+            live[p + 1] += 1;
+            live[q + 1] -= 1;
+            bytes[p + 1] += i128::from(b);
+            bytes[q + 1] -= i128::from(b);
+        }
+        for i in from + 1..=n {
+            live[i] += live[i - 1];
+            bytes[i] += bytes[i - 1];
+        }
+        let crossing: Vec<u64> = bytes[..=n]
+            .iter()
+            .map(|&b| u64::try_from(b.max(0)).unwrap_or(u64::MAX))
+            .collect();
+        let mut s = from;
+        let mut cut = None;
+        while s < n && cut.is_none() {
+            let mut e = s + 1;
+            while e < n && live[e] > 0 {
+                e += 1;
+            }
+            cut = first_cut(&crossing, budget, &work, &gpu, s, e);
+            s = e;
+        }
+        match cut {
+            Some(c) => {
+                out.push(c);
+                from = c;
+            }
+            None => return out,
+        }
+    }
+}
+
+/// The first cut of the best plan of one stretch `[s, e)` between clean cuts, or none when
+/// the stretch fits as it is.
+///
+/// `best[b]` is the best plan of `[s, b)` that ends with a cut before `b`: the fewest cuts,
+/// then the fewest bytes crossing them (`crossing[b]` for a cut before `b`). A piece `[j, b)`
+/// may follow when its work is within the budget or it holds at most one GPU node; both hold
+/// for every `j` from some `low(b)` up to `b - 1`, and `low` never moves back as `b` grows, so
+/// the best `j` is a sliding-window minimum (a queue of candidates whose plans get better
+/// towards its front; of equal plans, the later `j` is kept): linear in the stretch's length.
+fn first_cut(
+    crossing: &[u64],
+    budget: u64,
+    work: &[u64],
+    gpu: &[usize],
+    s: usize,
+    e: usize,
+) -> Option<usize> {
+    if work[e] - work[s] <= budget || gpu[e] - gpu[s] <= 1 {
+        return None;
+    }
+    let len = e - s + 1;
+    let mut best: Vec<(usize, u64)> = vec![(usize::MAX, u64::MAX); len];
+    // `from[b]`: where the last piece of `best[b]` starts.
+    let mut from = vec![usize::MAX; len];
+    best[0] = (0, 0);
+    let mut queue: std::collections::VecDeque<usize> = std::collections::VecDeque::new();
+    let (mut low_w, mut low_g) = (s, s);
+    for b in s + 1..=e {
+        // The piece [b - 1, b) always fits: b - 1 joins the candidates.
+        let j = b - 1;
+        while queue.back().is_some_and(|&k| best[k - s] >= best[j - s]) {
+            queue.pop_back();
+        }
+        queue.push_back(j);
+        while work[b] - work[low_w] > budget {
+            low_w += 1;
+        }
+        while gpu[b] - gpu[low_g] > 1 {
+            low_g += 1;
+        }
+        let low = low_w.min(low_g);
+        while queue.front().is_some_and(|&k| k < low) {
+            queue.pop_front();
+        }
+        let &k = queue.front()?;
+        let (c, bytes) = best[k - s];
+        best[b - s] = if b == e {
+            (c, bytes)
+        } else {
+            (c + 1, bytes.saturating_add(crossing[b]))
+        };
+        from[b - s] = k;
+    }
+    // Back from the end to the first cut.
+    let mut at = e;
+    let mut first = None;
+    while at > s {
+        let k = from[at - s];
+        if k == usize::MAX || k <= s {
+            break;
+        }
+        first = Some(k);
+        at = k;
+    }
+    first
+}
+
+/// [`cuts`], and the pieces when no cut is needed.
 pub fn plan_cuts(
     g: &Graph,
     s: &Facts,
@@ -236,57 +514,32 @@ pub fn plan_cuts(
     annotation: &str,
     opset: i64,
 ) -> Result<CutPlan, String> {
-    let l = layout(g)?;
-    let mut out = Vec::new();
-    let mut acc = 0u64;
-    let mut count = 0usize;
-    // Values the cuts so far took off the GPU from here on: `lowered` of them are counted in
-    // `gpu_live` at this position, and `ends[j]` of those stop being counted at position j.
-    let mut lowered = 0usize;
-    let mut ends = vec![0usize; l.topo.len() + 2];
-    let mut from = 0usize;
-    let mut pieces = PieceList::default();
-    for (i, &n) in l.topo.iter().enumerate() {
-        lowered -= ends[i];
-        // Every value lowered is one `gpu_live[i]` counts (it is live from its producer to
-        // its last GPU reader, and was lowered only from a cut in between).
-        debug_assert!(l.gpu_live[i] >= lowered);
-        if i > 0 && l.gpu_live[i].saturating_sub(lowered) == 0 {
-            acc = 0;
-            count = 0;
-            if out.is_empty() {
-                pieces.split();
-            }
-        }
-        if l.kinds.skip(n) {
-            continue;
-        }
-        // Work that cannot be estimated counts as over the budget: such a node runs between
-        // cuts of its own (the unsafe direction would be to count it as nothing).
-        let w = work(g, n, s);
-        if out.is_empty() {
-            pieces.add(g, n, w);
-        }
-        let over = w.is_none_or(|w| acc.saturating_add(w) > budget);
-        if count > 0 && over {
-            let (patch, last_reads) = cut_before(g, &l, from, i, rule, annotation, s, opset);
-            out.push(patch);
-            for q in last_reads {
-                lowered += 1;
-                ends[q + 1] += 1;
-            }
-            from = i;
-            acc = 0;
-            count = 0;
-        }
-        acc = w.map_or(u64::MAX, |w| acc.saturating_add(w));
-        count += 1;
+    let l = layout(g, s)?;
+    let at = cut_positions(&l, budget);
+    if at.is_empty() {
+        return Ok(CutPlan::Fits(pieces_of(g, &l)));
     }
-    Ok(if out.is_empty() {
-        CutPlan::Fits(pieces.finish())
-    } else {
-        CutPlan::Cuts(out)
-    })
+    // Where each node is in the write order, when that is not the topological order (a file
+    // whose nodes are not sorted): a cut's no-ops must be written before the readers they
+    // take over (see `cut_before`).
+    let written = (l.topo != g.order).then(|| crate::ir::Positions::new(&g.order));
+    let mut out = Vec::with_capacity(at.len());
+    let mut from = 0usize;
+    for i in at {
+        out.push(cut_before(
+            g,
+            &l,
+            from,
+            i,
+            rule,
+            annotation,
+            s,
+            opset,
+            written.as_ref(),
+        ));
+        from = i;
+    }
+    Ok(CutPlan::Cuts(out))
 }
 
 /// Can `Max` pass this element type through at this opset (ONNX Max-8: float types;
@@ -304,8 +557,12 @@ fn max_takes(dtype: Option<i32>, opset: i64) -> bool {
 
 /// The cut before position `i` of the layout: a CPU no-op for each GPU value computed in
 /// `topo[from..i]` and read on the GPU at or after `i`, and those readers re-pointed to it
-/// (values computed before `from` were cut off at `from` already). Also gives, per value
-/// crossed, the position of its last GPU reader.
+/// (values computed before `from` were cut off at `from` already).
+///
+/// The no-ops are written where the node at `i` is, or, when the write order is not the
+/// topological one (`written`: a file whose nodes are not sorted), before the first of the
+/// readers they take over in the write order: a reader re-pointed to a value whose producer
+/// comes after it in the file is a read before the write, which nothing may save.
 #[allow(clippy::too_many_arguments)]
 fn cut_before(
     g: &Graph,
@@ -316,26 +573,25 @@ fn cut_before(
     annotation: &str,
     s: &Facts,
     opset: i64,
-) -> (Patch, Vec<usize>) {
+    written: Option<&crate::ir::Positions>,
+) -> Patch {
     let consumers = &l.consumers;
     let at = l.topo[i];
     let mut p = Patch::new(rule, g.node(at).name(), Some(at));
     let mut crossing: Vec<ValueId> = Vec::new();
-    let mut last_reads = Vec::new();
     for &n in &l.topo[from..i] {
         if l.kinds.skip(n) {
             continue;
         }
         for v in g.node(n).outputs.iter().flatten() {
-            let last_gpu = consumers
+            let read_later = consumers
                 .of(*v)
                 .iter()
                 .filter(|(c, _)| !l.kinds.cpu(*c))
                 .filter_map(|(c, _)| l.pos.get(c))
-                .max();
-            if let Some(q) = last_gpu.filter(|&q| q >= i) {
+                .any(|q| q >= i);
+            if read_later {
                 crossing.push(*v);
-                last_reads.push(q);
             }
         }
     }
@@ -365,7 +621,16 @@ fn cut_before(
             }
         }
     }
-    (p, last_reads)
+    if let Some(w) = written {
+        let first = std::iter::once(at)
+            .chain(p.repoint.iter().map(|(c, _, _)| *c))
+            .filter_map(|n| w.get(&n).map(|q| (q, n)))
+            .min();
+        if let Some((_, n)) = first {
+            p.anchor = Some(n);
+        }
+    }
+    p
 }
 
 /// The smallest budget among the barrier rules in `rules`, with its rule (ties: the first).
@@ -400,7 +665,19 @@ impl Pass for BarrierPass {
     }
     fn assumed_sizes(&self, rule: &Rule) -> Vec<(String, i64)> {
         match &rule.action {
-            Action::Barrier { dims, .. } => dims.to_vec(),
+            Action::Barrier { dims, .. } => {
+                let mut out = dims.to_vec();
+                // A sequence and a past when the rule gives none (see `analysis::DEFAULT_SEQ`).
+                for (k, v) in [
+                    ("seq", crate::analysis::DEFAULT_SEQ),
+                    ("past", crate::analysis::DEFAULT_PAST),
+                ] {
+                    if !out.iter().any(|(name, _)| name == k) {
+                        out.push((k.to_string(), v));
+                    }
+                }
+                out
+            }
             _ => Vec::new(),
         }
     }
@@ -452,17 +729,10 @@ impl Pass for BarrierPass {
                 .map(|p| Leftover {
                     rule: ri,
                     node: p.first.clone(),
-                    reason: if p.unknown > 0 {
-                        format!(
-                            "a GPU piece of {} nodes from here holds {} whose work cannot be estimated (counted as over the budget {:.3e})",
-                            p.nodes, p.unknown, budget as f64
-                        )
-                    } else {
-                        format!(
-                            "a GPU piece of {} nodes from here is estimated at {:.3e} work units, over the budget {:.3e}",
-                            p.nodes, p.work as f64, budget as f64
-                        )
-                    },
+                    reason: format!(
+                        "a GPU piece of {} nodes from here is estimated at {:.3e} work units, over the budget {:.3e}",
+                        p.nodes, p.work as f64, budget as f64
+                    ),
                 })
                 .collect(),
             Err(e) => vec![Leftover {
@@ -478,26 +748,25 @@ impl Pass for BarrierPass {
         }
         let g = cx.graph();
         out.pieces = cx.pieces().clone().unwrap_or_default();
-        // The pieces count every GPU node whose work is unknown: none, no list to make.
-        let any_unknown = cx
-            .pieces()
-            .as_ref()
-            .map_or(true, |p| p.iter().any(|p| p.unknown > 0));
-        let unknown = if any_unknown {
-            unknown_work(g, cx.facts())
+        // The pieces count the GPU nodes whose work was bounded: none, no list to make.
+        let any_bounded = out.pieces.iter().any(|p| p.bounded > 0);
+        let bounded = if any_bounded {
+            bounded_work(g, cx.facts()).unwrap_or_default()
         } else {
             Vec::new()
         };
-        if !unknown.is_empty() {
-            let names: Vec<String> = unknown
+        if !bounded.is_empty() {
+            let names: Vec<String> = bounded
                 .iter()
-                .take(3)
+                .take(5)
                 .map(|&n| format!("'{}' ({})", g.node(n).name(), g.node(n).op_type))
                 .collect();
+            let more = bounded.len().saturating_sub(names.len());
             out.notes.push(format!(
-                "the work of {} node(s) could not be estimated (unknown shapes, e.g. {}); each counts as over the barrier budget and runs between cuts of its own. Give sizes with --dim NAME=VALUE or --dim INPUT[AXIS]=VALUE for exact estimates",
-                unknown.len(),
-                names.join(", ")
+                "the work of {} node(s) is estimated from the sizes around them (their shapes are unknown at the assumed sizes: {}{}); give sizes with --dim NAME=VALUE or --dim INPUT[AXIS]=VALUE for exact estimates",
+                bounded.len(),
+                names.join(", "),
+                if more > 0 { format!(" and {more} more") } else { String::new() }
             ));
         }
     }
