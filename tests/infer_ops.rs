@@ -309,8 +309,8 @@ fn reshape_cancels_symbols_and_handles_zero() {
         info(&m, "y1").shape,
         Some(vec![sym("B"), sym("T"), k(3), k(4)].into())
     );
-    // -1 = B*T: not a single name, so unknown.
-    assert_eq!(info(&m, "y2").shape, Some(vec![Dim::Unknown, k(12)].into()));
+    // -1 = B*T: kept as the product of the names.
+    assert_eq!(info(&m, "y2").shape, Some(vec![sym("B*T"), k(12)].into()));
 }
 
 #[test]

@@ -56,60 +56,6 @@ pub(crate) fn fused_matmul(c: &Ctx) -> Vec<Out> {
     vec![Out::new(dtype, shape)]
 }
 
-/// Ops whose single output is like input 0: Gelu, FastGelu, BiasGelu, QuickGelu, BiasAdd,
-/// BiasSoftmax, RotaryEmbedding...
-pub(crate) fn like_input0(c: &Ctx) -> Vec<Out> {
-    vec![Out::info(c.info(0).clone())]
-}
-
-/// `SkipLayerNormalization` / `SkipSimplifiedLayerNormalization`: output 0 and the
-/// `input_skip_bias_sum` output (3) are like the input; the statistics are left unknown.
-pub(crate) fn skip_layer_norm(c: &Ctx) -> Vec<Out> {
-    let x = c.info(0).clone();
-    let mut out = vec![Out::info(x.clone()), Out::default(), Out::default()];
-    if c.n_outputs() > 3 {
-        out.push(Out::info(x));
-    }
-    out
-}
-
-/// `SimplifiedLayerNormalization(X, scale)`: Y like X.
-pub(crate) fn simplified_layer_norm(c: &Ctx) -> Vec<Out> {
-    vec![Out::info(c.info(0).clone())]
-}
-
-/// `Attention(input [B, S, in_hidden], weights [in_hidden, q + k + v], ...)`: output
-/// `[B, S, v_hidden]`, `v_hidden` from `qkv_hidden_sizes` or a third of `weights[1]`.
-pub(crate) fn attention(c: &Ctx) -> Vec<Out> {
-    let dtype = c.dtype(0);
-    let v_hidden = match c.attr_ints("qkv_hidden_sizes").filter(|v| !v.is_empty()) {
-        Some([_, _, v]) => dims::known_dim(*v),
-        Some(_) => Dim::Unknown,
-        None => match c.shape(1) {
-            Some([_, Dim::Known(w)]) if w % 3 == 0 => Dim::Known(w / 3),
-            _ => Dim::Unknown,
-        },
-    };
-    let shape = match c.shape(0) {
-        Some([b, s, _]) => Some(vec![b.clone(), s.clone(), v_hidden]),
-        _ => None,
-    };
-    vec![Out::new(dtype, shape)]
-}
-
-/// `MultiHeadAttention(query, key, value, ...)`: output `[B, S, v_hidden]` for a 3-D query,
-/// with `v_hidden` from a 3-D value (`[B, L, v_hidden]`) or a 4-D one (`[B, N, L, H]`).
-pub(crate) fn multi_head_attention(c: &Ctx) -> Vec<Out> {
-    let dtype = c.dtype(0);
-    let shape = match (c.shape(0), c.shape(2)) {
-        (Some([b, s, _]), Some([_, _, v])) => Some(vec![b.clone(), s.clone(), v.clone()]),
-        (Some([b, s, _]), Some([_, n, _, h])) => Some(vec![b.clone(), s.clone(), dims::mul(n, h)]),
-        (Some([_, _, _]), _) => Some(vec![Dim::Unknown; 3]),
-        _ => None,
-    };
-    vec![Out::new(dtype, shape)]
-}
-
 /// The NHWC window ops: `X [N, spatial..., C]`.
 fn nhwc_shape(c: &Ctx, channels: Dim) -> Option<Vec<Dim>> {
     let xs = c.shape(0)?;

@@ -1,5 +1,5 @@
-//! Arithmetic on dimensions: checked, and symbolic only where the result provably keeps the
-//! symbol (x*1, x+0, broadcast of equal names).
+//! Arithmetic on dimensions: checked; on names it gives expressions over them (`expr`), and
+//! broadcasting keeps a name only where equal names meet.
 
 use super::{Dim, TensorInfo};
 
@@ -75,38 +75,60 @@ pub(crate) fn broadcast_shapes(shapes: &[Option<&[Dim]>]) -> Option<Vec<Dim>> {
     Some(out)
 }
 
-/// The product of dimensions: known when all are; a lone symbol times ones keeps its name.
+/// The product of dimensions: known when all are; with names, their product as an
+/// expression (`batch*seq`, `2*N`; see `expr`). Zero times anything is zero.
 pub(crate) fn product(dims: &[Dim]) -> Dim {
-    let mut k: i64 = 1;
-    let mut sym: Option<&Dim> = None;
+    let mut acc = Dim::Known(1);
     for d in dims {
-        match d {
-            Dim::Known(v) => match k.checked_mul(*v) {
-                Some(p) => k = p,
-                None => return Dim::Unknown,
-            },
-            Dim::Sym(_) if sym.is_none() => sym = Some(d),
-            _ => return Dim::Unknown,
-        }
+        acc = mul(&acc, d);
     }
-    match sym {
-        None => Dim::Known(k),
-        Some(_) if k == 0 => Dim::Known(0),
-        Some(s) if k == 1 => s.clone(),
-        Some(_) => Dim::Unknown,
-    }
+    acc
 }
 
+/// `a + b` as a size (an expression over names where they are symbolic).
 pub(crate) fn add(a: &Dim, b: &Dim) -> Dim {
     match (a, b) {
         (Dim::Known(x), Dim::Known(y)) => opt_dim(x.checked_add(*y)),
-        (Dim::Known(0), x) | (x, Dim::Known(0)) => x.clone(),
-        _ => Dim::Unknown,
+        _ => size(super::expr::add(a, b)),
     }
 }
 
+/// `a - b` as a size.
+pub(crate) fn sub(a: &Dim, b: &Dim) -> Dim {
+    match (a, b) {
+        (Dim::Known(x), Dim::Known(y)) => opt_dim(x.checked_sub(*y)),
+        _ => size(super::expr::sub(a, b)),
+    }
+}
+
+/// `a * b` as a size.
 pub(crate) fn mul(a: &Dim, b: &Dim) -> Dim {
-    product(&[a.clone(), b.clone()])
+    match (a, b) {
+        (Dim::Known(x), Dim::Known(y)) => opt_dim(x.checked_mul(*y)),
+        _ => size(super::expr::mul(a, b)),
+    }
+}
+
+/// `a / b` as a size, when `b` divides `a` exactly (else unknown).
+pub(crate) fn div_exact(a: &Dim, b: &Dim) -> Dim {
+    match (a, b) {
+        (Dim::Known(x), Dim::Known(y)) if *y > 0 && x % y == 0 => known_dim(x / y),
+        (Dim::Known(_), Dim::Known(_)) => Dim::Unknown,
+        _ => size(super::expr::div_exact(a, b)),
+    }
+}
+
+/// `max(a, b)` as a size.
+pub(crate) fn max(a: &Dim, b: &Dim) -> Dim {
+    size(super::expr::max(a, b))
+}
+
+/// A computed value as a size: a negative number is none.
+fn size(d: Dim) -> Dim {
+    match d {
+        Dim::Known(k) if k < 0 => Dim::Unknown,
+        d => d,
+    }
 }
 
 /// Merge a declaration with what inference found. Known declared sizes and types win (a
@@ -245,7 +267,9 @@ mod tests {
     fn products_and_divisions() {
         use Dim::*;
         assert_eq!(product(&[Known(1), s("N"), Known(1)]), s("N"));
-        assert_eq!(product(&[Known(2), s("N")]), Unknown);
+        assert_eq!(product(&[Known(2), s("N")]), s("2*N"));
+        assert_eq!(product(&[Known(2), Unknown]), Unknown);
+        assert_eq!(product(&[Known(0), Unknown]), Known(0));
         assert_eq!(product(&[Known(i64::MAX), Known(2)]), Unknown);
         assert_eq!(ceil_div(7, 2), Some(4));
         assert_eq!(ceil_div(-7, 2), Some(-3));

@@ -9,6 +9,7 @@ use super::consts::{self, broadcast_index, fit_int, is_float_type, is_int_type, 
 use super::consts::{Elems, ValueData};
 use super::ctx::{Ctx, Out};
 use super::dims::broadcast_shapes;
+use super::expr;
 use super::{Dim, Shape};
 
 /// Same element type and shape as input 0.
@@ -118,6 +119,11 @@ fn broadcasting(
     vec![Out::with_shape(out_dtype, shape)]
 }
 
+/// A computed element: `None` when it is unknown.
+fn known_or_none(d: Dim) -> Option<Dim> {
+    (d != Dim::Unknown).then_some(d)
+}
+
 fn int2<'a>(a: &'a S, b: &'a S) -> Option<(&'a Dim, &'a Dim)> {
     match (a, b) {
         (S::I(x), S::I(y)) => Some((x, y)),
@@ -139,16 +145,17 @@ fn arith(c: &Ctx, op: char) -> Vec<Out> {
             use Dim::*;
             return Some(S::I(match (op, x, y) {
                 ('+', Known(p), Known(q)) => Known(p.checked_add(*q)?),
-                ('+', s, Known(0)) | ('+', Known(0), s) => s.clone(),
                 ('-', Known(p), Known(q)) => Known(p.checked_sub(*q)?),
-                ('-', s, Known(0)) => s.clone(),
                 ('*', Known(p), Known(q)) => Known(p.checked_mul(*q)?),
-                ('*', s, Known(1)) | ('*', Known(1), s) => s.clone(),
-                ('*', _, Known(0)) | ('*', Known(0), _) => Known(0),
                 // Integer division truncates toward zero (as ONNX Runtime and the reference
                 // implementation do).
                 ('/', Known(p), Known(q)) => Known(p.checked_div(*q)?),
-                ('/', s, Known(1)) => s.clone(),
+                // Names: an expression over them (`past + seq`, `2*batch`); a division only
+                // when it is exact (so truncation cannot differ).
+                ('+', x, y) => known_or_none(expr::add(x, y))?,
+                ('-', x, y) => known_or_none(expr::sub(x, y))?,
+                ('*', x, y) => known_or_none(expr::mul(x, y))?,
+                ('/', x, y) => known_or_none(expr::div_exact(x, y))?,
                 ('%', Known(p), Known(q)) => {
                     let r = p.checked_rem(*q)?;
                     // fmod=0: the result takes the divisor's sign (Python-style).
@@ -290,7 +297,14 @@ fn extremum(c: &Ctx, max: bool) -> Vec<Out> {
                 (Some(S::I(Dim::Known(p))), S::I(Dim::Known(q))) => {
                     S::I(Dim::Known(if max { p.max(*q) } else { p.min(*q) }))
                 }
-                (Some(S::I(Dim::Sym(s))), S::I(Dim::Sym(t))) if &s == t => S::I(Dim::Sym(s)),
+                (Some(S::I(p)), S::I(q)) => {
+                    let m = if max {
+                        expr::max(&p, q)
+                    } else {
+                        expr::min(&p, q)
+                    };
+                    S::I(known_or_none(m)?)
+                }
                 (Some(S::F(p)), S::F(q)) if !p.is_nan() && !q.is_nan() => {
                     S::F(if max { p.max(*q) } else { p.min(*q) })
                 }

@@ -21,12 +21,14 @@ mod conv;
 mod ctx;
 mod dims;
 mod elementwise;
+mod expr;
 mod matmul;
 mod norm;
 mod resize;
 mod rnn;
 mod table;
 mod tensor_ops;
+mod transformer;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -91,6 +93,18 @@ impl Dim {
     }
     pub fn is_known(&self) -> bool {
         matches!(self, Dim::Known(_))
+    }
+    /// The size at the given sizes of the names: a number is itself, a name is looked up,
+    /// an expression that inference derived (`past_sequence_length + sequence_length`,
+    /// `2*batch`, `max(past, total)`) is computed. `None` when a name has no size, or the
+    /// result is negative, or the dim is unknown.
+    pub fn eval(&self, size: &dyn Fn(&str) -> Option<i64>) -> Option<i64> {
+        expr::eval(self, size)
+    }
+    /// The names a symbolic size depends on (a plain name is itself; empty for a number or
+    /// an unknown dim).
+    pub fn names(&self) -> Vec<String> {
+        expr::names(self)
     }
 }
 

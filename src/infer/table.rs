@@ -2,6 +2,7 @@
 //! Adding an operator: write its function in its family's module, add a line here.
 
 use super::ctx::InferFn;
+use super::transformer as tf;
 use super::{contrib, conv, elementwise as ew, matmul, norm, resize, rnn, tensor_ops as t};
 
 const ONNX: &str = "";
@@ -209,6 +210,8 @@ fn build() -> Table {
         ("InstanceNormalization", norm::like_x),
         ("GroupNormalization", norm::like_x),
         ("RMSNormalization", norm::like_x),
+        // ONNX Runtime registers its RMS norm in the ONNX domain.
+        ("SimplifiedLayerNormalization", tf::simplified_layer_norm),
         // resize.rs
         ("Resize", resize::resize),
         ("Upsample", resize::upsample),
@@ -221,22 +224,48 @@ fn build() -> Table {
         ("FusedConv", contrib::fused_conv),
         ("FusedGemm", contrib::fused_gemm),
         ("FusedMatMul", contrib::fused_matmul),
-        ("Gelu", contrib::like_input0),
-        ("BiasGelu", contrib::like_input0),
-        ("FastGelu", contrib::like_input0),
-        ("QuickGelu", contrib::like_input0),
-        ("BiasAdd", contrib::like_input0),
-        ("BiasSoftmax", contrib::like_input0),
-        ("RotaryEmbedding", contrib::like_input0),
-        ("SkipLayerNormalization", contrib::skip_layer_norm),
-        ("SkipSimplifiedLayerNormalization", contrib::skip_layer_norm),
-        (
-            "SimplifiedLayerNormalization",
-            contrib::simplified_layer_norm,
-        ),
+        // transformer.rs
+        ("Gelu", tf::like_input0),
+        ("BiasGelu", tf::like_input0),
+        ("FastGelu", tf::like_input0),
+        ("QuickGelu", tf::like_input0),
+        ("BiasAdd", tf::like_input0),
+        ("BiasSoftmax", tf::like_input0),
+        ("RotaryEmbedding", tf::like_input0),
+        ("GroupNorm", tf::like_input0),
+        ("SkipGroupNorm", tf::skip_group_norm),
+        ("BiasSplitGelu", tf::bias_split_gelu),
+        ("GemmFastGelu", tf::gemm_fast_gelu),
+        ("SkipLayerNormalization", tf::skip_layer_norm),
+        ("SkipSimplifiedLayerNormalization", tf::skip_layer_norm),
+        ("SimplifiedLayerNormalization", tf::simplified_layer_norm),
         ("LayerNormalization", norm::layer_norm),
-        ("Attention", contrib::attention),
-        ("MultiHeadAttention", contrib::multi_head_attention),
+        ("Attention", tf::attention),
+        ("QAttention", tf::qattention),
+        (
+            "DecoderMaskedSelfAttention",
+            tf::decoder_masked_self_attention,
+        ),
+        ("MultiHeadAttention", tf::multi_head_attention),
+        ("DecoderMaskedMultiHeadAttention", tf::decoder_masked_mha),
+        ("GroupQueryAttention", tf::group_query_attention),
+        ("PackedAttention", tf::packed_attention),
+        ("PackedMultiHeadAttention", tf::packed_mha),
+        ("RemovePadding", tf::remove_padding),
+        ("RestorePadding", tf::restore_padding),
+        ("EmbedLayerNormalization", tf::embed_layer_norm),
+        ("QEmbedLayerNormalization", tf::qembed_layer_norm),
+        ("MatMulNBits", tf::matmul_nbits),
+        ("MatMulBnb4", tf::matmul_nbits),
+        ("GatherBlockQuantized", tf::gather_block_quantized),
+        ("BeamSearch", tf::generation),
+        ("WhisperBeamSearch", tf::generation),
+        ("GreedySearch", tf::generation),
+        ("Sampling", tf::generation),
+        ("QuantizeLinear", ew::quantize_linear),
+        ("DequantizeLinear", ew::dequantize_linear),
+        ("DynamicQuantizeLinear", ew::dynamic_quantize_linear),
+        // contrib.rs
         ("NhwcConv", contrib::nhwc_conv),
         ("NhwcMaxPool", contrib::nhwc_max_pool),
         ("QLinearAdd", contrib::qlinear_binary),

@@ -60,42 +60,14 @@ pub(crate) fn size(c: &Ctx) -> Vec<Out> {
     }
 }
 
-/// A product of dimensions as a known factor and a multiset of names (`None`: unknown).
-fn factor(d: &[Dim]) -> Option<(i64, Vec<&str>)> {
-    let mut k: i64 = 1;
-    let mut syms = Vec::new();
-    for x in d {
-        match x {
-            Dim::Known(v) => k = k.checked_mul(*v)?,
-            Dim::Sym(s) => syms.push(&**s),
-            Dim::Unknown => return None,
-        }
-    }
-    Some((k, syms))
-}
-
 /// The dimension a `-1` stands for: input element count over the other output dimensions,
-/// with names cancelled (`[N, 3, 4] -> [N, -1]` gives 12).
+/// with names cancelled (`[N, 3, 4] -> [N, -1]` gives 12; `[b, s, 64] -> [b*s, -1]` 64).
 fn solve_infer_dim(input: &[Dim], others: &[Dim]) -> Dim {
-    let (Some((ik, mut isyms)), Some((ok, osyms))) = (factor(input), factor(others)) else {
-        return Dim::Unknown;
-    };
-    for s in osyms {
-        match isyms.iter().position(|&x| x == s) {
-            Some(p) => {
-                isyms.swap_remove(p);
-            }
-            None => return Dim::Unknown,
-        }
-    }
-    if ok == 0 {
+    let rest = dims::product(others);
+    if rest == Dim::Known(0) {
         return Dim::Unknown;
     }
-    match isyms.as_slice() {
-        [] if ik % ok == 0 => Dim::Known(ik / ok),
-        [s] if ik == ok => Dim::Sym((*s).into()),
-        _ => Dim::Unknown,
-    }
+    dims::div_exact(&dims::product(input), &rest)
 }
 
 /// The output dimensions of `Reshape(input, target)`, `None` when the target is invalid.
@@ -810,8 +782,15 @@ pub(crate) fn range(c: &Ctx) -> Vec<Out> {
                 };
                 n.map(|n| n.max(0))
             }
-            (Dim::Known(0), Dim::Sym(_), Dim::Known(1)) => {
-                return vec![Out::new(dtype, Some(vec![limit.clone()]))];
+            // A symbolic span with a step of one: `limit - start` elements.
+            (_, _, Dim::Known(1)) => {
+                let n = dims::sub(&limit, &start);
+                // A span that can be negative gives no elements: only a name is sure.
+                let n = match n {
+                    Dim::Known(_) | Dim::Unknown => Dim::Unknown,
+                    n => n,
+                };
+                return vec![Out::new(dtype, Some(vec![n]))];
             }
             _ => None,
         };
