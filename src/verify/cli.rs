@@ -22,8 +22,14 @@ pub enum OutputFormat {
 /// Run an original model on ONNX Runtime (CPU) and its rewrite on the chosen runtime (by
 /// default ONNX Runtime CPU too) and compare all outputs.
 ///
-/// Exit code 0: every output within tolerance (|a-b| <= atol + rtol*|b|, NaN equal to
-/// NaN; integer, bool and string outputs equal); 1: some output differs, has another
+/// Outputs are judged by the exactness class the rewritten model records (metadata
+/// onnx_safeify.exactness, written by the compile): exact: bit-identical (NaN equal to NaN);
+/// rounding: within 1e-5 of the output's scale (its largest |reference|) for float32, 2 ulp
+/// at that scale for float16/bfloat16; approximate:B: within B of the scale. Integer, bool
+/// and string outputs must be equal. With no class recorded, or with --atol/--rtol given:
+/// |a-b| <= atol + rtol*|b|.
+///
+/// Exit code 0: every output within its bound; 1: some output differs, has another
 /// shape or dtype, or is missing; 2: verification could not be run.
 #[derive(Debug, Clone, Args)]
 pub struct VerifyArgs {
@@ -44,12 +50,14 @@ pub struct VerifyArgs {
     #[allow(rustdoc::broken_intra_doc_links)]
     #[arg(long = "dim", value_name = "NAME=VALUE")]
     pub dims: Vec<String>,
-    /// Relative tolerance.
-    #[arg(long, default_value_t = 1e-4)]
-    pub rtol: f64,
-    /// Absolute tolerance.
-    #[arg(long, default_value_t = 1e-5)]
-    pub atol: f64,
+    /// Relative tolerance: judge by |a-b| <= atol + rtol*|b| instead of the rewrite's
+    /// exactness class [default when no class is recorded: 1e-4].
+    #[arg(long)]
+    pub rtol: Option<f64>,
+    /// Absolute tolerance: judge by |a-b| <= atol + rtol*|b| instead of the rewrite's
+    /// exactness class [default when no class is recorded: 1e-5].
+    #[arg(long)]
+    pub atol: Option<f64>,
     /// Number of runs, each with fresh random inputs.
     #[arg(long, default_value_t = 1)]
     pub runs: usize,
@@ -63,15 +71,19 @@ pub struct VerifyArgs {
     /// Python package of $VIRTUAL_ENV, $ONNX_SAFEIFY_VENV or python3 on PATH).
     #[arg(long, value_name = "PATH")]
     pub ort_library: Option<PathBuf>,
-    /// ONNX Runtime graph optimisation level for both models.
-    #[arg(long, value_enum, default_value_t = OptLevel::All)]
-    pub ort_opt_level: OptLevel,
+    /// ONNX Runtime graph optimisation level for both models [default: disable when judging
+    /// by the rewrite's exactness class (the level the classes are defined at), else all].
+    #[arg(long, value_enum)]
+    pub ort_opt_level: Option<OptLevel>,
     /// Range of random float inputs, LO:HI (uniform in [LO, HI)).
     #[arg(long, value_name = "LO:HI", default_value = "-1:1")]
     pub float_range: String,
     /// Where the rewritten model runs: ONNX Runtime CPU, onnxruntime-web's WebGPU provider
     /// in headless Chromium, or OpenVINO's CPU plugin (f32). The original always runs on
-    /// ONNX Runtime CPU as the reference. webgpu and openvino need scripts/setup-runtimes.sh.
+    /// ONNX Runtime CPU; on webgpu/openvino it runs there too when it can, and the rewrite is
+    /// judged against it there, within the larger of its bound and the runtime's own
+    /// difference from ONNX Runtime CPU (reported). webgpu and openvino need
+    /// scripts/setup-runtimes.sh.
     #[arg(long, value_enum, default_value_t = RuntimeKind::Cpu)]
     pub runtime: RuntimeKind,
     /// With --runtime webgpu: how the CPU pins (node metadata layer_ann) reach onnxruntime-web:
@@ -79,7 +91,8 @@ pub struct VerifyArgs {
     /// forceCpuNodeNames option listing the annotated nodes.
     #[arg(long, value_enum, default_value_t = WebgpuPins::LayerAssignment)]
     pub webgpu_pins: WebgpuPins,
-    /// Seconds a webgpu / openvino run may take (all runs together) before it is stopped.
+    /// Seconds a webgpu / openvino run of one model may take (all runs together) before it
+    /// is stopped.
     #[arg(long, value_name = "SECS", default_value_t = 300)]
     pub timeout: u64,
 }
@@ -99,9 +112,10 @@ impl VerifyArgs {
         }
         Ok(VerifyOptions {
             tolerance: Tolerance {
-                rtol: self.rtol,
-                atol: self.atol,
+                rtol: self.rtol.unwrap_or(Tolerance::default().rtol),
+                atol: self.atol.unwrap_or(Tolerance::default().atol),
             },
+            tolerance_given: self.rtol.is_some() || self.atol.is_some(),
             runs: self.runs,
             seed: self.seed,
             dims,
@@ -111,8 +125,12 @@ impl VerifyArgs {
             expected: self.expected.clone(),
             discovery: Some(discovery),
             session: SessionSettings {
-                optimization: self.ort_opt_level,
+                optimization: self.ort_opt_level.unwrap_or(OptLevel::All),
                 threads: None,
+            },
+            class_optimization: match self.ort_opt_level {
+                Some(_) => None,
+                None => Some(OptLevel::Disable),
             },
             runtime: self.runtime,
             webgpu_pins: self.webgpu_pins,

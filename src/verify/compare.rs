@@ -1,20 +1,34 @@
 //! Element-wise comparison of an output against its reference.
 //!
-//! "Within tolerance" means, for every element, `|a - b| <= atol + rtol * |b|` where `b`
-//! is the reference (the original model's output, or the expected output) and `a` the
-//! rewritten model's. NaN equals NaN; infinities must match exactly. Complex values are
-//! compared per real and imaginary part. Integer, bool and string outputs must be equal;
-//! float8/float4 and packed sub-byte types must be bit-identical. A shape or dtype
-//! mismatch fails without comparing values.
+//! An output is judged by one of two criteria ([`Criterion`]):
+//! - the rewrite's exactness class ([`Exactness`], recorded by the compile in the rewritten
+//!   model's `metadata_props`): `exact` means equal values (NaN equal to NaN at the same
+//!   places; +0 equals -0); `rounding` allows 1e-5 of the output's scale for float32/float64
+//!   outputs and 2 units in the last place at that scale for float16/bfloat16; `approximate:B`
+//!   allows `B` times the scale (and at least the rounding bound). The scale is the reference
+//!   output's largest finite magnitude;
+//! - a tolerance ([`Tolerance`]): for every element, `|a - b| <= atol + rtol * |b|`, when it
+//!   is given (`--atol`/`--rtol`) or when no class is recorded.
+//!
+//! Either way `b` is the reference (the original model's output, or the expected output) and
+//! `a` the rewritten model's. NaN equals NaN; infinities must match exactly. Complex values
+//! are compared per real and imaginary part. Integer, bool and string outputs must be equal
+//! (up to a runtime's own difference, see [`Judge::allowance`]); float8/float4 and packed
+//! sub-byte types must be bit-identical. A shape or dtype mismatch fails without comparing
+//! values.
 //!
 //! Reported errors: `max_abs_err` is the largest `|a - b|`; `max_rel_err` the largest
 //! `|a - b| / |b|` over elements with `b != 0` (elements with `b == 0` show in the absolute
-//! error only). Both are `null` in JSON when infinite (a NaN or infinity mismatch).
+//! error only). Both are `null` in JSON when infinite (a NaN or infinity mismatch). `scale`
+//! is the reference's largest finite magnitude, `err_of_scale` the largest error as a
+//! fraction of it, `bound` the largest error allowed (class criterion) and `judged_by` what
+//! set it.
 
 use serde::Serialize;
 
 use super::dtype::{DType, Kind};
 use super::tensor::{HostTensor, TensorData};
+use crate::rewrite::exactness::Exactness;
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Tolerance {
@@ -28,6 +42,159 @@ impl Default for Tolerance {
             rtol: 1e-4,
             atol: 1e-5,
         }
+    }
+}
+
+/// What an output is judged against.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Criterion {
+    /// `|a - b| <= atol + rtol * |b|` for every element.
+    Tolerance(Tolerance),
+    /// The bound of a rewrite's exactness class at the output's scale.
+    Class(Exactness),
+}
+
+impl Criterion {
+    /// What `judged_by` says for this criterion: `exact`, `rounding`, `approximate:B` or
+    /// `tolerance`.
+    pub fn label(self) -> String {
+        match self {
+            Criterion::Tolerance(_) => "tolerance".into(),
+            Criterion::Class(c) => c.to_meta(),
+        }
+    }
+}
+
+/// How one comparison is judged: the criterion, and an absolute allowance on top of it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Judge {
+    pub criterion: Criterion,
+    /// The largest difference allowed whatever the criterion says, when larger: a runtime's
+    /// own largest finite difference from ONNX Runtime CPU on this output, when the rewrite is
+    /// judged on that runtime against the original on it (0: none).
+    pub allowance: f64,
+}
+
+impl Judge {
+    pub fn tolerance(t: Tolerance) -> Judge {
+        Judge {
+            criterion: Criterion::Tolerance(t),
+            allowance: 0.0,
+        }
+    }
+
+    pub fn class(c: Exactness) -> Judge {
+        Judge {
+            criterion: Criterion::Class(c),
+            allowance: 0.0,
+        }
+    }
+
+    pub fn with_allowance(self, allowance: f64) -> Judge {
+        Judge {
+            allowance: if allowance.is_finite() && allowance > 0.0 {
+                allowance
+            } else {
+                0.0
+            },
+            ..self
+        }
+    }
+}
+
+/// One unit in the last place of `dtype` at magnitude `scale` (None for types that are not
+/// binary floats of a known width).
+pub fn ulp_at(dtype: DType, scale: f64) -> Option<f64> {
+    // (explicit mantissa bits, smallest normal exponent)
+    let (mant, min_exp) = match dtype {
+        DType::F16 => (10, -14),
+        DType::BF16 => (7, -126),
+        DType::F32 | DType::C64 => (23, -126),
+        DType::F64 | DType::C128 => (52, -1022),
+        _ => return None,
+    };
+    let e = if scale.is_finite() && scale > 0.0 {
+        // The binary exponent of `scale`, read from its bits (exact, unlike log2).
+        let bits = scale.to_bits();
+        let biased = ((bits >> 52) & 0x7ff) as i32;
+        if biased == 0 {
+            min_exp
+        } else {
+            (biased - 1023).max(min_exp)
+        }
+    } else {
+        min_exp
+    };
+    Some(2f64.powi(e - mant))
+}
+
+/// Whether the class bounds of `dtype` are those of float32 (1e-5 of scale) rather than
+/// float16/bfloat16 (ulps at scale).
+fn is_f32_or_wider(dtype: DType) -> bool {
+    matches!(dtype, DType::F32 | DType::F64 | DType::C64 | DType::C128)
+}
+
+/// The largest finite magnitude of a numeric tensor (None for strings and opaque types).
+pub fn scale_of(t: &HostTensor) -> Option<f64> {
+    let TensorData::Bytes(b) = &t.data else {
+        return None;
+    };
+    match t.dtype.kind() {
+        Kind::Float => {
+            let n = b.len() / t.dtype.scalar_size().unwrap_or(1) * t.dtype.lanes();
+            let mut m = 0.0f64;
+            for i in 0..n {
+                let v = t.dtype.read_f64(b, i).abs();
+                if v.is_finite() && v > m {
+                    m = v;
+                }
+            }
+            Some(m)
+        }
+        Kind::Int | Kind::Bool => {
+            let n = b.len() / t.dtype.scalar_size().unwrap_or(1);
+            let mut m = 0.0f64;
+            for i in 0..n {
+                m = m.max(t.dtype.read_i128(b, i).unsigned_abs() as f64);
+            }
+            Some(m)
+        }
+        _ => None,
+    }
+}
+
+/// The largest finite `|a - b|` between two numeric tensors of the same dtype and shape
+/// (elements where either side is NaN or infinite left out); None when they cannot be
+/// compared element by element.
+pub fn finite_max_abs_diff(b: &HostTensor, a: &HostTensor) -> Option<f64> {
+    if a.dtype != b.dtype || a.shape != b.shape {
+        return None;
+    }
+    let (TensorData::Bytes(bb), TensorData::Bytes(ab)) = (&b.data, &a.data) else {
+        return None;
+    };
+    match b.dtype.kind() {
+        Kind::Float => {
+            let n = bb.len() / b.dtype.scalar_size().unwrap_or(1) * b.dtype.lanes();
+            let mut m = 0.0f64;
+            for i in 0..n {
+                let d = (b.dtype.read_f64(ab, i) - b.dtype.read_f64(bb, i)).abs();
+                if d.is_finite() && d > m {
+                    m = d;
+                }
+            }
+            Some(m)
+        }
+        Kind::Int | Kind::Bool => {
+            let n = bb.len() / b.dtype.scalar_size().unwrap_or(1);
+            let mut m = 0.0f64;
+            for i in 0..n {
+                let d = (b.dtype.read_i128(ab, i) - b.dtype.read_i128(bb, i)).unsigned_abs();
+                m = m.max(d as f64);
+            }
+            Some(m)
+        }
+        _ => None,
     }
 }
 
@@ -82,6 +249,26 @@ pub struct OutputComparison {
     pub worst: Option<Worst>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
+    /// The reference's largest finite magnitude (numeric outputs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scale: Option<f64>,
+    /// `max_abs_err / scale` (absent when either is unknown or infinite, or the scale is 0).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub err_of_scale: Option<f64>,
+    /// The largest error allowed (class criterion; a tolerance's bound depends on each |b|).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bound: Option<f64>,
+    /// `bound / scale`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bound_of_scale: Option<f64>,
+    /// What the output was judged by: `exact`, `rounding`, `approximate:B` (the rewrite's
+    /// class) or `tolerance` (atol/rtol).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub judged_by: String,
+    /// A runtime's own largest difference from ONNX Runtime CPU on this output, allowed on
+    /// top of the criterion (verify on another runtime, original run there too).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runtime_allowance: Option<f64>,
 }
 
 impl OutputComparison {
@@ -104,17 +291,72 @@ impl OutputComparison {
             max_rel_err: None,
             worst: None,
             detail: Some(detail),
+            scale: None,
+            err_of_scale: None,
+            bound: None,
+            bound_of_scale: None,
+            judged_by: String::new(),
+            runtime_allowance: None,
         }
     }
 }
 
-/// Compares `actual` against `reference`.
+/// Compares `actual` against `reference` within a tolerance.
 pub fn compare(
     name: &str,
     reference: &HostTensor,
     actual: &HostTensor,
     tol: Tolerance,
 ) -> OutputComparison {
+    compare_with(name, reference, actual, Judge::tolerance(tol))
+}
+
+/// Compares `actual` against `reference` as `judge` says.
+pub fn compare_with(
+    name: &str,
+    reference: &HostTensor,
+    actual: &HostTensor,
+    judge: Judge,
+) -> OutputComparison {
+    compare_with_second(name, reference, actual, judge, None)
+}
+
+/// [`compare_with`], where an element off `reference` still passes when it is within the
+/// same bound of `second` (same dtype and shape; ignored otherwise). Errors are measured
+/// against `reference`; `detail` counts the elements `second` let pass. Used on another
+/// runtime: the rewrite there is judged against the original there, and an element that
+/// agrees with the original on ONNX Runtime CPU instead (a rewrite that keeps the runtime's
+/// own difference away) is faithful too.
+pub fn compare_with_second(
+    name: &str,
+    reference: &HostTensor,
+    actual: &HostTensor,
+    judge: Judge,
+    second: Option<&HostTensor>,
+) -> OutputComparison {
+    let second = second
+        .filter(|t| t.dtype == reference.dtype && t.shape == reference.shape)
+        .and_then(|t| match &t.data {
+            TensorData::Bytes(b) => Some(b.as_slice()),
+            TensorData::Strings(_) => None,
+        });
+    let scale = scale_of(reference);
+    let allowance = (judge.allowance > 0.0).then_some(judge.allowance);
+    let bound = match judge.criterion {
+        Criterion::Tolerance(_) => None,
+        Criterion::Class(c) => Some(match reference.dtype.kind() {
+            Kind::Float => {
+                let s = scale.unwrap_or(0.0);
+                c.allowed_error(
+                    s,
+                    ulp_at(reference.dtype, s),
+                    is_f32_or_wider(reference.dtype),
+                )
+            }
+            _ => 0.0,
+        }),
+    }
+    .map(|b| b.max(judge.allowance));
     let mut out = OutputComparison {
         name: name.to_string(),
         status: Status::Ok,
@@ -128,6 +370,15 @@ pub fn compare(
         max_rel_err: None,
         worst: None,
         detail: None,
+        scale,
+        err_of_scale: None,
+        bound,
+        bound_of_scale: match (bound, scale) {
+            (Some(b), Some(s)) if s > 0.0 => Some(b / s),
+            _ => None,
+        },
+        judged_by: judge.criterion.label(),
+        runtime_allowance: allowance,
     };
     if reference.dtype != actual.dtype {
         out.status = Status::DtypeMismatch;
@@ -152,8 +403,16 @@ pub fn compare(
     }
     let stats = match (&reference.data, &actual.data) {
         (TensorData::Bytes(b), TensorData::Bytes(a)) => match reference.dtype.kind() {
-            Kind::Float => compare_floats(reference.dtype, b, a, tol),
-            Kind::Int | Kind::Bool => compare_ints(reference.dtype, b, a),
+            Kind::Float => compare_floats(
+                reference.dtype,
+                b,
+                a,
+                second,
+                judge.criterion,
+                bound,
+                judge.allowance,
+            ),
+            Kind::Int | Kind::Bool => compare_ints(reference.dtype, b, a, second, judge.allowance),
             _ => compare_opaque(reference.dtype, b, a),
         },
         (TensorData::Strings(b), TensorData::Strings(a)) => compare_strings(b, a),
@@ -164,8 +423,19 @@ pub fn compare(
         }
     };
     out.mismatched = stats.mismatched;
+    if stats.second > 0 {
+        out.detail = Some(format!(
+            "{} value(s) off this reference agree with the original on ONNX Runtime CPU",
+            stats.second
+        ));
+    }
     out.max_abs_err = stats.max_abs.and_then(finite_or_none);
     out.max_rel_err = stats.max_rel.and_then(finite_or_none);
+    out.err_of_scale = match (out.max_abs_err, scale) {
+        (Some(e), Some(s)) if s > 0.0 => Some(e / s),
+        (Some(e), Some(_)) if e == 0.0 => Some(0.0),
+        _ => None,
+    };
     if stats.mismatched > 0 {
         out.status = Status::Mismatch;
         if let Some((flat, expected, actual)) = stats.worst {
@@ -229,6 +499,8 @@ fn finite_or_none(v: f64) -> Option<f64> {
 #[derive(Default)]
 struct Stats {
     mismatched: usize,
+    /// Values off the reference that the second reference let pass.
+    second: usize,
     nonfinite: usize,
     max_abs: Option<f64>,
     max_rel: Option<f64>,
@@ -243,7 +515,22 @@ fn bump(slot: &mut Option<f64>, v: f64) {
     });
 }
 
-fn compare_floats(dtype: DType, b: &[u8], a: &[u8], tol: Tolerance) -> Stats {
+/// `bound`: the class criterion's largest error (allowance included); with a tolerance the
+/// bound of each element is `max(atol + rtol*|b|, allowance)`.
+fn compare_floats(
+    dtype: DType,
+    b: &[u8],
+    a: &[u8],
+    second: Option<&[u8]>,
+    criterion: Criterion,
+    bound: Option<f64>,
+    allowance: f64,
+) -> Stats {
+    let allowed_at = |y: f64| match (criterion, bound) {
+        (Criterion::Tolerance(t), _) => (t.atol + t.rtol * y.abs()).max(allowance),
+        (Criterion::Class(_), Some(b)) => b,
+        (Criterion::Class(_), None) => allowance,
+    };
     let lanes = dtype.lanes();
     let scalars = b.len() / dtype.scalar_size().unwrap_or(1) * lanes;
     let mut s = Stats::default();
@@ -262,8 +549,26 @@ fn compare_floats(dtype: DType, b: &[u8], a: &[u8], tol: Tolerance) -> Stats {
             if y != 0.0 {
                 bump(&mut s.max_rel, d / y.abs());
             }
-            (d > tol.atol + tol.rtol * y.abs(), d)
+            (d > allowed_at(y), d)
         };
+        let bad = bad
+            && match second {
+                None => true,
+                Some(c) => {
+                    let z = dtype.read_f64(c, i);
+                    let off = if x.is_nan() || z.is_nan() {
+                        !(x.is_nan() && z.is_nan())
+                    } else if x.is_infinite() || z.is_infinite() {
+                        x != z
+                    } else {
+                        (x - z).abs() > allowed_at(z)
+                    };
+                    if !off {
+                        s.second += 1;
+                    }
+                    off
+                }
+            };
         if bad {
             if last_bad_element != element {
                 s.mismatched += 1;
@@ -273,7 +578,7 @@ fn compare_floats(dtype: DType, b: &[u8], a: &[u8], tol: Tolerance) -> Stats {
                 s.nonfinite += 1;
                 bump(&mut s.max_abs, f64::INFINITY);
             }
-            let allowed = tol.atol + tol.rtol * y.abs();
+            let allowed = allowed_at(y);
             let ratio = if allowed > 0.0 {
                 diff / allowed
             } else {
@@ -294,7 +599,9 @@ fn compare_floats(dtype: DType, b: &[u8], a: &[u8], tol: Tolerance) -> Stats {
     s
 }
 
-fn compare_ints(dtype: DType, b: &[u8], a: &[u8]) -> Stats {
+/// Integers must be equal, or differ by at most `allowance` (a runtime's own difference)
+/// from `b` or from `second`.
+fn compare_ints(dtype: DType, b: &[u8], a: &[u8], second: Option<&[u8]>, allowance: f64) -> Stats {
     let n = b.len() / dtype.scalar_size().unwrap_or(1);
     let mut s = Stats {
         max_abs: Some(0.0),
@@ -306,6 +613,18 @@ fn compare_ints(dtype: DType, b: &[u8], a: &[u8]) -> Stats {
         let (x, y) = (dtype.read_i128(a, i), dtype.read_i128(b, i));
         if x != y {
             let d = (x - y).abs();
+            let by_second =
+                second.is_some_and(|c| ((x - dtype.read_i128(c, i)).abs() as f64) <= allowance);
+            if (d as f64) <= allowance || by_second {
+                bump(&mut s.max_abs, d as f64);
+                if y != 0 {
+                    bump(&mut s.max_rel, d as f64 / (y.abs() as f64));
+                }
+                if by_second && (d as f64) > allowance {
+                    s.second += 1;
+                }
+                continue;
+            }
             s.mismatched += 1;
             bump(&mut s.max_abs, d as f64);
             if y != 0 {
@@ -431,6 +750,84 @@ mod tests {
         assert_eq!(compare("y", &a, &b, tol).status, Status::ShapeMismatch);
         let c = i64s(&[1, 2]);
         assert_eq!(compare("y", &a, &c, tol).status, Status::DtypeMismatch);
+    }
+
+    fn f16_bits(v: &[u16]) -> HostTensor {
+        HostTensor::new(
+            DType::F16,
+            vec![v.len()],
+            TensorData::Bytes(v.iter().flat_map(|x| x.to_le_bytes()).collect()),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn ulps_at_scale() {
+        assert_eq!(ulp_at(DType::F16, 1.0), Some(2f64.powi(-10)));
+        assert_eq!(ulp_at(DType::F16, 1.999), Some(2f64.powi(-10)));
+        assert_eq!(ulp_at(DType::F16, 2.0), Some(2f64.powi(-9)));
+        assert_eq!(ulp_at(DType::F16, 0.0), Some(2f64.powi(-24)));
+        assert_eq!(ulp_at(DType::F16, 1e-6), Some(2f64.powi(-24)));
+        assert_eq!(ulp_at(DType::BF16, 3.0), Some(2f64.powi(-6)));
+        assert_eq!(ulp_at(DType::F32, 1.0), Some(2f64.powi(-23)));
+        assert_eq!(ulp_at(DType::I32, 1.0), None);
+    }
+
+    #[test]
+    fn classes_judge_against_the_scale() {
+        let b = f32s(vec![3], &[10.0, -2.0, 0.5]);
+        // One float32 rounding step at 0.5: fails exact, passes rounding (1e-4 at scale 10).
+        let step = f32s(vec![3], &[10.0, -2.0, f32::from_bits(0.5f32.to_bits() + 1)]);
+        let c = compare_with("y", &b, &step, Judge::class(Exactness::Exact));
+        assert_eq!(c.status, Status::Mismatch);
+        assert_eq!(c.bound, Some(0.0));
+        assert_eq!(c.judged_by, "exact");
+        let c = compare_with("y", &b, &step, Judge::class(Exactness::Rounding));
+        assert!(c.passed(), "{c:?}");
+        assert_eq!(c.scale, Some(10.0));
+        assert!((c.bound.unwrap() - 1e-4).abs() < 1e-12);
+        assert!((c.bound_of_scale.unwrap() - 1e-5).abs() < 1e-15);
+        assert!(c.err_of_scale.unwrap() > 0.0 && c.err_of_scale.unwrap() < 1e-7);
+        // Equal values (+0 against -0, NaN against NaN) are exact.
+        let z = f32s(vec![2], &[0.0, f32::NAN]);
+        let nz = f32s(vec![2], &[-0.0, f32::NAN]);
+        assert!(compare_with("z", &z, &nz, Judge::class(Exactness::Exact)).passed());
+        // Approximate: B x scale; the allowance raises the bound.
+        let off = f32s(vec![3], &[10.0, -2.0, 0.5 + 0.05]);
+        let c = compare_with("y", &b, &off, Judge::class(Exactness::Approximate(1e-2)));
+        assert!(c.passed(), "{c:?}");
+        let c = compare_with("y", &b, &off, Judge::class(Exactness::Approximate(1e-3)));
+        assert_eq!(c.status, Status::Mismatch);
+        let c = compare_with(
+            "y",
+            &b,
+            &off,
+            Judge::class(Exactness::Approximate(1e-3)).with_allowance(0.06),
+        );
+        assert!(c.passed(), "{c:?}");
+        assert_eq!(c.runtime_allowance, Some(0.06));
+        // float16: 2 ulp at the scale (scale 1.5: ulp 2^-10).
+        // (1.5 is 0x3e00, 0.25 is 0x3400 where one step is 2^-12: 8 steps are 2 ulp at 1.5.)
+        let h = f16_bits(&[0x3e00, 0x3400]);
+        let two = f16_bits(&[0x3e00, 0x3408]);
+        let three = f16_bits(&[0x3e00, 0x340c]);
+        assert!(compare_with("h", &h, &two, Judge::class(Exactness::Rounding)).passed());
+        assert!(!compare_with("h", &h, &three, Judge::class(Exactness::Rounding)).passed());
+        // Integers stay exact under any class, unless the runtime's allowance covers it.
+        let c = compare_with(
+            "i",
+            &i64s(&[1, 2]),
+            &i64s(&[1, 3]),
+            Judge::class(Exactness::Approximate(0.9)),
+        );
+        assert_eq!(c.status, Status::Mismatch);
+        let c = compare_with(
+            "i",
+            &i64s(&[1, 2]),
+            &i64s(&[1, 3]),
+            Judge::class(Exactness::Exact).with_allowance(1.0),
+        );
+        assert!(c.passed(), "{c:?}");
     }
 
     #[test]

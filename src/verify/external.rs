@@ -258,6 +258,8 @@ pub fn run_external(
             .and_then(|v| v.as_str())
             .unwrap_or("no message");
         let message = one_line(&format!("{} ({stage}): {error}", describe_short(kind)));
+        // (Session and run errors name the runtime themselves: the Session/Run variants
+        // say "ONNX Runtime", which is the in-process reference.)
         return Err(match stage {
             "import" => {
                 VerifyError::RuntimeNotFound(format!("{message}; install it with {SETUP_SCRIPT}"))
@@ -266,14 +268,14 @@ pub fn run_external(
                 path: helper.program.clone(),
                 message,
             },
-            "session" => VerifyError::Session {
-                path: path.clone(),
-                message,
-            },
-            _ => VerifyError::Run {
-                path: path.clone(),
-                message,
-            },
+            "session" => VerifyError::model(
+                path,
+                format!("{} cannot load the model: {message}", kind.name()),
+            ),
+            _ => VerifyError::model(
+                path,
+                format!("{} failed to run the model: {message}", kind.name()),
+            ),
         });
     }
 

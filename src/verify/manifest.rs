@@ -256,12 +256,30 @@ pub fn load_pipeline(path: &Path) -> Result<Pipeline, VerifyError> {
         layer_annotations: Vec::new(),
         index_bounds: external_bounds,
         scale_inputs,
+        exactness: chain_exactness(&segments),
     };
     Ok(Pipeline {
         manifest: path.to_path_buf(),
         segments,
         info,
     })
+}
+
+/// The chain's exactness entry: the loosest class its segments record, or the first entry
+/// that cannot be read (so that `verify` says so); none when no segment has one.
+fn chain_exactness(segments: &[Segment]) -> Option<String> {
+    use crate::rewrite::exactness::Exactness;
+    let mut loosest: Option<Exactness> = None;
+    for seg in segments {
+        let Some(raw) = &seg.info.exactness else {
+            continue;
+        };
+        match Exactness::from_meta(raw) {
+            Some(c) => loosest = Some(loosest.map_or(c, |l| l.max(c))),
+            None => return Some(raw.clone()),
+        }
+    }
+    loosest.map(|c| c.to_meta())
 }
 
 #[cfg(test)]

@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub use cli::{run_cli, VerifyArgs};
-pub use compare::{OutputComparison, Status, Tolerance};
+pub use compare::{Criterion, Judge, OutputComparison, Status, Tolerance};
 pub use discover::Discovery;
 pub use error::VerifyError;
 pub use external::{RuntimeKind, WebgpuPins};
@@ -38,10 +38,11 @@ pub use inputs::{DimDefaults, DimOverrides};
 pub use report::VerifyReport;
 pub use runtime::{OptLevel, SessionSettings};
 
+use crate::rewrite::exactness::Exactness;
 use inputs::SetKind;
 use manifest::Pipeline;
 use model::ModelInfo;
-use report::{InputSource, RunReport, RuntimeInfo, SessionInfo};
+use report::{ExactnessInfo, InputSource, OriginalOnRuntime, RunReport, RuntimeInfo, SessionInfo};
 use runtime::{ModelSession, Runtime};
 use tensor::HostTensor;
 
@@ -55,7 +56,14 @@ pub const EXIT_ERROR: u8 = 2;
 /// How to verify.
 #[derive(Debug, Clone)]
 pub struct VerifyOptions {
+    /// The tolerance used when `tolerance_given`, or when the rewritten model records no
+    /// exactness class (a model from an older version, or two arbitrary models).
     pub tolerance: Tolerance,
+    /// True: judge by `tolerance` whatever class the rewritten model records (`--atol`/`--rtol`
+    /// given). False (the default): by the class the rewritten model records under
+    /// `onnx_safeify.exactness`: bit-identical for `exact`, the class's bound at each output's
+    /// scale otherwise.
+    pub tolerance_given: bool,
     /// Number of runs with fresh random inputs (ignored with `inputs`).
     pub runs: usize,
     /// Base seed; run `i` uses `inputs::run_seed(seed, i)`.
@@ -71,12 +79,20 @@ pub struct VerifyOptions {
     /// Where to find ONNX Runtime; `None`: from the environment ([`Discovery::from_env`]).
     pub discovery: Option<Discovery>,
     pub session: SessionSettings,
-    /// Where the rewritten model runs; the original always runs on ONNX Runtime's CPU
-    /// provider as the reference.
+    /// When the outputs are judged by an exactness class: the ONNX Runtime CPU sessions use
+    /// this graph optimisation level instead of `session.optimization` (default: disabled,
+    /// the level the classes are defined at: ONNX Runtime's fusions differ between a graph
+    /// and its rewrite, which changes the float arithmetic). `None`: `session.optimization`
+    /// always (`--ort-opt-level` given).
+    pub class_optimization: Option<OptLevel>,
+    /// Where the rewritten model runs. The original always runs on ONNX Runtime's CPU
+    /// provider; on another runtime it runs there too when it can, and the rewrite is judged
+    /// against it there (within the larger of the criterion and the runtime's own difference
+    /// from ONNX Runtime CPU).
     pub runtime: RuntimeKind,
     /// How `--runtime webgpu` passes the `layer_ann` pins to onnxruntime-web.
     pub webgpu_pins: WebgpuPins,
-    /// Bound on a `webgpu` / `openvino` helper process (all runs together).
+    /// Bound on a `webgpu` / `openvino` helper process (all runs of one model together).
     pub runtime_timeout: Duration,
 }
 
@@ -87,6 +103,7 @@ impl Default for VerifyOptions {
     fn default() -> Self {
         VerifyOptions {
             tolerance: Tolerance::default(),
+            tolerance_given: false,
             runs: 1,
             seed: 0,
             dims: DimOverrides::default(),
@@ -96,6 +113,7 @@ impl Default for VerifyOptions {
             expected: None,
             discovery: None,
             session: SessionSettings::default(),
+            class_optimization: Some(OptLevel::Disable),
             runtime: RuntimeKind::Cpu,
             webgpu_pins: WebgpuPins::LayerAssignment,
             runtime_timeout: DEFAULT_RUNTIME_TIMEOUT,
@@ -251,6 +269,21 @@ pub fn verify_models(
     }
     let mut warnings = Vec::new();
     inputs::check_compatible(orig.info(), rewr.info(), &mut warnings)?;
+    let (judge, mut exactness) = choose_criterion(rewr.info(), opts, &mut warnings);
+    let session = match (judge.criterion, opts.class_optimization) {
+        (Criterion::Class(_), Some(level)) => SessionSettings {
+            optimization: level,
+            ..opts.session.clone()
+        },
+        _ => opts.session.clone(),
+    };
+    exactness.ort_opt_level = session.optimization;
+    if session.optimization != opts.session.optimization {
+        exactness.note.push_str(&format!(
+            "; ONNX Runtime CPU graph optimisations {} (the level the class is defined at; --ort-opt-level to choose)",
+            opt_name(session.optimization)
+        ));
+    }
 
     // Inputs: read them (once) or plan random ones, before loading the runtime so that
     // file errors come first.
@@ -302,7 +335,7 @@ pub fn verify_models(
         rt,
         &orig,
         "original",
-        &opts.session,
+        &session,
         &mut sessions,
         &mut warnings,
     )?;
@@ -313,7 +346,7 @@ pub fn verify_models(
             rt,
             &rewr,
             "rewritten",
-            &opts.session,
+            &session,
             &mut sessions,
             &mut warnings,
         )?)
@@ -341,8 +374,12 @@ pub fn verify_models(
         })
         .collect();
     // The rewritten model on another runtime: every run in one helper process.
+    let feeds: Vec<Feed> = if external {
+        all_feeds.iter().map(|(f, _)| f.clone()).collect()
+    } else {
+        Vec::new()
+    };
     let mut external_run = if external {
-        let feeds: Vec<Feed> = all_feeds.iter().map(|(f, _)| f.clone()).collect();
         let ext = external::run_external(
             opts.runtime,
             rewr.info(),
@@ -368,6 +405,57 @@ pub fn verify_models(
     } else {
         None
     };
+    // The original on that runtime too (three runs), when it loads there.
+    let mut original_on_runtime: Option<OriginalOnRuntime> = None;
+    let mut original_external: Option<Vec<HashMap<String, HostTensor>>> = None;
+    if external {
+        let mut o = OriginalOnRuntime {
+            runtime: opts.runtime,
+            ran: false,
+            error: None,
+            differs: false,
+            differences: Vec::new(),
+        };
+        match &orig {
+            Target::Chain(_) => {
+                o.error = Some(format!(
+                    "{} is a partition manifest; only one .onnx file runs on {}",
+                    original.display(),
+                    opts.runtime.name()
+                ))
+            }
+            Target::Single(info) => match external::run_external(
+                opts.runtime,
+                info,
+                &feeds,
+                opts.session.optimization,
+                opts.webgpu_pins,
+                opts.runtime_timeout,
+                &mut warnings,
+            ) {
+                Ok(ext) => {
+                    sessions.push(SessionInfo {
+                        role: "original".into(),
+                        model: info.path.display().to_string(),
+                        segment: None,
+                        device: Some(opts.runtime.name().to_string()),
+                        layer_assignment: None,
+                    });
+                    o.ran = true;
+                    original_external = Some(ext.outputs);
+                }
+                Err(e) => {
+                    let msg = error::one_line(&e.to_string());
+                    warnings.push(format!(
+                        "the original does not run on {}: {msg}; the rewrite is judged against the original on ONNX Runtime CPU",
+                        opts.runtime.name()
+                    ));
+                    o.error = Some(msg);
+                }
+            },
+        }
+        original_on_runtime = Some(o);
+    }
     let mut reports = Vec::with_capacity(runs);
     let mut weak: Vec<String> = Vec::new();
     for (run, (feed, seed)) in all_feeds.into_iter().enumerate() {
@@ -388,7 +476,16 @@ pub fn verify_models(
             (None, Some(ext)) => std::mem::take(&mut ext.outputs[run]),
             (None, None) => unreachable!("one of the two runs the rewritten model"),
         };
+        let on_runtime: Option<HashMap<String, HostTensor>> = original_external
+            .as_mut()
+            .and_then(|o| o.get_mut(run))
+            .map(std::mem::take);
+        let rt_name = opts.runtime.name();
         let mut outputs = Vec::with_capacity(orig.info().outputs.len());
+        let mut against_cpu = Vec::new();
+        let mut runtime_vs_cpu = Vec::new();
+        // Per output: the runtime's own largest difference from ONNX Runtime CPU.
+        let mut allowances: HashMap<&str, f64> = HashMap::new();
         for spec in &orig.info().outputs {
             let Some(b) = reference.get(&spec.name) else {
                 return Err(VerifyError::output(
@@ -397,7 +494,7 @@ pub fn verify_models(
                     "declared but not produced by ONNX Runtime",
                 ));
             };
-            if let Some(why) = compare::weak_reference(b, opts.tolerance) {
+            if let Some(why) = compare::weak_reference(b, weak_tolerance(judge)) {
                 let w = format!(
                     "output '{}' of {} {why} on the inputs of run {}: the comparison proves little; give real inputs with --inputs",
                     spec.name,
@@ -409,20 +506,68 @@ pub fn verify_models(
                     warnings.push(w);
                 }
             }
-            outputs.push(match actual.get(&spec.name) {
-                Some(a) => compare::compare(&spec.name, b, a, opts.tolerance),
-                None => OutputComparison::missing(
+            let missing = |reference: &HostTensor| {
+                let mut m = OutputComparison::missing(
                     &spec.name,
-                    b,
+                    reference,
                     format!("{} has no output of this name", rewr.info().path.display()),
-                ),
-            });
+                );
+                m.judged_by = judge.criterion.label();
+                m
+            };
+            let r = on_runtime.as_ref().and_then(|o| o.get(&spec.name));
+            match (r, &on_runtime) {
+                (Some(r), _) => {
+                    // Three runs: judged against the original on the same runtime.
+                    runtime_vs_cpu.push(compare::compare_with(&spec.name, b, r, judge));
+                    let allowance = compare::finite_max_abs_diff(b, r).unwrap_or(0.0);
+                    let _ = allowances.insert(spec.name.as_str(), allowance);
+                    let j = judge.with_allowance(allowance);
+                    match actual.get(&spec.name) {
+                        Some(a) => {
+                            outputs.push(compare::compare_with_second(
+                                &spec.name,
+                                r,
+                                a,
+                                j,
+                                Some(b),
+                            ));
+                            against_cpu.push(compare::compare_with(&spec.name, b, a, judge));
+                        }
+                        None => {
+                            outputs.push(missing(r));
+                            against_cpu.push(missing(b));
+                        }
+                    }
+                }
+                (None, Some(_)) => {
+                    // The runtime gave no such output for the original: judged against
+                    // ONNX Runtime CPU.
+                    let mut c = match actual.get(&spec.name) {
+                        Some(a) => compare::compare_with(&spec.name, b, a, judge),
+                        None => missing(b),
+                    };
+                    let note = format!(
+                        "judged against ONNX Runtime CPU: {rt_name} gave no output of this name for the original"
+                    );
+                    c.detail = Some(match c.detail.take() {
+                        Some(d) => format!("{d}; {note}"),
+                        None => note,
+                    });
+                    outputs.push(c);
+                }
+                (None, None) => outputs.push(match actual.get(&spec.name) {
+                    Some(a) => compare::compare_with(&spec.name, b, a, judge),
+                    None => missing(b),
+                }),
+            }
         }
         let mut against_expected = Vec::new();
         if let Some(exp) = &expected {
             for (name, b) in exp {
+                let j = judge.with_allowance(allowances.get(name.as_str()).copied().unwrap_or(0.0));
                 against_expected.push(match actual.get(name) {
-                    Some(a) => compare::compare(name, b, a, opts.tolerance),
+                    Some(a) => compare::compare_with(name, b, a, j),
                     None => OutputComparison::missing(
                         name,
                         b,
@@ -436,7 +581,12 @@ pub fn verify_models(
             seed,
             outputs,
             expected: against_expected,
+            against_cpu,
+            runtime_vs_cpu,
         });
+    }
+    if let Some(o) = original_on_runtime.as_mut() {
+        o.summarise(&reports);
     }
 
     let mut report = VerifyReport {
@@ -449,7 +599,9 @@ pub fn verify_models(
             build_info: rt.build_info.clone(),
         },
         tolerance: opts.tolerance,
+        exactness,
         rewritten_runtime: external_run.map(|e| e.info),
+        original_on_runtime,
         sessions,
         inputs: match &opts.inputs {
             Some(p) => InputSource::File {
@@ -466,4 +618,99 @@ pub fn verify_models(
     };
     report.passed = report.passed();
     Ok(report)
+}
+
+/// What judges the outputs: `--atol`/`--rtol` when given, else the exactness class the
+/// rewritten model records, else (no class, or one this version cannot read) the default
+/// tolerance.
+fn choose_criterion(
+    rewritten: &ModelInfo,
+    opts: &VerifyOptions,
+    warnings: &mut Vec<String>,
+) -> (Judge, ExactnessInfo) {
+    let t = opts.tolerance;
+    let tol_text = format!("|a-b| <= {:e} + {:e}*|b| (b: reference)", t.atol, t.rtol);
+    let recorded = rewritten.exactness.clone();
+    let class = recorded.as_deref().and_then(|raw| {
+        let c = Exactness::from_meta(raw);
+        if c.is_none() {
+            warnings.push(format!(
+                "{}: the exactness class recorded ({}='{raw}') is not one this version reads (exact, rounding, approximate:B)",
+                rewritten.path.display(),
+                crate::rewrite::exactness::EXACTNESS_KEY
+            ));
+        }
+        c
+    });
+    let class_name = class.map(Exactness::to_meta);
+    if opts.tolerance_given {
+        let note = match &class_name {
+            Some(c) => format!("{tol_text}, as given (the rewrite's class, {c}, not used)"),
+            None => format!("{tol_text}, as given"),
+        };
+        return (
+            Judge::tolerance(t),
+            ExactnessInfo {
+                class: class_name,
+                criterion: "given".into(),
+                note,
+                ort_opt_level: opts.session.optimization,
+            },
+        );
+    }
+    match class {
+        Some(c) => {
+            let rule = match c {
+                Exactness::Exact => {
+                    "bit-identical (equal values, NaN equal to NaN at the same places)".to_string()
+                }
+                other => format!(
+                    "{}; scale: the reference output's largest magnitude; integer and bool outputs equal",
+                    other.bound_text()
+                ),
+            };
+            (
+                Judge::class(c),
+                ExactnessInfo {
+                    class: class_name.clone(),
+                    criterion: "class".into(),
+                    note: format!(
+                        "the rewrite's exactness class, {}: {rule}",
+                        class_name.unwrap_or_default()
+                    ),
+                    ort_opt_level: opts.session.optimization,
+                },
+            )
+        }
+        None => (
+            Judge::tolerance(t),
+            ExactnessInfo {
+                class: None,
+                criterion: "default".into(),
+                note: format!("{tol_text}; no exactness class recorded"),
+                ort_opt_level: opts.session.optimization,
+            },
+        ),
+    }
+}
+
+/// The tolerance the weak-reference warning measures against: none when the bound scales
+/// with the output (a class), so only a constant output or one with no finite value is weak.
+fn weak_tolerance(judge: Judge) -> Tolerance {
+    match judge.criterion {
+        Criterion::Tolerance(t) => t,
+        Criterion::Class(_) => Tolerance {
+            atol: 0.0,
+            rtol: 0.0,
+        },
+    }
+}
+
+fn opt_name(level: OptLevel) -> &'static str {
+    match level {
+        OptLevel::Disable => "disabled",
+        OptLevel::Basic => "basic",
+        OptLevel::Extended => "extended",
+        OptLevel::All => "all",
+    }
 }

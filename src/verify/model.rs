@@ -14,6 +14,7 @@ use crate::proto::{
     tensor_shape_proto::dimension::Value as DimValue, type_proto::Value as TypeValue, GraphProto,
     ModelProto, NodeProto, ValueInfoProto,
 };
+use crate::rewrite::exactness::EXACTNESS_KEY;
 
 /// The node metadata key that pins a node to a device in ONNX Runtime.
 pub const LAYER_ANN_KEY: &str = "layer_ann";
@@ -113,6 +114,9 @@ pub struct ModelInfo {
     pub index_bounds: HashMap<String, Vec<IndexBound>>,
     /// Float inputs used as Resize/Upsample scales.
     pub scale_inputs: Vec<String>,
+    /// The value of the model's `onnx_safeify.exactness` metadata entry, as written (the
+    /// loosest exactness class of the rewrites that made it), when it has one.
+    pub exactness: Option<String>,
 }
 
 impl ModelInfo {
@@ -204,7 +208,18 @@ pub fn model_info_from_proto(path: &Path, model: &ModelProto) -> Result<ModelInf
         layer_annotations: annotations.into_iter().collect(),
         index_bounds,
         scale_inputs,
+        exactness: exactness_entry(model),
     })
+}
+
+/// The value of `model`'s [`EXACTNESS_KEY`] metadata entry (the last one, if repeated).
+pub fn exactness_entry(model: &ModelProto) -> Option<String> {
+    model
+        .metadata_props
+        .iter()
+        .rev()
+        .find(|p| p.key.as_deref() == Some(EXACTNESS_KEY))
+        .map(|p| p.value.clone().unwrap_or_default())
 }
 
 fn value_spec(v: &ValueInfoProto) -> ValueSpec {

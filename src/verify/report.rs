@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use super::compare::{OutputComparison, Status, Tolerance};
-use super::external::ExternalInfo;
+use super::external::{ExternalInfo, RuntimeKind};
 use super::inputs::{InputPlan, ValueRange};
 use super::tensor::fmt_shape;
 
@@ -51,6 +51,108 @@ pub struct RunReport {
     /// The rewritten model's outputs against `--expected`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub expected: Vec<OutputComparison>,
+    /// When the original also ran on the rewritten model's runtime (`outputs` then compares
+    /// the two there): the rewritten model on that runtime against the original on ONNX
+    /// Runtime CPU. Shown, not judged.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub against_cpu: Vec<OutputComparison>,
+    /// When the original also ran on the rewritten model's runtime: the original there against
+    /// the original on ONNX Runtime CPU, the runtime's own difference. Shown, not judged.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub runtime_vs_cpu: Vec<OutputComparison>,
+}
+
+/// How the outputs were judged.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ExactnessInfo {
+    /// The class the rewritten model records under `onnx_safeify.exactness` (`exact`,
+    /// `rounding`, `approximate:B`); null when it records none.
+    pub class: Option<String>,
+    /// What judged the outputs: `class` (the recorded class), `given` (`--atol`/`--rtol`),
+    /// `default` (no class recorded, or one this version cannot read: the default tolerance).
+    pub criterion: String,
+    /// The rule in words.
+    pub note: String,
+    /// The graph optimisation level of the ONNX Runtime CPU sessions.
+    pub ort_opt_level: super::runtime::OptLevel,
+}
+
+/// The original model on the rewritten model's runtime (`--runtime` other than cpu).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct OriginalOnRuntime {
+    pub runtime: RuntimeKind,
+    /// Whether the original ran there; if so, the rewrite is judged against it, within the
+    /// larger of its criterion and the runtime's own difference from ONNX Runtime CPU.
+    pub ran: bool,
+    /// Why it did not run (the runtime's error, or why it was not tried).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// True when the runtime's outputs for the original differ from ONNX Runtime CPU's beyond
+    /// the criterion (on some output of some run).
+    pub differs: bool,
+    /// Per output, over all runs: the runtime's own difference from ONNX Runtime CPU.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub differences: Vec<RuntimeDifference>,
+}
+
+/// A runtime's own difference from ONNX Runtime CPU on one output of the original.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RuntimeDifference {
+    pub output: String,
+    /// The worst status over the runs (`ok`: within the criterion).
+    pub status: Status,
+    /// Largest |runtime - cpu| over the runs (null when infinite: NaN or infinity mismatch).
+    pub max_abs_err: Option<f64>,
+    /// The same as a fraction of the output's scale (largest over the runs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub err_of_scale: Option<f64>,
+    /// Elements beyond the criterion, all runs together.
+    pub mismatched: usize,
+    pub elements: usize,
+}
+
+impl OriginalOnRuntime {
+    /// Folds the per-run `runtime_vs_cpu` comparisons into per-output differences.
+    pub fn summarise(&mut self, runs: &[RunReport]) {
+        let mut out: Vec<RuntimeDifference> = Vec::new();
+        for r in runs {
+            for c in &r.runtime_vs_cpu {
+                let i = match out.iter().position(|d| d.output == c.name) {
+                    Some(i) => i,
+                    None => {
+                        out.push(RuntimeDifference {
+                            output: c.name.clone(),
+                            status: Status::Ok,
+                            max_abs_err: Some(0.0),
+                            err_of_scale: Some(0.0),
+                            mismatched: 0,
+                            elements: 0,
+                        });
+                        out.len() - 1
+                    }
+                };
+                let d = &mut out[i];
+                if d.status == Status::Ok {
+                    d.status = c.status;
+                }
+                let infinite = c.max_abs_err.is_none() && c.status == Status::Mismatch;
+                d.max_abs_err = match (d.max_abs_err, c.max_abs_err) {
+                    _ if infinite => None,
+                    (None, _) => None,
+                    (Some(x), Some(y)) => Some(x.max(y)),
+                    (Some(x), None) => Some(x),
+                };
+                d.err_of_scale = match (d.err_of_scale, c.err_of_scale) {
+                    (Some(x), Some(y)) => Some(x.max(y)),
+                    _ => None,
+                };
+                d.mismatched += c.mismatched;
+                d.elements += c.elements;
+            }
+        }
+        self.differs = out.iter().any(|d| d.status != Status::Ok);
+        self.differences = out;
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -60,11 +162,18 @@ pub struct VerifyReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub expected: Option<String>,
     pub onnxruntime: RuntimeInfo,
+    /// The tolerance: used when given or when no exactness class is recorded (see
+    /// `exactness.criterion`).
     pub tolerance: Tolerance,
+    /// How the outputs were judged: the rewritten model's exactness class, or the tolerance.
+    pub exactness: ExactnessInfo,
     /// Where the rewritten model ran when not on ONNX Runtime's CPU provider in process
     /// (`--runtime webgpu|openvino`); `onnxruntime` is then the reference's runtime only.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rewritten_runtime: Option<ExternalInfo>,
+    /// With `--runtime` other than cpu: the original on that runtime too.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub original_on_runtime: Option<OriginalOnRuntime>,
     pub sessions: Vec<SessionInfo>,
     pub inputs: InputSource,
     pub runs: Vec<RunReport>,
@@ -186,11 +295,31 @@ impl VerifyReport {
                 let _ = writeln!(s, "inputs:    random (seed {seed}): {}", parts.join("; "));
             }
         }
-        let _ = writeln!(
-            s,
-            "tolerance: |a-b| <= {:e} + {:e}*|b| (b: reference)",
-            self.tolerance.atol, self.tolerance.rtol
-        );
+        let _ = writeln!(s, "tolerance: {}", self.exactness.note);
+        if let Some(o) = &self.original_on_runtime {
+            original_on_runtime_text(&mut s, o);
+        }
+        let (judged, against, own) = match &self.original_on_runtime {
+            Some(o) if o.ran => (
+                format!(
+                    "rewritten on {0} vs original on {0} (judged)",
+                    o.runtime.name()
+                ),
+                format!(
+                    "rewritten on {} vs original on ONNX Runtime CPU (shown, not judged)",
+                    o.runtime.name()
+                ),
+                format!(
+                    "original on {} vs original on ONNX Runtime CPU (the runtime's own difference)",
+                    o.runtime.name()
+                ),
+            ),
+            _ => (
+                "rewritten vs original".to_string(),
+                String::new(),
+                String::new(),
+            ),
+        };
         for run in &self.runs {
             match run.seed {
                 Some(seed) => {
@@ -200,7 +329,13 @@ impl VerifyReport {
                     let _ = writeln!(s, "run {}:", run.run);
                 }
             }
-            table(&mut s, "rewritten vs original", &run.outputs);
+            table(&mut s, &judged, &run.outputs);
+            if !run.against_cpu.is_empty() {
+                table(&mut s, &against, &run.against_cpu);
+            }
+            if !run.runtime_vs_cpu.is_empty() {
+                table(&mut s, &own, &run.runtime_vs_cpu);
+            }
             if !run.expected.is_empty() {
                 table(&mut s, "rewritten vs expected", &run.expected);
             }
@@ -265,13 +400,41 @@ fn summary(c: &OutputComparison) -> String {
     s
 }
 
+/// What set an output's bound, for the table's `by` column.
+fn judged_by(r: &OutputComparison) -> String {
+    let label = if r.judged_by.is_empty() {
+        "-".to_string()
+    } else {
+        r.judged_by.clone()
+    };
+    match (r.runtime_allowance, r.bound) {
+        (Some(a), Some(b)) if a >= b => "runtime".into(),
+        (Some(_), None) => format!("{label}|runtime"),
+        _ => label,
+    }
+}
+
+fn fmt_opt(v: Option<f64>) -> String {
+    match v {
+        Some(0.0) => "0".into(),
+        Some(v) => format!("{v:.3e}"),
+        None => "-".into(),
+    }
+}
+
 fn table(s: &mut String, title: &str, rows: &[OutputComparison]) {
     let _ = writeln!(s, "  {title}:");
     let name_w = rows.iter().map(|r| r.name.len()).max().unwrap_or(6).max(6);
+    let by_w = rows
+        .iter()
+        .map(|r| judged_by(r).len())
+        .max()
+        .unwrap_or(2)
+        .max(2);
     let _ = writeln!(
         s,
-        "    {:<name_w$}  {:<9}  {:<16}  {:>10}  {:>10}  {:>14}  status",
-        "output", "dtype", "shape", "max_abs", "max_rel", "mismatched"
+        "    {:<name_w$}  {:<9}  {:<16}  {:>10}  {:>10}  {:>10}  {:>10}  {:>12}  {:<by_w$}  {:>14}  status",
+        "output", "dtype", "shape", "max_abs", "max_rel", "scale", "err/scale", "bound", "by", "mismatched"
     );
     for r in rows {
         let mut status = r.status.label().to_string();
@@ -287,15 +450,90 @@ fn table(s: &mut String, title: &str, rows: &[OutputComparison]) {
                 w.actual
             );
         }
+        let bound = match (r.bound, r.judged_by.as_str()) {
+            (Some(b), _) => fmt_opt(Some(b)),
+            (None, "tolerance") => "atol+rtol|b|".into(),
+            (None, _) => "-".into(),
+        };
         let _ = writeln!(
             s,
-            "    {:<name_w$}  {:<9}  {:<16}  {:>10}  {:>10}  {:>14}  {status}",
+            "    {:<name_w$}  {:<9}  {:<16}  {:>10}  {:>10}  {:>10}  {:>10}  {:>12}  {:<by_w$}  {:>14}  {status}",
             r.name,
             r.dtype,
             fmt_shape(&r.shape),
             fmt_err(r.max_abs_err, r.status),
             fmt_err(r.max_rel_err, r.status),
+            fmt_opt(r.scale),
+            fmt_opt(r.err_of_scale),
+            bound,
+            judged_by(r),
             format!("{}/{}", r.mismatched, r.elements),
+        );
+    }
+}
+
+/// The lines that say whether the original ran on the runtime, and how far the runtime
+/// itself is from ONNX Runtime CPU.
+fn original_on_runtime_text(s: &mut String, o: &OriginalOnRuntime) {
+    let rt = o.runtime.name();
+    if !o.ran {
+        let why = o.error.as_deref().unwrap_or("no reason given");
+        let _ = writeln!(
+            s,
+            "original:  could not run on {rt}: {why}; the rewrite is judged against the original on ONNX Runtime CPU"
+        );
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "original:  ran on {rt} too; the rewrite is judged against it there, within the larger of the bound and {rt}'s own difference from ONNX Runtime CPU"
+    );
+    let beyond = o
+        .differences
+        .iter()
+        .filter(|d| d.status != Status::Ok)
+        .count();
+    let nonzero = o
+        .differences
+        .iter()
+        .filter(|d| d.max_abs_err != Some(0.0))
+        .count();
+    if nonzero == 0 {
+        let _ = writeln!(
+            s,
+            "runtime:   {rt} gives the original's outputs exactly as ONNX Runtime CPU does"
+        );
+        return;
+    }
+    if beyond > 0 {
+        let _ = writeln!(
+            s,
+            "runtime:   {rt} ITSELF DIFFERS from ONNX Runtime CPU on {beyond} of {} output(s) of the original, beyond the bound:",
+            o.differences.len()
+        );
+    } else {
+        let _ = writeln!(
+            s,
+            "runtime:   {rt} differs from ONNX Runtime CPU on the original, within the bound:"
+        );
+    }
+    for d in o.differences.iter().filter(|d| d.max_abs_err != Some(0.0)) {
+        let by = match d.max_abs_err {
+            Some(e) => format!("{e:.3e}"),
+            None if d.status == Status::Mismatch => "inf (NaN or infinity)".into(),
+            None => "-".into(),
+        };
+        let frac = d
+            .err_of_scale
+            .map(|f| format!(" ({f:.3e} of scale)"))
+            .unwrap_or_default();
+        let _ = writeln!(
+            s,
+            "  '{}': up to {by}{frac}; {} of {} element(s) beyond the bound ({})",
+            d.output,
+            d.mismatched,
+            d.elements,
+            d.status.label()
         );
     }
 }
