@@ -278,6 +278,37 @@ fn needs_corpus(b: &Block) -> bool {
         .any(|(c, _)| c.contains("ch_PP-OCRv4") || c.contains("ch_ppocr"))
 }
 
+/// The other runtime a block runs on (`verify --runtime webgpu|openvino`), if any.
+fn needs_other_runtime(b: &Block) -> Option<onnx_safeify::verify::RuntimeKind> {
+    use onnx_safeify::verify::RuntimeKind;
+    b.steps.iter().find_map(|(c, _)| {
+        if c.contains("--runtime webgpu") {
+            Some(RuntimeKind::Webgpu)
+        } else if c.contains("--runtime openvino") {
+            Some(RuntimeKind::Openvino)
+        } else {
+            None
+        }
+    })
+}
+
+/// Whether a block on `kind` can run. A runtime that is not installed fails the block, as the
+/// runtime tests fail, unless ONNX_SAFEIFY_ALLOW_MISSING_RUNTIMES=1 (scripts/test.sh sets it
+/// when scripts/setup-runtimes.sh could not install one): then the block is skipped, loudly.
+fn other_runtime_ready(kind: onnx_safeify::verify::RuntimeKind, at: &str) -> bool {
+    match onnx_safeify::verify::external::check_available(kind) {
+        Ok(()) => true,
+        Err(e) if std::env::var("ONNX_SAFEIFY_ALLOW_MISSING_RUNTIMES").as_deref() == Ok("1") => {
+            eprintln!(
+                "!!!!!!!! SKIPPED: {at}: runtime {} is not installed: {e}",
+                kind.name()
+            );
+            false
+        }
+        Err(_) => true,
+    }
+}
+
 fn needs_runtime(b: &Block) -> bool {
     b.steps
         .iter()
@@ -313,6 +344,11 @@ fn command_outputs_in_the_docs_are_what_the_commands_print() {
             if needs_runtime(b) && !runtime {
                 eprintln!("SKIPPED: {page}:{}: needs ONNX Runtime", b.start + 1);
                 continue;
+            }
+            if let Some(kind) = needs_other_runtime(b) {
+                if !other_runtime_ready(kind, &format!("{page}:{}", b.start + 1)) {
+                    continue;
+                }
             }
             let mut fresh = Vec::new();
             let mut ok = true;
