@@ -171,6 +171,11 @@ pub fn compile_document(
         if !target.runtime.is_empty() {
             engine::stamp_runtime(&mut doc.model, target);
         }
+        // The loosest class of what changed the graph (a fallback's pin is exact); a model no
+        // rule touched gets nothing.
+        if !report.applied.is_empty() || !report.fallbacks.is_empty() {
+            engine::stamp_exactness(&mut doc.model, report.exactness());
+        }
         check_unknown_fields(doc, model)?;
     }
     Ok(Compiled {

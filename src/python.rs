@@ -77,7 +77,7 @@ impl Compiled {
 /// Compile a model for a target; raises `Error` with the command's message when nodes have
 /// no safe rewrite and `allow_unsafe` is false.
 #[pyfunction(name = "compile")]
-#[pyo3(signature = (path, data, label, target, rules, dims, allow_unsafe, strict=false, nchwc_block=None))]
+#[pyo3(signature = (path, data, label, target, rules, dims, allow_unsafe, strict=false, nchwc_block=None, allow_approximate=false))]
 #[allow(clippy::too_many_arguments)]
 fn compile_model(
     py: Python<'_>,
@@ -90,6 +90,7 @@ fn compile_model(
     allow_unsafe: bool,
     strict: bool,
     nchwc_block: Option<i64>,
+    allow_approximate: bool,
 ) -> PyResult<Compiled> {
     let mut opts = options(dims)?;
     if let Some(b) = nchwc_block.filter(|b| !(1..=1024).contains(b)) {
@@ -100,6 +101,7 @@ fn compile_model(
     }
     opts.strict = strict;
     opts.nchwc_block = nchwc_block;
+    opts.allow_approximate = allow_approximate;
     let shown = path.clone().unwrap_or_else(|| PathBuf::from(&label));
     let data = data.map(<[u8]>::to_vec);
     py.detach(move || {
@@ -138,10 +140,12 @@ fn check(
         let target = compile::load_target(&target, &rules)?;
         let mut doc = load(path, data.as_deref(), &label)?;
         let findings = crate::engine::check(&mut doc.model, &target, &opts);
-        Ok::<_, crate::Error>(crate::report::findings_json(
+        let cost = crate::cost::for_target(&doc.model, &target, &opts);
+        Ok::<_, crate::Error>(crate::report::findings_json_with_cost(
             &target.name,
             &shown.display().to_string(),
             &findings,
+            Some(&cost),
         ))
     })
     .map_err(err)

@@ -3,7 +3,9 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
+use crate::cost::{Cost, CostOfSafety};
 use crate::engine::{Finding, Report};
+use crate::rewrite::Exactness;
 use crate::rules::schema::{RuntimeSetting, Target};
 
 fn finding_json(f: &Finding) -> serde_json::Value {
@@ -19,15 +21,119 @@ fn finding_json(f: &Finding) -> serde_json::Value {
     })
 }
 
-/// `check --format json`: `{"target", "model", "findings": [{node, op, rule, action, kind, why,
-/// evidence, reason}]}`.
+/// `check --format json` without the cost figures: `{"target", "model", "findings": [{node,
+/// op, rule, action, kind, why, evidence, reason}]}`.
 pub fn findings_json(target: &str, model: &str, findings: &[Finding]) -> String {
-    let v = serde_json::json!({
+    findings_json_with_cost(target, model, findings, None)
+}
+
+/// `check --format json`: [`findings_json`]'s fields, and `cost`: the checked model's cost
+/// figures ([`crate::cost::Cost::to_json`]; heavy ops on the GPU, GPU pieces, crossings and
+/// their bytes at the assumed sizes), when given.
+pub fn findings_json_with_cost(
+    target: &str,
+    model: &str,
+    findings: &[Finding],
+    cost: Option<&Cost>,
+) -> String {
+    let mut v = serde_json::json!({
         "target": target,
         "model": model,
         "findings": findings.iter().map(finding_json).collect::<Vec<_>>(),
     });
+    if let (Some(c), Some(o)) = (cost, v.as_object_mut()) {
+        o.insert("cost".into(), c.to_json());
+    }
     serde_json::to_string_pretty(&v).unwrap_or_default() + "\n"
+}
+
+/// A share in percent: whole numbers without decimals (`100%`), others with one (`69.5%`);
+/// `n/a` without heavy ops.
+fn percent_text(p: Option<f64>) -> String {
+    match p {
+        None => "n/a".into(),
+        Some(p) if p.fract() == 0.0 => format!("{p:.0}%"),
+        Some(p) => format!("{p:.1}%"),
+    }
+}
+
+/// The summary's cost lines: the output's figures, the input's in parentheses.
+pub fn cost_text(c: &CostOfSafety) -> String {
+    let (a, b) = (&c.after, &c.before);
+    let mut s = String::from("cost of safety: ");
+    if a.heavy() == 0 && b.heavy() == 0 {
+        s.push_str("no heavy ops");
+    } else {
+        let _ = write!(
+            s,
+            "heavy ops on the GPU {}/{} ({}, input {})",
+            a.heavy_gpu,
+            a.heavy(),
+            percent_text(a.gpu_percent()),
+            percent_text(b.gpu_percent())
+        );
+    }
+    let _ = writeln!(s, ", {} GPU piece(s) (input {})", a.pieces, b.pieces);
+    let _ = write!(
+        s,
+        "  {} CPU<->GPU crossing(s) (input {}): {} per inference at the assumed sizes (input {})",
+        a.crossings,
+        b.crossings,
+        crate::cost::bytes_text(a.crossing_bytes),
+        crate::cost::bytes_text(b.crossing_bytes)
+    );
+    if a.crossings_unknown > 0 || b.crossings_unknown > 0 {
+        let _ = write!(
+            s,
+            ", and {} of unknown size (input {})",
+            a.crossings_unknown, b.crossings_unknown
+        );
+    }
+    s.push('\n');
+    s
+}
+
+/// The summary's exactness lines: applied rewrites per class, the output's class, and each
+/// approximate rewrite with its bound.
+fn exactness_text(report: &Report) -> String {
+    let mut s = String::new();
+    let mut per_class = [0usize; 3];
+    for a in &report.applied {
+        per_class[match a.exactness {
+            Exactness::Exact => 0,
+            Exactness::Rounding => 1,
+            Exactness::Approximate(_) => 2,
+        }] += 1;
+    }
+    let parts: Vec<String> = ["exact", "rounding", "approximate"]
+        .iter()
+        .zip(per_class)
+        .filter(|(_, n)| *n > 0)
+        .map(|(c, n)| format!("{n} {c}"))
+        .collect();
+    let loosest = report.exactness();
+    let _ = writeln!(
+        s,
+        "exactness: {}; the output is {} ({})",
+        parts.join(", "),
+        loosest.name(),
+        loosest.bound_text()
+    );
+    for a in report
+        .applied
+        .iter()
+        .filter(|a| a.exactness.is_approximate())
+    {
+        let _ = writeln!(
+            s,
+            "  approximate: {} ({}) [{}]: {}",
+            display_name(&a.node),
+            a.op,
+            a.rule,
+            a.exactness.bound_text()
+        );
+    }
+    s
 }
 
 /// `check` as text: one line per finding, grouped by rule, then a count.
@@ -202,6 +308,10 @@ pub fn summary_text(report: &Report, target: &Target) -> String {
         for ((rule, action), n) in &counts {
             let _ = writeln!(s, "  {rule:<28} {action:<8} {n} node(s)");
         }
+        s.push_str(&exactness_text(report));
+    }
+    if let Some(c) = &report.cost {
+        s.push_str(&cost_text(c));
     }
     if !report.pieces.is_empty() {
         let max = report.pieces.iter().map(|p| p.work).max().unwrap_or(0);
@@ -271,8 +381,10 @@ pub fn compile_json(report: &Report, target: &Target, input: &str, outputs: &[St
         "outputs": outputs,
         "iterations": report.iterations,
         "summary": summary,
+        "exactness": report.exactness().to_meta(),
         "applied": report.applied.iter().map(|a| serde_json::json!({
             "rule": a.rule, "action": a.action, "node": a.node, "op": a.op, "nodes": a.nodes,
+            "exactness": a.exactness.name(), "bound": a.exactness.bound_text(),
         })).collect::<Vec<_>>(),
         "remaining": report.remaining.iter().map(finding_json).collect::<Vec<_>>(),
         "fallbacks": report.fallbacks.iter().map(|f| serde_json::json!({
@@ -282,6 +394,9 @@ pub fn compile_json(report: &Report, target: &Target, input: &str, outputs: &[St
         "pieces": report.pieces.iter().map(|p| serde_json::json!({
             "first": p.first, "nodes": p.nodes, "work": p.work,
         })).collect::<Vec<_>>(),
+        "cost": report.cost.map(|c| serde_json::json!({
+            "input": c.before.to_json(), "output": c.after.to_json(),
+        })),
         "pinned": report.pinned,
         "notes": report.notes,
         "annotation": report.annotation,

@@ -122,7 +122,7 @@ class Result:
 
 
 def compile(model, target, *, rules=(), dims=None, allow_unsafe=False, strict=False,
-            nchwc_block=None):
+            nchwc_block=None, allow_approximate=False):
     """Rewrite ``model`` for ``target`` (a built-in name, see :func:`targets`, or a rules file
     ``FILE.yaml``), as ``onnx-safeify MODEL --target T`` does.
 
@@ -132,12 +132,18 @@ def compile(model, target, *, rules=(), dims=None, allow_unsafe=False, strict=Fa
     same message, unless ``allow_unsafe`` is true (``--allow-unsafe``). ``strict``: nodes
     that fell back (to the CPU) block the output too (``--strict``); ``report["fallbacks"]``
     lists them either way. ``nchwc_block``: the NCHWc block size of the CPU that saved the
-    model (``--nchwc-block``).
+    model (``--nchwc-block``). ``allow_approximate``: let approximate rewrites run
+    (``--allow-approximate``); without it a node whose only rewrite is approximate falls back
+    (to the CPU, cause ``approximate``). ``report["exactness"]`` is the loosest class of the
+    rewrites applied, each of ``report["applied"]`` has its ``exactness`` and ``bound``, and
+    ``report["cost"]`` gives heavy ops on the GPU, GPU pieces and CPU<->GPU crossings of the
+    input and the output.
     """
     path, data, label = _model_args(model)
     native = _native.compile(
         path, data, label, os.fspath(target), _rules_args(rules), _dims_args(dims),
         bool(allow_unsafe), bool(strict), None if nchwc_block is None else int(nchwc_block),
+        bool(allow_approximate),
     )
     return Result(native)
 

@@ -307,6 +307,16 @@ impl<'t> Driver<'t> {
                 pass.summarize(&cx, &rules, &mut summary);
             }
         }
+        // The output's cost of safety (main graph; its bodies are added once compiled), its
+        // crossings sized with the facts the check used.
+        let after = self.outer.is_none().then(|| {
+            let c = crate::cost::of_graph(cx.graph(), &self.opts.annotation);
+            if c.needs_facts() {
+                c.with_sizes(cx.facts())
+            } else {
+                c.cost
+            }
+        });
         drop(cx);
         for f in findings {
             let dup = self.report.remaining.iter().any(|r| {
@@ -324,6 +334,10 @@ impl<'t> Driver<'t> {
             report.notes.extend(crate::import::version_warnings(model));
         }
         report.notes.extend(summary.notes);
+        report.cost = after.map(|after| crate::cost::CostOfSafety {
+            before: Default::default(),
+            after,
+        });
         let g = &model.graph;
         report.pinned = g
             .order

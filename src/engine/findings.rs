@@ -70,6 +70,19 @@ pub struct Report {
     pub fallbacks: Vec<FellBack>,
     /// Warnings that do not block the output (e.g. work estimates missing for some nodes).
     pub notes: Vec<String>,
+    /// The cost of safety: heavy ops on the GPU, GPU pieces and CPU<->GPU crossings, of the
+    /// input model and of the output (set by a whole compile, `None` in a body's report).
+    pub cost: Option<crate::cost::CostOfSafety>,
+}
+
+impl Report {
+    /// The loosest exactness class of the rewrites applied (exact when none was).
+    pub fn exactness(&self) -> crate::rewrite::Exactness {
+        self.applied.iter().map(|a| a.exactness).fold(
+            crate::rewrite::Exactness::Exact,
+            crate::rewrite::Exactness::max,
+        )
+    }
 }
 
 /// A node whose rule could not be applied, and what happened instead.

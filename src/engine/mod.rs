@@ -20,7 +20,9 @@ mod output;
 use std::collections::BTreeMap;
 
 pub use findings::*;
-pub use output::{check_invariants, stamp_runtime, RUNTIME_KEY_PREFIX, TARGET_KEY};
+pub use output::{
+    check_invariants, stamp_exactness, stamp_runtime, RUNTIME_KEY_PREFIX, TARGET_KEY,
+};
 
 use crate::analysis::Sizes;
 use crate::ir::scope::{has_bodies, ScopePath};
@@ -72,6 +74,7 @@ impl Default for Options {
 /// know. Inner nodes are named by their scope path in the report (`loop/body/conv_3`).
 pub fn compile(model: &mut Model, target: &Target, opts: &Options) -> Report {
     let sizes = sizes(model, target, opts);
+    let before = crate::cost::of_model(model, &opts.annotation, &sizes);
     if has_bodies(&model.graph) {
         // New names must not shadow (or be shadowed by) a name of an enclosing or inner scope.
         crate::ir::scope::reserve_names_across_scopes(&mut model.graph);
@@ -92,6 +95,11 @@ pub fn compile(model: &mut Model, target: &Target, opts: &Options) -> Report {
             report: &mut report,
         };
         bodies.compile(&mut model.graph, &ScopePath::root(), &outer);
+    }
+    if let Some(c) = report.cost.as_mut() {
+        c.before = before;
+        c.after
+            .add(&crate::cost::of_bodies(&model.graph, &opts.annotation));
     }
     report
 }

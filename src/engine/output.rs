@@ -75,6 +75,25 @@ pub fn stamp_runtime(model: &mut Model, target: &Target) {
     for s in &target.runtime {
         entries.push((format!("{RUNTIME_KEY_PREFIX}{}", s.key), s.value.clone()));
     }
+    set_metadata(model, entries);
+}
+
+/// Store the loosest exactness class of a compile's rewrites in the model's metadata_props
+/// under [`crate::rewrite::exactness::EXACTNESS_KEY`] (its `to_meta` form, replacing an
+/// earlier value), for `verify` to take its default tolerance from.
+pub fn stamp_exactness(model: &mut Model, exactness: crate::rewrite::Exactness) {
+    set_metadata(
+        model,
+        vec![(
+            crate::rewrite::exactness::EXACTNESS_KEY.to_string(),
+            exactness.to_meta(),
+        )],
+    );
+}
+
+/// Set metadata_props entries, replacing earlier values of the same keys, adding new keys at
+/// the end in the order given.
+fn set_metadata(model: &mut Model, entries: Vec<(String, String)>) {
     for (k, v) in entries {
         match model
             .metadata_props
