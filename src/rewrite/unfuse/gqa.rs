@@ -30,7 +30,7 @@ use crate::rewrite::{AttrValue, PValue, Patch};
 use crate::tensor::dtype;
 
 use super::rotary::{
-    cache_half, cache_rows, dim_scalar, i64_scalar, range, rotate_in_float, unknown,
+    cache_half, cache_rows, dim_scalar, i64_scalar, range, rotate_in_float, unknown, Rotation,
 };
 use super::rw::{unsupported, Rw};
 use super::{UnfuseCtx, Unsupported};
@@ -236,8 +236,13 @@ pub fn group_query_attention(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Pa
         let s = cache_rows(&mut rw, sin, pos);
         let c = rw.unsqueeze(c, &[1]);
         let s = rw.unsqueeze(s, &[1]);
-        qh = rotate_in_float(&mut rw, qh, c, s, dt, head, rotary, interleaved, 4)?;
-        kh = rotate_in_float(&mut rw, kh, c, s, dt, head, rotary, interleaved, 4)?;
+        let rot = Rotation {
+            head,
+            rotary,
+            interleaved,
+        };
+        qh = rotate_in_float(&mut rw, qh, c, s, dt, rot, 4)?;
+        kh = rotate_in_float(&mut rw, kh, c, s, dt, rot, 4)?;
     }
 
     // The present caches.

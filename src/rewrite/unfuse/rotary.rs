@@ -75,6 +75,14 @@ pub(super) fn cache_rows(rw: &mut Rw, cache: PValue, pos: PValue) -> PValue {
     rw.op("Gather", &[cache, idx], &[("axis", AttrValue::Int(0))])
 }
 
+/// What a rotation needs to know of the head: its size, the rotated channels, the layout.
+#[derive(Clone, Copy)]
+pub(super) struct Rotation {
+    pub head: i64,
+    pub rotary: i64,
+    pub interleaved: bool,
+}
+
 /// The rotation itself on `x` (last axis `head`, of rank `rank`), with `cos`/`sin` broadcastable
 /// to `x`'s shape with a last axis of `rotary / 2`. All in one element type.
 pub(super) fn rotate(
@@ -82,11 +90,14 @@ pub(super) fn rotate(
     x: PValue,
     cos: PValue,
     sin: PValue,
-    head: i64,
-    rotary: i64,
-    interleaved: bool,
+    rot: Rotation,
     rank: usize,
 ) -> Result<PValue, Unsupported> {
+    let Rotation {
+        head,
+        rotary,
+        interleaved,
+    } = rot;
     let half = rotary / 2;
     let rest = (rotary < head).then(|| rw.slice(x, &[rotary], &[head], &[-1]));
     let rotated = if interleaved {
@@ -132,25 +143,22 @@ fn rotate_pair(rw: &mut Rw, a: PValue, b: PValue, c: PValue, s: PValue) -> (PVal
 }
 
 /// `rotate` in float for a float16/bfloat16 `x` (cast once each way), directly for float.
-#[allow(clippy::too_many_arguments)]
 pub(super) fn rotate_in_float(
     rw: &mut Rw,
     x: PValue,
     cos: PValue,
     sin: PValue,
     dt: i32,
-    head: i64,
-    rotary: i64,
-    interleaved: bool,
+    rot: Rotation,
     rank: usize,
 ) -> Result<PValue, Unsupported> {
     if dt == dtype::FLOAT || dt == dtype::DOUBLE {
-        return rotate(rw, x, cos, sin, head, rotary, interleaved, rank);
+        return rotate(rw, x, cos, sin, rot, rank);
     }
     let xf = rw.cast(x, dtype::FLOAT);
     let cf = rw.cast(cos, dtype::FLOAT);
     let sf = rw.cast(sin, dtype::FLOAT);
-    let y = rotate(rw, xf, cf, sf, head, rotary, interleaved, rank)?;
+    let y = rotate(rw, xf, cf, sf, rot, rank)?;
     Ok(rw.cast(y, dt))
 }
 
@@ -283,7 +291,12 @@ pub fn rotary_embedding(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch, 
     } else {
         x
     };
-    let y = rotate_in_float(&mut rw, x4, c, s, dt, head, rotary, interleaved, 4)?;
+    let rot = Rotation {
+        head,
+        rotary,
+        interleaved,
+    };
+    let y = rotate_in_float(&mut rw, x4, c, s, dt, rot, 4)?;
     let y = if rank == 3 {
         rw.reshape(y, &[0, 0, -1])?
     } else {
