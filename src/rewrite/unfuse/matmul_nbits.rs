@@ -43,9 +43,10 @@
 //!   multiple of the block size, `Transpose` makes it `[K, N]`. The new initializer shares B's
 //!   payload (an external B stays a reference to the same bytes of the same file), so the
 //!   weights keep their size. Packed zero points are reused as they are when each row fills
-//!   whole bytes, repacked (they are small) otherwise; absent ones become a constant of
-//!   `2^(bits - 1)`. Float zero points: `DequantizeLinear` without zero point (`code * scale`)
-//!   plus the constant `-scale * zp` per block, ONNX Runtime's own formula.
+//!   whole bytes, repacked (they are small) otherwise; absent ones are `2^(bits - 1)` made at
+//!   run time (`QuantizeLinear` of an `Expand`ed scalar), not stored. Float zero points:
+//!   `DequantizeLinear` without zero point (`code * scale`) plus the constant `-scale * zp`
+//!   per block, ONNX Runtime's own formula.
 //! * **unpacked** (older opsets, 2-bit weights before opset 25, a `g_idx` that is not the
 //!   identity grouping): the `[K, N]` weight is computed here and stored as an initializer of
 //!   the scales' type (float32, or float16 cast to float32 at run time). It is 8x (float32) or
@@ -632,9 +633,24 @@ fn packed_weight(rw: &mut Rw, ins: &Inputs) -> Result<(PValue, String), Unsuppor
     let zp_len = (zp_count * s.bits).div_ceil(8);
     let (zp, offset) = match &ins.zp {
         Zp::Default => {
-            let v = vec![s.default_zero_point(); zp_count];
-            let t = raw_tensor(&[n, blocks], code_dt, pack_flat(&v, s.bits).into());
-            (Some(rw.p.initializer("zero_points", t)), None)
+            // 2^(bits-1) everywhere, made at run time from three scalars
+            // (QuantizeLinear(Expand(2^(bits-1), [N, k_blocks]), 1, 0)) rather than stored:
+            // a stored one would add 1/64 of the weights' size (bs 32) to the model file, and
+            // ONNX Runtime has no ConstantOfShape for 4- and 2-bit types.
+            let value = rw.scalar(
+                "zero_point_value",
+                dtype::FLOAT,
+                s.default_zero_point() as f64,
+            );
+            let shape = rw.ints("zero_point_shape", &[n, blocks]);
+            let filled = rw.op("Expand", &[value, shape], &[]);
+            let one = rw.scalar("one", dtype::FLOAT, 1.0);
+            let zero = raw_tensor(&[], code_dt, Bytes::from_static(&[0]));
+            let zero = rw.p.initializer("code_zero", zero);
+            (
+                Some(rw.op("QuantizeLinear", &[filled, one, zero], &[])),
+                None,
+            )
         }
         Zp::Packed(t) => {
             let z = if (s.blocks * s.bits) % 8 == 0 {
