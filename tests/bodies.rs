@@ -613,13 +613,9 @@ fn check_and_explain_name_inner_nodes_by_scope_path() {
     let t = |n: &str, r: &str, k: &str| (n.to_string(), r.to_string(), k.to_string());
     let mut want = vec![
         t("branch", "control-flow-on-cpu", "fires"),
-        // The branch holds an op whose work cannot be estimated (Inverse): the barrier
-        // counts it as over the budget, in the body as in the main graph.
-        t(
-            "branch/else_branch/else_dw",
-            "barrier-heavy-dispatch",
-            "over-budget",
-        ),
+        // The else branch holds an op without an inference rule here (Inverse): its work is
+        // bounded from the sizes around it, and the branch's estimated work is far under the
+        // barrier budget, so no piece is over it (unknown work used to count as over it).
         t("branch/else_branch/else_dw", "split-depthwise", "fires"),
         t("branch/else_branch/else_fc", "unfuse-contrib", "fires"),
         t("branch/else_branch/else_inv", "unfuse-contrib", "fallback"),
