@@ -68,7 +68,8 @@ pub struct VerifyArgs {
     #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
     pub format: OutputFormat,
     /// ONNX Runtime library to load (default: $ORT_DYLIB_PATH, else the onnxruntime
-    /// Python package of $VIRTUAL_ENV, $ONNX_SAFEIFY_VENV or python3 on PATH).
+    /// Python package of the wheel's own interpreter ($ONNX_SAFEIFY_PYTHON), $VIRTUAL_ENV,
+    /// $ONNX_SAFEIFY_VENV (else $ONNX_SAFEIFY_CACHE/venv) or python3 on PATH).
     #[arg(long, value_name = "PATH")]
     pub ort_library: Option<PathBuf>,
     /// ONNX Runtime graph optimisation level for both models [default: disable when judging
