@@ -331,3 +331,48 @@ def test_the_console_script_is_the_command(tmp_path):
     assert code == 0 and out.strip() == "onnx-safeify " + onnx_safeify.__version__
     code, out, _ = run("--help")
     assert code == 0 and "Exit codes" in out
+
+
+def test_allow_approximate_runs_a_precision_fence_and_the_report_says_so(tmp_path):
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+    import numpy as np
+
+    w = numpy_helper.from_array(np.full((2, 2, 3, 3), 0.25, dtype=np.float16), "w")
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["c"], name="conv"),
+         helper.make_node("Relu", ["c"], ["y"], name="relu")],
+        "fp16",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [1, 2, 6, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [1, 2, 4, 4])],
+        [w],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    target = tmp_path / "fence.yaml"
+    target.write_text(
+        "target: fence-test\n"
+        "description: test - compute float16 convolutions in float32\n"
+        "extends: none\n"
+        "rules:\n"
+        "  - id: fence-fp16-conv\n"
+        "    why: test\n"
+        "    evidence: []\n"
+        "    match: {op: Conv, any_input: {dtype: float16}}\n"
+        "    action: {cast: {from: float16, to: float}}\n"
+        "    fallback: cpu\n"
+    )
+    # By default the approximate rewrite is refused: the node falls back to the CPU.
+    refused = onnx_safeify.compile(model, target).report
+    assert refused["applied"] == [], refused
+    assert [f["cause"] for f in refused["fallbacks"]] == ["approximate"], refused
+    assert refused["exactness"] == "exact"
+    assert refused["cost"]["output"]["heavy_ops_cpu"] == 1
+    # Asked for: applied, with its class and bound, and the output says so.
+    result = onnx_safeify.compile(model, target, allow_approximate=True)
+    r = result.report
+    assert [a["exactness"] for a in r["applied"]] == ["approximate"], r
+    assert r["exactness"].startswith("approximate:"), r
+    assert r["cost"]["output"]["heavy_ops_gpu"] == 1
+    meta = {p.key: p.value for p in result.model.metadata_props}
+    assert meta["onnx_safeify.exactness"] == r["exactness"]
