@@ -47,7 +47,7 @@ def caches(rows, half, dt):
 
 # ---- GroupQueryAttention ------------------------------------------------------------------
 def gqa(name, N, Nkv, H, runs, dt=np.float32, attrs=None, packed=False, past=True, rotary=0,
-        static=False, sink=False):
+        static=False, sink=False, bias=None):
     """runs: list of (B, S, P, seqlens_k, total)."""
     attrs = dict(attrs or {})
     tp = TP.FLOAT16 if dt == np.float16 else TP.FLOAT
@@ -75,6 +75,9 @@ def gqa(name, N, Nkv, H, runs, dt=np.float32, attrs=None, packed=False, past=Tru
     if sink:
         names += [''] * (11 - len(names)) + ['head_sink']
         inits.append(onnx.numpy_helper.from_array(rng.standard_normal(N).astype(dt), 'head_sink'))
+    if bias:
+        names += [''] * (10 - len(names)) + ['attention_bias']
+        inputs.append(vi('attention_bias', tp, [1 if bias == 'broadcast' else b, 1 if bias == 'broadcast' else N, s, 'total']))
     node = h.make_node('GroupQueryAttention', names, ['y', 'present_key', 'present_value'],
                        domain='com.microsoft', num_heads=N, kv_num_heads=Nkv, **attrs)
     c = 'present' if not static else max(runs[0][4], P0)
@@ -91,6 +94,9 @@ def gqa(name, N, Nkv, H, runs, dt=np.float32, attrs=None, packed=False, past=Tru
             f['past_value'] = rng.standard_normal((B, Nkv, P, H)).astype(dt)
         f['seqlens_k'] = np.array(seqlens, np.int32)
         f['total_len'] = np.array(total, np.int32)
+        if bias:
+            shape = (1, 1, S, total) if bias == 'broadcast' else (B, N, S, total)
+            f['attention_bias'] = (2 * rng.standard_normal(shape)).astype(dt)
         sets.append(f)
     save(name, [node], inputs, outputs, sets, inits)
 
@@ -115,6 +121,10 @@ gqa('gqa_window', 4, 2, 16, [(2, 6, 0, [5, 5], 6), (2, 1, 6, [6, 4], 7)], attrs=
 gqa('gqa_softcap', 4, 2, 16, [prefill, ragged], attrs=dict(softcap=1.5))
 gqa('gqa_smooth_softmax', 4, 2, 16, [prefill, ragged], attrs=dict(smooth_softmax=1))
 gqa('gqa_head_sink', 4, 2, 16, [prefill, ragged], sink=True)
+gqa('gqa_attention_bias', 4, 2, 16, [prefill, ragged, (2, 1, 10, [6, 3], 7)], bias='full')
+gqa('gqa_attention_bias_softcap_broadcast', 4, 2, 16, [prefill, ragged], bias='broadcast', attrs=dict(softcap=1.0))
+gqa('gqa_attention_bias_mha', 2, 2, 16, [prefill, ragged], bias='full')
+gqa('gqa_fp16_attention_bias', 4, 2, 16, [prefill, ragged], bias='full', dt=np.float16)
 gqa('gqa_scale', 4, 2, 16, [prefill, ragged], attrs=dict(scale=0.3))
 gqa('gqa_fp16', 4, 2, 16, [prefill, ragged, padded], dt=np.float16)
 gqa('gqa_fp16_rotary', 4, 2, 16, [prefill, ragged], dt=np.float16, rotary=16)

@@ -1,8 +1,8 @@
 //! GroupQueryAttention (ONNX Runtime contrib operator, com.microsoft), as onnxruntime-genai's
 //! model builder writes it: separate or packed Q/K/V, a BNSH past/present KV cache, per-batch
 //! lengths in `seqlens_k`, optional rotary embedding from cos/sin caches, `local_window_size`,
-//! `softcap`, `smooth_softmax`, `head_sink`. Refused (the fallback keeps the node): a quantized
-//! or windowed KV cache, `position_ids`, `attention_bias`, Q/K norms, `query_seqlens`,
+//! `softcap`, `smooth_softmax`, `head_sink`, `attention_bias`. Refused (the fallback keeps the
+//! node): a quantized or windowed KV cache, `position_ids`, Q/K norms, `query_seqlens`,
 //! `qk_output`, non-causal attention.
 //!
 //! Semantics (ContribOperators.md, GroupQueryAttention; ONNX Runtime
@@ -15,10 +15,10 @@
 //!   are the past's, rows `P_b .. P_b + S` the new keys/values (after rotation), the rest 0;
 //! - query row `s` attends to key rows `j < L = min(P_b + s + 1, T_b)` and, with a window
 //!   `W > 0`, `j >= L - W`; scores are `scale * q.k` (`scale` defaults to `1/sqrt(head)`),
-//!   then `softcap * tanh(score / softcap)` when `softcap > 0`, then a softmax over the
-//!   attended rows (with an extra logit of 0, or of `head_sink[n]`, in the denominator for
-//!   `smooth_softmax` / `head_sink`); query head `n` reads KV head `n / (num_heads /
-//!   kv_num_heads)`;
+//!   then `softcap * tanh(score / softcap)` when `softcap > 0`, plus `attention_bias`, then a
+//!   softmax over the attended rows (with an extra logit of 0, or of `head_sink[n]`, in the
+//!   denominator for `smooth_softmax` / `head_sink`); query head `n` reads KV head
+//!   `n / (num_heads / kv_num_heads)`;
 //! - rotary embedding (`do_rotary`) rotates Q and K at positions `P_b + s`.
 //!
 //! float16: the kernel rotates in float and stores the rotated Q/K as float16, then converts
@@ -45,12 +45,12 @@ const SEQLENS_K: usize = 5;
 const TOTAL_LEN: usize = 6;
 const COS: usize = 7;
 const SIN: usize = 8;
+const ATTENTION_BIAS: usize = 10;
 const HEAD_SINK: usize = 11;
 
 /// Inputs this decomposition refuses, with what they are.
 const REFUSED_INPUTS: &[(usize, &str)] = &[
     (9, "position_ids"),
-    (10, "attention_bias"),
     (12, "k_scale (quantized KV cache)"),
     (13, "v_scale (quantized KV cache)"),
     (14, "q_norm_weight"),
@@ -287,8 +287,14 @@ pub fn group_query_attention(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Pa
         let t = rw.op("Tanh", &[d], &[]);
         scores = rw.op("Mul", &[t, cap], &[]);
     }
-    // Which key rows each query row attends: j < L, and j >= L - W with a window.
     let mask_rank = if grouped { 5 } else { 4 };
+    // attention_bias [B|1, N|1, S, total] is added after the softcap (checked on ONNX
+    // Runtime 1.32); its columns past `total` (a longer past buffer) are masked anyway.
+    if rw.input(ATTENTION_BIAS).is_some() {
+        let bias = attention_bias(&mut rw, &len, heads, kv_heads, grouped)?;
+        scores = rw.op("Add", &[scores, bias], &[]);
+    }
+    // Which key rows each query row attends: j < L, and j >= L - W with a window.
     let valid = attended(&mut rw, &len, &rows, window, mask_rank);
     let lowest = rw.scalar("masked", dtype::FLOAT, f32::MIN as f64);
     scores = rw.op("Where", &[valid, scores, lowest], &[]);
@@ -458,18 +464,66 @@ fn present(
 
 /// Pad (or crop) axis 2 of a 4-D `x` with zero rows to `c` rows.
 fn pad_rows_to(rw: &mut Rw, x: PValue, c: PValue) -> PValue {
+    pad_axis_to(rw, x, 4, 2, c)
+}
+
+/// Pad (or crop) axis `axis` of a rank-`rank` `x` with zeros at the end to `c` entries.
+fn pad_axis_to(rw: &mut Rw, x: PValue, rank: i64, axis: i64, c: PValue) -> PValue {
     let shape = rw.op("Shape", &[x], &[]);
-    let have = rw.slice(shape, &[2], &[3], &[0]);
+    let have = rw.slice(shape, &[axis], &[axis + 1], &[0]);
     let c1 = rw.unsqueeze(c, &[0]);
     let more = rw.op("Sub", &[c1, have], &[]);
-    let before = rw.ints("pads_begin", &[0, 0, 0, 0, 0, 0]);
-    let after = rw.ints("pads_end", &[0]);
-    let pads = rw.op(
-        "Concat",
-        &[before, more, after],
-        &[("axis", AttrValue::Int(0))],
-    );
+    let zeros = |n: i64| vec![0i64; n as usize];
+    let before = rw.ints("pads_begin", &zeros(rank + axis));
+    let mut parts = vec![before, more];
+    if axis + 1 < rank {
+        parts.push(rw.ints("pads_end", &zeros(rank - axis - 1)));
+    }
+    let pads = rw.op("Concat", &parts, &[("axis", AttrValue::Int(0))]);
     rw.op("Pad", &[x, pads], &[])
+}
+
+/// attention_bias `[B|1, N|1, S, total]` in float, padded to `C` columns and shaped like the
+/// scores (`[B|1, Nkv, g, S, C]` or `[B|1, 1, 1, S, C]` when grouped).
+fn attention_bias(
+    rw: &mut Rw,
+    len: &Lengths,
+    heads: i64,
+    kv_heads: i64,
+    grouped: bool,
+) -> Result<PValue, Unsupported> {
+    let bias = rw.need(ATTENTION_BIAS, "attention_bias")?;
+    let f = rw.in_facts(ATTENTION_BIAS);
+    match f.rank() {
+        Some(4) => {}
+        Some(r) => return unsupported(format!("attention_bias of rank {r}, not 4")),
+        None => return unknown("the rank of attention_bias is unknown"),
+    }
+    let bt = rw.float_dtype(ATTENTION_BIAS)?;
+    let bias = if bt == dtype::FLOAT {
+        bias
+    } else {
+        rw.cast(bias, dtype::FLOAT)
+    };
+    let bias = pad_axis_to(rw, bias, 4, 3, len.c);
+    if !grouped {
+        return Ok(bias);
+    }
+    match f.dim(1) {
+        Some(1) => Ok(rw.unsqueeze(bias, &[2])),
+        Some(n) if n == heads => {
+            let shape = rw.op("Shape", &[bias], &[]);
+            let b = rw.slice(shape, &[0], &[1], &[0]);
+            let sc = rw.slice(shape, &[2], &[4], &[0]);
+            let mid = rw.ints("heads", &[kv_heads, heads / kv_heads]);
+            let target = rw.op("Concat", &[b, mid, sc], &[("axis", AttrValue::Int(0))]);
+            Ok(rw.op("Reshape", &[bias, target], &[]))
+        }
+        Some(n) => unsupported(format!(
+            "attention_bias with {n} heads (num_heads is {heads})"
+        )),
+        None => unknown("the head dimension of attention_bias is unknown"),
+    }
 }
 
 /// The attended keys as a bool mask broadcastable to the scores `[B, .., S, C]` (rank
