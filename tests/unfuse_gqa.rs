@@ -47,7 +47,7 @@ def caches(rows, half, dt):
 
 # ---- GroupQueryAttention ------------------------------------------------------------------
 def gqa(name, N, Nkv, H, runs, dt=np.float32, attrs=None, packed=False, past=True, rotary=0,
-        static=False, sink=False, bias=None):
+        static=False, sink=False, bias=None, pos_ids=False):
     """runs: list of (B, S, P, seqlens_k, total)."""
     attrs = dict(attrs or {})
     tp = TP.FLOAT16 if dt == np.float16 else TP.FLOAT
@@ -75,6 +75,9 @@ def gqa(name, N, Nkv, H, runs, dt=np.float32, attrs=None, packed=False, past=Tru
     if sink:
         names += [''] * (11 - len(names)) + ['head_sink']
         inits.append(onnx.numpy_helper.from_array(rng.standard_normal(N).astype(dt), 'head_sink'))
+    if pos_ids:
+        names += [''] * (9 - len(names)) + ['position_ids']
+        inputs.append(vi('position_ids', TP.INT64, [b, s]))
     if bias:
         names += [''] * (10 - len(names)) + ['attention_bias']
         inputs.append(vi('attention_bias', tp, [1 if bias == 'broadcast' else b, 1 if bias == 'broadcast' else N, s, 'total']))
@@ -94,6 +97,8 @@ def gqa(name, N, Nkv, H, runs, dt=np.float32, attrs=None, packed=False, past=Tru
             f['past_value'] = rng.standard_normal((B, Nkv, P, H)).astype(dt)
         f['seqlens_k'] = np.array(seqlens, np.int32)
         f['total_len'] = np.array(total, np.int32)
+        if pos_ids:
+            f['position_ids'] = rng.integers(1, 32, (B, S)).astype(np.int64)
         if bias:
             shape = (1, 1, S, total) if bias == 'broadcast' else (B, N, S, total)
             f['attention_bias'] = (2 * rng.standard_normal(shape)).astype(dt)
@@ -121,6 +126,8 @@ gqa('gqa_window', 4, 2, 16, [(2, 6, 0, [5, 5], 6), (2, 1, 6, [6, 4], 7)], attrs=
 gqa('gqa_softcap', 4, 2, 16, [prefill, ragged], attrs=dict(softcap=1.5))
 gqa('gqa_smooth_softmax', 4, 2, 16, [prefill, ragged], attrs=dict(smooth_softmax=1))
 gqa('gqa_head_sink', 4, 2, 16, [prefill, ragged], sink=True)
+gqa('gqa_rotary_position_ids', 4, 2, 16, [prefill, ragged, padded, (1, 3, 6, [8], 9)], rotary=16, pos_ids=True)
+gqa('gqa_position_ids_without_rotary', 4, 2, 16, [prefill, ragged], pos_ids=True)
 gqa('gqa_attention_bias', 4, 2, 16, [prefill, ragged, (2, 1, 10, [6, 3], 7)], bias='full')
 gqa('gqa_attention_bias_softcap_broadcast', 4, 2, 16, [prefill, ragged], bias='broadcast', attrs=dict(softcap=1.0))
 gqa('gqa_attention_bias_mha', 2, 2, 16, [prefill, ragged], bias='full')
@@ -314,8 +321,8 @@ base = [vi('q', TP.FLOAT, ['b', 's', 64]), vi('k', TP.FLOAT, ['b', 's', 32]), vi
         vi('sk', TP.INT32, ['b']), vi('tot', TP.INT32, [])]
 outs = [vi('y', TP.FLOAT, None), vi('pko', TP.FLOAT, None), vi('pvo', TP.FLOAT, None)]
 ins = ['q', 'k', 'v', 'pk', 'pv', 'sk', 'tot']
-save('position_ids', h.make_node('GroupQueryAttention', ins + ['', '', 'pos'], ['y', 'pko', 'pvo'], domain='com.microsoft',
-     num_heads=4, kv_num_heads=2), base + [vi('pos', TP.INT64, ['b', 's'])], outs)
+save('query_seqlens', h.make_node('GroupQueryAttention', ins + [''] * 9 + ['qs'], ['y', 'pko', 'pvo'], domain='com.microsoft',
+     num_heads=4, kv_num_heads=2), base + [vi('qs', TP.INT32, ['b'])], outs)
 save('non_causal', h.make_node('GroupQueryAttention', ins, ['y', 'pko', 'pvo'], domain='com.microsoft',
      num_heads=4, kv_num_heads=2, causal=0), base, outs)
 save('window_cache', h.make_node('GroupQueryAttention', ins, ['y', 'pko', 'pvo'], domain='com.microsoft',
@@ -327,7 +334,7 @@ save('packed_batching', h.make_node('RotaryEmbedding', ['x', 'p', 'c', 's'], ['y
     let dir = tempfile::tempdir().unwrap();
     python(&["-c", script, dir.path().to_str().unwrap()]);
     for (name, want) in [
-        ("position_ids", "position_ids"),
+        ("query_seqlens", "query_seqlens"),
         ("non_causal", "causal=0"),
         ("window_cache", "sliding_window_cache"),
         ("packed_batching", "is_packed_batching"),

@@ -1,8 +1,8 @@
 //! GroupQueryAttention (ONNX Runtime contrib operator, com.microsoft), as onnxruntime-genai's
 //! model builder writes it: separate or packed Q/K/V, a BNSH past/present KV cache, per-batch
 //! lengths in `seqlens_k`, optional rotary embedding from cos/sin caches, `local_window_size`,
-//! `softcap`, `smooth_softmax`, `head_sink`, `attention_bias`. Refused (the fallback keeps the
-//! node): a quantized or windowed KV cache, `position_ids`, Q/K norms, `query_seqlens`,
+//! `softcap`, `smooth_softmax`, `head_sink`, `attention_bias`, `position_ids`. Refused (the
+//! fallback keeps the node): a quantized or windowed KV cache, Q/K norms, `query_seqlens`,
 //! `qk_output`, non-causal attention.
 //!
 //! Semantics (ContribOperators.md, GroupQueryAttention; ONNX Runtime
@@ -19,7 +19,9 @@
 //!   softmax over the attended rows (with an extra logit of 0, or of `head_sink[n]`, in the
 //!   denominator for `smooth_softmax` / `head_sink`); query head `n` reads KV head
 //!   `n / (num_heads / kv_num_heads)`;
-//! - rotary embedding (`do_rotary`) rotates Q and K at positions `P_b + s`.
+//! - rotary embedding (`do_rotary`) rotates Q and K at positions `P_b + s`, or, with
+//!   `position_ids`, at `position_ids[0, 0] + s` for a first prompt (`S == total`) and
+//!   `position_ids[b, s]` otherwise; without `do_rotary` the kernel ignores `position_ids`.
 //!
 //! float16: the kernel rotates in float and stores the rotated Q/K as float16, then converts
 //! Q, K, V to float and computes scores, softmax and the weighted sum in float, rounding the
@@ -45,12 +47,12 @@ const SEQLENS_K: usize = 5;
 const TOTAL_LEN: usize = 6;
 const COS: usize = 7;
 const SIN: usize = 8;
+const POSITION_IDS: usize = 9;
 const ATTENTION_BIAS: usize = 10;
 const HEAD_SINK: usize = 11;
 
 /// Inputs this decomposition refuses, with what they are.
 const REFUSED_INPUTS: &[(usize, &str)] = &[
-    (9, "position_ids"),
     (12, "k_scale (quantized KV cache)"),
     (13, "v_scale (quantized KV cache)"),
     (14, "q_norm_weight"),
@@ -68,6 +70,8 @@ struct Lengths {
     s: PValue,
     /// Rank 0: rows of the present cache.
     c: PValue,
+    /// Rank 0: `total_sequence_length`.
+    total: PValue,
     /// Rank 0: `max(0, total_sequence_length - S)`, the start of a multi-token step.
     past_u: PValue,
     /// `S` when inference knows it.
@@ -227,11 +231,41 @@ pub fn group_query_attention(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Pa
                 "rotary dimension {rotary} is wider than the head size {head}"
             ));
         }
-        // Positions P_b + s, [B, S].
         let s_range = range(&mut rw, len.s);
         let s_row = rw.unsqueeze(s_range, &[0]);
-        let p_col = rw.unsqueeze(len.past_b, &[1]);
-        let pos = rw.op("Add", &[p_col, s_row], &[]);
+        let pos = match rw.input(POSITION_IDS) {
+            // Positions P_b + s, [B, S].
+            None => {
+                let p_col = rw.unsqueeze(len.past_b, &[1]);
+                rw.op("Add", &[p_col, s_row], &[])
+            }
+            // Given positions: for a first prompt (S == total_sequence_length) the kernel
+            // reads only position_ids[0, 0] and counts on from it for every entry; otherwise
+            // position_ids[b, s] (checked on ONNX Runtime 1.32).
+            Some(given) => {
+                if rw.in_facts(POSITION_IDS).rank().is_some_and(|r| r != 2) {
+                    return unsupported("position_ids must be 2-D (batch, sequence)");
+                }
+                if rw
+                    .in_facts(POSITION_IDS)
+                    .dtype
+                    .is_some_and(|t| t != dtype::INT64)
+                {
+                    return unsupported("position_ids must be int64");
+                }
+                let zero = rw.ints("zero", &[0, 0]);
+                let one = rw.ints("one", &[1, 1]);
+                let axes = rw.ints("axes", &[0, 1]);
+                let first = rw.op("Slice", &[given, zero, one, axes], &[]);
+                let counted = rw.op("Add", &[first, s_row], &[]);
+                let s1 = rw.unsqueeze(len.s, &[0]);
+                let zero1 = rw.ints("zero", &[0]);
+                let axis1 = rw.ints("axis", &[1]);
+                let per_token = rw.op("Slice", &[given, zero1, s1, axis1], &[]);
+                let is_first = rw.op("Equal", &[len.s, len.total], &[]);
+                rw.op("Where", &[is_first, counted, per_token], &[])
+            }
+        };
         let c = cache_rows(&mut rw, cos, pos);
         let s = cache_rows(&mut rw, sin, pos);
         let c = rw.unsqueeze(c, &[1]);
@@ -384,6 +418,7 @@ fn lengths(
         past_b,
         s,
         c,
+        total: tot,
         past_u,
         s_known,
     })
