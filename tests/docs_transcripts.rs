@@ -299,7 +299,10 @@ fn other_runtime_ready(kind: onnx_safeify::verify::RuntimeKind, at: &str) -> boo
     match onnx_safeify::verify::external::check_available(kind) {
         Ok(()) => true,
         Err(e) if std::env::var("ONNX_SAFEIFY_ALLOW_MISSING_RUNTIMES").as_deref() == Ok("1") => {
-            eprintln!(
+            // Straight to the process's stderr, which the test harness does not capture.
+            use std::io::Write;
+            let _ = writeln!(
+                std::io::stderr(),
                 "!!!!!!!! SKIPPED: {at}: runtime {} is not installed: {e}",
                 kind.name()
             );
