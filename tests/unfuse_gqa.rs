@@ -128,6 +128,7 @@ gqa('gqa_smooth_softmax', 4, 2, 16, [prefill, ragged], attrs=dict(smooth_softmax
 gqa('gqa_head_sink', 4, 2, 16, [prefill, ragged], sink=True)
 gqa('gqa_rotary_position_ids', 4, 2, 16, [prefill, ragged, padded, (1, 3, 6, [8], 9)], rotary=16, pos_ids=True)
 gqa('gqa_position_ids_without_rotary', 4, 2, 16, [prefill, ragged], pos_ids=True)
+gqa('gqa_not_causal', 4, 2, 16, [prefill, ragged, padded, (1, 3, 6, [8], 9)], attrs=dict(causal=0))
 gqa('gqa_attention_bias', 4, 2, 16, [prefill, ragged, (2, 1, 10, [6, 3], 7)], bias='full')
 gqa('gqa_attention_bias_softcap_broadcast', 4, 2, 16, [prefill, ragged], bias='broadcast', attrs=dict(softcap=1.0))
 gqa('gqa_attention_bias_mha', 2, 2, 16, [prefill, ragged], bias='full')
@@ -323,8 +324,8 @@ outs = [vi('y', TP.FLOAT, None), vi('pko', TP.FLOAT, None), vi('pvo', TP.FLOAT, 
 ins = ['q', 'k', 'v', 'pk', 'pv', 'sk', 'tot']
 save('query_seqlens', h.make_node('GroupQueryAttention', ins + [''] * 9 + ['qs'], ['y', 'pko', 'pvo'], domain='com.microsoft',
      num_heads=4, kv_num_heads=2), base + [vi('qs', TP.INT32, ['b'])], outs)
-save('non_causal', h.make_node('GroupQueryAttention', ins, ['y', 'pko', 'pvo'], domain='com.microsoft',
-     num_heads=4, kv_num_heads=2, causal=0), base, outs)
+save('qk_output', h.make_node('GroupQueryAttention', ins, ['y', 'pko', 'pvo', 'qk'], domain='com.microsoft',
+     num_heads=4, kv_num_heads=2, qk_output=1), base, outs + [vi('qk', TP.FLOAT, None)])
 save('window_cache', h.make_node('GroupQueryAttention', ins, ['y', 'pko', 'pvo'], domain='com.microsoft',
      num_heads=4, kv_num_heads=2, local_window_size=4, sliding_window_cache=1), base, outs)
 save('packed_batching', h.make_node('RotaryEmbedding', ['x', 'p', 'c', 's'], ['y'], domain='com.microsoft',
@@ -335,7 +336,7 @@ save('packed_batching', h.make_node('RotaryEmbedding', ['x', 'p', 'c', 's'], ['y
     python(&["-c", script, dir.path().to_str().unwrap()]);
     for (name, want) in [
         ("query_seqlens", "query_seqlens"),
-        ("non_causal", "causal=0"),
+        ("qk_output", "qk_output"),
         ("window_cache", "sliding_window_cache"),
         ("packed_batching", "is_packed_batching"),
     ] {

@@ -3,7 +3,7 @@
 //! lengths in `seqlens_k`, optional rotary embedding from cos/sin caches, `local_window_size`,
 //! `softcap`, `smooth_softmax`, `head_sink`, `attention_bias`, `position_ids`. Refused (the
 //! fallback keeps the node): a quantized or windowed KV cache, Q/K norms, `query_seqlens`,
-//! `qk_output`, non-causal attention.
+//! `qk_output`.
 //!
 //! Semantics (ContribOperators.md, GroupQueryAttention; ONNX Runtime
 //! `contrib_ops/cpu/bert/group_query_attention_helper.h` and `gqa_attention_base.h`; checked
@@ -13,7 +13,8 @@
 //!   1, so `P_b` is the same for every entry whenever `S > 1`);
 //! - the present cache has `C = max(total_sequence_length, past length)` rows: rows `< P_b`
 //!   are the past's, rows `P_b .. P_b + S` the new keys/values (after rotation), the rest 0;
-//! - query row `s` attends to key rows `j < L = min(P_b + s + 1, T_b)` and, with a window
+//! - query row `s` attends to key rows `j < L = min(P_b + s + 1, T_b)` (`L = T_b` with
+//!   `causal=0`) and, with a window
 //!   `W > 0`, `j >= L - W`; scores are `scale * q.k` (`scale` defaults to `1/sqrt(head)`),
 //!   then `softcap * tanh(score / softcap)` when `softcap > 0`, plus `attention_bias`, then a
 //!   softmax over the attended rows (with an extra logit of 0, or of `head_sink[n]`, in the
@@ -116,9 +117,11 @@ pub fn group_query_attention(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Pa
             "num_heads {heads} is not a multiple of kv_num_heads {kv_heads}"
         ));
     }
-    if rw.attr_i("causal", 1) != 1 {
-        return unsupported("non-causal attention (causal=0)");
-    }
+    let causal = match rw.attr_i("causal", 1) {
+        1 => true,
+        0 => false,
+        c => return unsupported(format!("causal={c}")),
+    };
     if rw.attr_i("qk_output", 0) != 0 {
         return unsupported("the QK output (qk_output)");
     }
@@ -139,6 +142,9 @@ pub fn group_query_attention(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Pa
     }
     let softcap = rw.attr_f("softcap", 0.0);
     let window = rw.attr_i("local_window_size", -1);
+    if !causal && window > 0 {
+        return unsupported("a local window without the causal mask (causal=0)");
+    }
     let smooth = rw.attr_i("smooth_softmax", 0) != 0;
     let do_rotary = rw.attr_i("do_rotary", 0) != 0;
     let interleaved = rw.attr_i("rotary_interleaved", 0) != 0;
@@ -329,7 +335,7 @@ pub fn group_query_attention(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Pa
         scores = rw.op("Add", &[scores, bias], &[]);
     }
     // Which key rows each query row attends: j < L, and j >= L - W with a window.
-    let valid = attended(&mut rw, &len, &rows, window, mask_rank);
+    let valid = attended(&mut rw, &len, &rows, window, causal, mask_rank);
     let lowest = rw.scalar("masked", dtype::FLOAT, f32::MIN as f64);
     scores = rw.op("Where", &[valid, scores, lowest], &[]);
     let extra = if smooth {
@@ -563,17 +569,29 @@ fn attention_bias(
 
 /// The attended keys as a bool mask broadcastable to the scores `[B, .., S, C]` (rank
 /// `rank`): `j < L` and, with a window `W > 0`, `j >= L - W`, where
-/// `L = min(P_b + s + 1, T_b)`.
-fn attended(rw: &mut Rw, len: &Lengths, rows: &Rows, window: i64, rank: usize) -> PValue {
-    let s_range = range(rw, len.s);
-    let s_row = rw.unsqueeze(s_range, &[0]);
-    let p_col = rw.unsqueeze(len.past_b, &[1]);
-    let one = i64_scalar(rw, "one", 1);
-    let abs = rw.op("Add", &[p_col, s_row], &[]);
-    let causal = rw.op("Add", &[abs, one], &[]);
+/// `L = min(P_b + s + 1, T_b)`, or `L = T_b` without the causal mask.
+fn attended(
+    rw: &mut Rw,
+    len: &Lengths,
+    rows: &Rows,
+    window: i64,
+    causal: bool,
+    rank: usize,
+) -> PValue {
     let t_col = rw.unsqueeze(len.total_b, &[1]);
-    let limit = rw.op("Min", &[causal, t_col], &[]); // [B, S]
-                                                     // [B, 1, (1,) S, 1]
+    // [B, S], or [B, 1] for every row alike.
+    let limit = if causal {
+        let s_range = range(rw, len.s);
+        let s_row = rw.unsqueeze(s_range, &[0]);
+        let p_col = rw.unsqueeze(len.past_b, &[1]);
+        let one = i64_scalar(rw, "one", 1);
+        let abs = rw.op("Add", &[p_col, s_row], &[]);
+        let upto = rw.op("Add", &[abs, one], &[]);
+        rw.op("Min", &[upto, t_col], &[])
+    } else {
+        t_col
+    };
+    // [B, 1, (1,) S, 1]
     let axes: Vec<i64> = if rank == 5 { vec![1, 2, 4] } else { vec![1, 3] };
     let l = rw.unsqueeze(limit, &axes);
     let mut valid = rw.op("Less", &[rows.j, l], &[]);
