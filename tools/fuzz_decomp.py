@@ -454,10 +454,14 @@ def mask_index(g, kind, B, S, T):
         if g.r.random() < 0.3:
             m = (g.r.random((B, T)) < 0.8).astype(np.int32)
             m[:, 0] = 1
+        if g.r.random() < 0.1:
+            m[int(g.r.integers(B))] = 0  # a batch entry with every key masked
         return m, [B, T]
     if kind == "3d":
         m = (g.r.random((B, S, T)) < 0.8).astype(np.int32)
         m[:, :, 0] = 1
+        if g.r.random() < 0.1:
+            m[int(g.r.integers(B)), int(g.r.integers(S))] = 0  # a query row with every key masked
         return m, [B, S, T]
     if kind == "4d":
         m = (g.r.random((B, 1, T, T)) < 0.8).astype(np.int32)
@@ -577,7 +581,7 @@ FAMILIES = {
 # ---- one instance --------------------------------------------------------------------------------
 
 def compile_model(binary, rules, src, dst, approximate):
-    args = [binary, src, "--target", rules, "-o", dst]
+    args = [binary, src, "--target", rules, "-o", dst, "--allow-growth"]
     if approximate:
         args.append("--allow-approximate")
     p = subprocess.run(args, capture_output=True, text=True)

@@ -1,13 +1,17 @@
 //! Attention and MultiHeadAttention (ONNX Runtime contrib operators), in their common
 //! configurations: 3-D query/key/value (or packed input projection), optional projection bias,
-//! optional 2-D/3-D key padding mask, optional attention bias, optional causal mask with a
-//! static sequence length. Past/present state, rotary embedding and packed layouts are refused.
+//! optional mask (`mask_index` / `key_padding_mask`: 1-D key lengths `[B]`, 1-D end/start
+//! `[2B]`, 2-D `[B, T]` and 3-D `[B, S, T]` 0/1 masks), optional attention bias, optional
+//! causal mask with a static sequence length. Past/present state, rotary embedding, packed
+//! layouts and the 4-D mask (no CPU kernel) are refused.
 //!
-//! Formula (ContribOperators.md, Attention / MultiHeadAttention; ONNX Runtime
-//! `contrib_ops/cpu/bert/attention_cpu_base.h`, `ComputeAttentionProbs`/`ComputeVxAttentionScore`):
-//! per head, `P = Softmax(scale * Q K^T + attention_bias + mask)`, `O = P V`, heads concatenated;
-//! `scale` defaults to `1/sqrt(head_size)`; a masked position (mask value 0, or a future
-//! position when unidirectional) gets `mask_filter_value` (default -10000) added to its score.
+//! Computed as ONNX Runtime 1.32's CPU kernel computes it (`contrib_ops/cpu/bert/`, measured
+//! against it on every mask form by `tools/fuzz_decomp.py`, fully masked rows included): per
+//! head, the scores are `alpha * Q K^T`, plus `attention_bias`, plus `mask_filter_value`
+//! (default -10000) where the padding mask masks, rounded in that order, with future keys at
+//! -inf when unidirectional; `P = Softmax(scores)` (MLAS), `O = P V`, heads concatenated.
+//! `alpha` is `scale` or `1/sqrt(head_size)` in float32. Float16 and bfloat16 are computed in
+//! float32 from the converted inputs and converted back, as the CPU kernel does.
 
 use crate::ir::{Graph, NodeId};
 use crate::rewrite::{PValue, Patch};
@@ -33,58 +37,154 @@ fn check_heads(rw: &Rw) -> Result<i64, Unsupported> {
     }
 }
 
-/// Additive mask from a raw 0/1 mask `[B, T]` or `[B, S, T]`: `mask > 0 ? 0 : filter`,
-/// shaped to broadcast over `[B, N, S, T]`.
-fn raw_mask(rw: &mut Rw, i: usize, filter: f32, dt: i32) -> Result<PValue, Unsupported> {
-    if rw.opset < 9 {
-        return unsupported("an attention mask needs Where (opset >= 9)");
+/// The element type the kernel computes in: ONNX Runtime's CPU attention computes float16 (and
+/// bfloat16) in float32 from the converted inputs and converts the result back.
+fn work_type(dt: i32) -> i32 {
+    if dt == dtype::FLOAT16 || dt == dtype::BFLOAT16 {
+        dtype::FLOAT
+    } else {
+        dt
     }
-    let m = rw.need(i, "mask")?;
-    let rank = rw.rank(i, "mask layout")?;
-    let axes: &[i64] = match rank {
-        2 => &[1, 2],
-        3 => &[1],
-        r => return unsupported(format!("mask of rank {r} (only 2-D and 3-D raw masks)")),
-    };
-    let mf = rw.cast(m, dt);
-    let zero = rw.scalar("zero", dt, 0.0);
-    let keep = rw.op("Greater", &[mf, zero], &[]);
-    let fill = rw.scalar("mask_filter_value", dt, filter as f64);
-    let add = rw.op("Where", &[keep, zero, fill], &[]);
-    Ok(rw.unsqueeze(add, axes))
 }
 
-/// Additive causal mask `[S, S]` for a static sequence length.
-fn causal_mask(rw: &mut Rw, s: Option<i64>, filter: f32, dt: i32) -> Result<PValue, Unsupported> {
+/// Input `i` in the working type `work` (a Cast when the input is float16/bfloat16).
+fn in_work(rw: &mut Rw, i: usize, what: &str, work: i32) -> Result<PValue, Unsupported> {
+    let v = rw.need(i, what)?;
+    Ok(match rw.in_facts(i).dtype {
+        Some(t) if t != work => rw.cast(v, work),
+        _ => v,
+    })
+}
+
+/// A 1-D int32 constant `0..n`.
+fn arange_i32(rw: &mut Rw, hint: &str, n: i64) -> PValue {
+    let t = crate::proto::TensorProto {
+        dims: vec![n],
+        data_type: Some(dtype::INT32),
+        raw_data: Some(
+            (0..n as i32)
+                .flat_map(|x| x.to_le_bytes())
+                .collect::<Vec<u8>>()
+                .into(),
+        ),
+        ..Default::default()
+    };
+    rw.p.initializer(hint, t)
+}
+
+/// Which key positions each query may attend to, from a `mask_index` / `key_padding_mask`
+/// input `i` (int32), as ONNX Runtime's CPU kernel reads it (`PrepareMask`): a boolean tensor
+/// that broadcasts over `[B, N, S, T]`.
+/// * 1-D `[B]`: key lengths, position `j` kept when `j < len[b]`;
+/// * 1-D `[2B]`: end then start positions, kept when `start[b] <= j < end[b]`;
+/// * 2-D `[B, T]` and 3-D `[B, S, T]`: kept where the mask is > 0.
+///
+/// The 4-D Megatron mask has no CPU kernel; other forms are refused.
+fn key_mask(rw: &mut Rw, i: usize, t: Option<i64>) -> Result<PValue, Unsupported> {
+    let m = rw.need(i, "mask")?;
+    if rw.in_facts(i).dtype != Some(dtype::INT32) {
+        return unsupported("the mask is not int32");
+    }
+    let rank = rw.rank(i, "mask layout")?;
+    match rank {
+        1 => {
+            let Some(t) = t.filter(|&t| t > 0) else {
+                return unsupported("a 1-D mask needs a static key length");
+            };
+            let n = rw.in_facts(i).dim(0);
+            let b = rw.in_facts(0).dim(0);
+            let j = arange_i32(rw, "key_positions", t);
+            let (ends, starts) = match (n, b) {
+                (Some(n), Some(b)) if n == 2 * b && b > 0 => {
+                    let e = rw.slice(m, &[0], &[b], &[0]);
+                    let s = rw.slice(m, &[b], &[2 * b], &[0]);
+                    (e, Some(s))
+                }
+                (Some(n), Some(b)) if n == b => (m, None),
+                (Some(n), Some(b)) => {
+                    return unsupported(format!(
+                        "a 1-D mask of {n} entries for batch {b} (only [B] and [2B])"
+                    ))
+                }
+                _ => return unsupported("a 1-D mask needs static batch and mask sizes"),
+            };
+            let ends = rw.unsqueeze(ends, &[1]);
+            let mut keep = rw.op("Less", &[j, ends], &[]);
+            if let Some(starts) = starts {
+                let starts = rw.unsqueeze(starts, &[1]);
+                let before = rw.op("Less", &[j, starts], &[]);
+                let after = rw.op("Not", &[before], &[]);
+                keep = rw.op("And", &[keep, after], &[]);
+            }
+            Ok(rw.unsqueeze(keep, &[1, 2]))
+        }
+        2 | 3 => {
+            let zero = int32_zero(rw);
+            let keep = rw.op("Greater", &[m, zero], &[]);
+            Ok(rw.unsqueeze(keep, if rank == 2 { &[1, 2] } else { &[1] }))
+        }
+        4 => unsupported("a 4-D mask (ONNX Runtime's CPU kernel has none)"),
+        r => unsupported(format!("mask of rank {r}")),
+    }
+}
+
+fn int32_zero(rw: &mut Rw) -> PValue {
+    let t = crate::proto::TensorProto {
+        dims: vec![],
+        data_type: Some(dtype::INT32),
+        raw_data: Some(0i32.to_le_bytes().to_vec().into()),
+        ..Default::default()
+    };
+    rw.p.initializer("zero_i32", t)
+}
+
+/// The causal pattern `[S, T]` (key `j` kept for query `i` when `j <= i`) for a static length.
+fn causal_keep(rw: &mut Rw, s: Option<i64>) -> Result<PValue, Unsupported> {
     let Some(s) = s.filter(|&s| s > 0 && s <= 4096) else {
         return unsupported("unidirectional attention needs a static sequence length");
     };
-    let mut vals = Vec::with_capacity((s * s) as usize);
-    for i in 0..s {
-        for j in 0..s {
-            vals.push(if j > i { filter as f64 } else { 0.0 });
-        }
-    }
-    Ok(rw.constant("causal_mask", dt, &[s, s], &vals))
+    let j = arange_i32(rw, "key_positions", s);
+    let i = rw.unsqueeze(j, &[1]);
+    let after = rw.op("Greater", &[j, i], &[]);
+    Ok(rw.op("Not", &[after], &[]))
 }
 
-/// Multi-head scaled dot-product attention on 3-D Q, K, V; returns `[B, S, N*Hv]`.
+/// What is added to, or masks, the scaled scores.
+struct Terms {
+    /// The attention bias (working type).
+    bias: Option<PValue>,
+    /// Keys kept by the padding mask (boolean, broadcast over `[B, N, S, T]`).
+    keep: Option<PValue>,
+    /// Keys kept by the causal mask (boolean `[S, T]`).
+    causal: Option<PValue>,
+    filter: f32,
+}
+
+/// Multi-head scaled dot-product attention on 3-D Q, K, V in the working type; returns
+/// `[B, S, N*Hv]`. As ONNX Runtime 1.32's CPU kernel computes it (measured against it on every
+/// mask form, fully masked rows included): `alpha * QK^T`, plus the attention bias, plus
+/// `mask_filter_value` where the padding mask masks (three roundings, in that order), future
+/// keys set to -inf when causal (a row masked by padding alone still attends to its past and
+/// present keys), MLAS softmax, then `P V`.
 fn sdpa(
     rw: &mut Rw,
     h: Heads,
     scale: Option<f32>,
-    biases: &[PValue],
-    dt: i32,
+    terms: Terms,
+    work: i32,
 ) -> Result<PValue, Unsupported> {
     let n = h.num_heads;
-    let scale = match (scale, h.qk_hidden) {
-        (Some(s), _) => s as f64,
-        (None, Some(d)) if d > 0 && d % n == 0 => 1.0 / ((d / n) as f64).sqrt(),
+    let alpha: f32 = match (scale, h.qk_hidden) {
+        (Some(s), _) => s,
+        (None, Some(d)) if d > 0 && d % n == 0 => 1.0f32 / ((d / n) as f32).sqrt(),
         (None, Some(d)) => {
             return unsupported(format!("hidden size {d} is not a multiple of {n} heads"))
         }
         (None, None) => return unsupported("the head size is unknown (needed for the scale)"),
     };
+    if (terms.keep.is_some() || terms.causal.is_some()) && rw.opset < 9 {
+        return unsupported("an attention mask needs Where (opset >= 9)");
+    }
     let split = |rw: &mut Rw, x: PValue, perm: &[i64]| -> Result<PValue, Unsupported> {
         let r = rw.reshape(x, &[0, 0, n, -1])?;
         Ok(rw.transpose(r, perm))
@@ -93,9 +193,20 @@ fn sdpa(
     let kt = split(rw, h.k, &[0, 2, 3, 1])?;
     let vh = split(rw, h.v, &[0, 2, 1, 3])?;
     let qk = rw.op("MatMul", &[qh, kt], &[]);
-    let mut s = rw.scale(qk, scale, dt);
-    for b in biases {
-        s = rw.op("Add", &[s, *b], &[]);
+    let c = rw.scalar("scale", work, alpha as f64);
+    let mut s = rw.op("Mul", &[qk, c], &[]);
+    if let Some(b) = terms.bias {
+        s = rw.op("Add", &[s, b], &[]);
+    }
+    if let Some(k) = terms.keep {
+        let zero = rw.scalar("zero", work, 0.0);
+        let fill = rw.scalar("mask_filter_value", work, terms.filter as f64);
+        let m = rw.op("Where", &[k, zero, fill], &[]);
+        s = rw.op("Add", &[s, m], &[]);
+    }
+    if let Some(c) = terms.causal {
+        let ninf = rw.scalar("minus_infinity", work, f64::NEG_INFINITY);
+        s = rw.op("Where", &[c, s, ninf], &[]);
     }
     let p = rw.softmax_last(s);
     let o = rw.op("MatMul", &[p, vh], &[]);
@@ -166,9 +277,10 @@ pub fn attention(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch, Unsuppo
     if rw.input(6).is_some() {
         return unsupported("past_sequence_length");
     }
-    let x = rw.need(0, "input")?;
+    rw.need(0, "input")?;
     rw.need(1, "weights")?;
     let dt = rw.float_dtype(0)?;
+    let work = work_type(dt);
     if rw.rank(0, "input layout")? != 3 {
         return unsupported("input must be 3-D (batch, sequence, hidden)");
     }
@@ -185,20 +297,40 @@ pub fn attention(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch, Unsuppo
     if sizes[0] != sizes[1] {
         return unsupported("Q and K hidden sizes differ");
     }
+    let x = in_work(&mut rw, 0, "input", work)?;
     // Projections: split the packed weights (and bias) per Q, K, V.
-    let [wq, wk, wv] = match split_const(&mut rw, 1, sizes, ["w_q", "w_k", "w_v"]) {
+    let consts = work == dt;
+    let split_w = if consts {
+        split_const(&mut rw, 1, sizes, ["w_q", "w_k", "w_v"])
+    } else {
+        None
+    };
+    let [wq, wk, wv] = match split_w {
         Some(w) => w,
         None => {
-            let w = rw.need(1, "weights")?;
+            let w = in_work(&mut rw, 1, "weights", work)?;
             split_slices(&mut rw, w, sizes)
         }
     };
-    let bias = rw.input(2).map(
-        |b| match split_const(&mut rw, 2, sizes, ["b_q", "b_k", "b_v"]) {
-            Some(parts) => parts,
-            None => split_slices(&mut rw, b, sizes),
-        },
-    );
+    let bias = match rw.input(2) {
+        None => None,
+        Some(_) => {
+            let parts = if consts {
+                split_const(&mut rw, 2, sizes, ["b_q", "b_k", "b_v"])
+            } else {
+                None
+            };
+            Some(match parts {
+                Some(p) => p,
+                None => {
+                    let b = in_work(&mut rw, 2, "bias", work)?;
+                    split_slices(&mut rw, b, sizes)
+                }
+            })
+        }
+    };
+    // ONNX Runtime: the bias copied into the output, then the GEMM with beta 1, which rounds
+    // `x W + b` once, as MatMul then Add do.
     let proj = |rw: &mut Rw, w: PValue, b: Option<PValue>| {
         let m = rw.op("MatMul", &[x, w], &[]);
         match b {
@@ -210,17 +342,25 @@ pub fn attention(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch, Unsuppo
     let k = proj(&mut rw, wk, bias.map(|b| b[1]));
     let v = proj(&mut rw, wv, bias.map(|b| b[2]));
     let filter = rw.attr_f("mask_filter_value", -10000.0);
-    let mut biases = Vec::new();
-    if rw.input(5).is_some() {
-        biases.push(rw.need(5, "attention_bias")?);
-    }
+    let s = rw.in_facts(0).dim(1);
+    let mut keep = None;
     if rw.input(3).is_some() {
-        biases.push(raw_mask(&mut rw, 3, filter, dt)?);
+        keep = Some(key_mask(&mut rw, 3, s)?);
     }
-    if rw.attr_i("unidirectional", 0) != 0 {
-        let s = rw.in_facts(0).dim(1);
-        biases.push(causal_mask(&mut rw, s, filter, dt)?);
+    let mut causal = None;
+    if rw.attr_i("unidirectional", 0) != 0 && s != Some(1) {
+        causal = Some(causal_keep(&mut rw, s)?);
     }
+    let ab = match rw.input(5) {
+        Some(_) => Some(in_work(&mut rw, 5, "attention_bias", work)?),
+        None => None,
+    };
+    let terms = Terms {
+        bias: ab,
+        keep,
+        causal,
+        filter,
+    };
     let scale = rw.attr("scale").and_then(|a| a.f()).filter(|&s| s != 0.0);
     let h = Heads {
         q,
@@ -229,7 +369,10 @@ pub fn attention(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch, Unsuppo
         num_heads: heads,
         qk_hidden: Some(sizes[0]),
     };
-    let y = sdpa(&mut rw, h, scale, &biases, dt)?;
+    let mut y = sdpa(&mut rw, h, scale, terms, work)?;
+    if work != dt {
+        y = rw.cast(y, dt);
+    }
     rw.finish(&[(0, y)])
 }
 
@@ -250,16 +393,15 @@ pub fn multi_head_attention(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Pat
     if rw.node.inputs.iter().skip(9).any(|v| v.is_some()) {
         return unsupported("cache inputs");
     }
-    let q = rw.need(0, "query")?;
-    let k = match rw.input(1) {
-        Some(k) => k,
-        None => return unsupported("packed QKV (no key input)"),
-    };
-    let v = match rw.input(2) {
-        Some(v) => v,
-        None => return unsupported("packed KV (no value input)"),
-    };
+    rw.need(0, "query")?;
+    if rw.input(1).is_none() {
+        return unsupported("packed QKV (no key input)");
+    }
+    if rw.input(2).is_none() {
+        return unsupported("packed KV (no value input)");
+    }
     let dt = rw.float_dtype(0)?;
+    let work = work_type(dt);
     for (i, what) in [(0, "query"), (1, "key"), (2, "value")] {
         let r = rw.rank(i, "MultiHeadAttention layout")?;
         if r != 3 {
@@ -267,17 +409,24 @@ pub fn multi_head_attention(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Pat
         }
     }
     let dq = rw.in_facts(0).dim(2);
-    let (mut q, mut k, mut v) = (q, k, v);
+    let mut q = in_work(&mut rw, 0, "query", work)?;
+    let mut k = in_work(&mut rw, 1, "key", work)?;
+    let mut v = in_work(&mut rw, 2, "value", work)?;
     if rw.input(3).is_some() {
         let (dq, dv) = match (dq, rw.in_facts(2).dim(2)) {
             (Some(a), Some(b)) => (a, b),
             _ => return unsupported("a projection bias needs static hidden sizes"),
         };
         let sizes = [dq, dq, dv];
-        let parts = match split_const(&mut rw, 3, sizes, ["b_q", "b_k", "b_v"]) {
+        let parts = if work == dt {
+            split_const(&mut rw, 3, sizes, ["b_q", "b_k", "b_v"])
+        } else {
+            None
+        };
+        let parts = match parts {
             Some(p) => p,
             None => {
-                let b = rw.need(3, "bias")?;
+                let b = in_work(&mut rw, 3, "bias", work)?;
                 split_slices(&mut rw, b, sizes)
             }
         };
@@ -286,23 +435,28 @@ pub fn multi_head_attention(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Pat
         v = rw.op("Add", &[v, parts[2]], &[]);
     }
     let filter = rw.attr_f("mask_filter_value", -10000.0);
-    let mut biases = Vec::new();
-    if rw.input(5).is_some() {
-        biases.push(rw.need(5, "attention_bias")?);
-    }
+    let (s, l) = (rw.in_facts(0).dim(1), rw.in_facts(1).dim(1));
+    let mut keep = None;
     if rw.input(4).is_some() {
-        if rw.in_facts(4).dtype != Some(dtype::INT32) {
-            return unsupported("key_padding_mask must be int32");
-        }
-        biases.push(raw_mask(&mut rw, 4, filter, dt)?);
+        keep = Some(key_mask(&mut rw, 4, l)?);
     }
-    if rw.attr_i("unidirectional", 0) != 0 {
-        let (s, l) = (rw.in_facts(0).dim(1), rw.in_facts(1).dim(1));
+    let mut causal = None;
+    if rw.attr_i("unidirectional", 0) != 0 && s != Some(1) {
         if s != l {
             return unsupported("unidirectional with different query and key lengths");
         }
-        biases.push(causal_mask(&mut rw, s, filter, dt)?);
+        causal = Some(causal_keep(&mut rw, s)?);
     }
+    let ab = match rw.input(5) {
+        Some(_) => Some(in_work(&mut rw, 5, "attention_bias", work)?),
+        None => None,
+    };
+    let terms = Terms {
+        bias: ab,
+        keep,
+        causal,
+        filter,
+    };
     let scale = rw.attr("scale").and_then(|a| a.f()).filter(|&s| s != 0.0);
     let h = Heads {
         q,
@@ -311,6 +465,9 @@ pub fn multi_head_attention(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Pat
         num_heads: heads,
         qk_hidden: dq,
     };
-    let y = sdpa(&mut rw, h, scale, &biases, dt)?;
+    let mut y = sdpa(&mut rw, h, scale, terms, work)?;
+    if work != dt {
+        y = rw.cast(y, dt);
+    }
     rw.finish(&[(0, y)])
 }
