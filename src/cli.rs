@@ -152,9 +152,9 @@ struct CompileArgs {
     #[arg(long, value_enum, default_value_t = WeightsArg::Share)]
     weights: WeightsArg,
     /// Let the rewrites add weights beyond the input's size (a decomposition that unpacks
-    /// quantized weights): without it, a compile that would add more bytes of weights than the
-    /// input holds (model file and external data) writes nothing and exits 1; with a FACTOR,
-    /// the output may hold up to FACTOR times the input.
+    /// quantized weights): without it, a compile that would add more than 64 MiB of weights
+    /// and more than the input holds (model file and external data) writes nothing and exits
+    /// 1; with a FACTOR, the output may hold up to FACTOR times the input.
     #[arg(long, value_name = "FACTOR", num_args = 0..=1, default_missing_value = "inf")]
     allow_growth: Option<f64>,
     /// Write a JSON report of the compile.
@@ -482,7 +482,8 @@ fn compile(a: &CompileArgs) -> Result<u8, Error> {
 
     // Weights the rewrites added (unpacked quantized weights, say): stated, and bounded.
     let added = onnx_safeify::inline_bytes(&doc.model).saturating_sub(inline_before);
-    if added > 0 {
+    // (Small constants of a rewrite are not news; a MiB of weights is.)
+    if added >= 1 << 20 {
         let input = input_size;
         let factor = a.allow_growth.unwrap_or(2.0);
         let mb = |b: u64| b as f64 / 1e6;
@@ -492,7 +493,10 @@ fn compile(a: &CompileArgs) -> Result<u8, Error> {
             mb(input),
             mb(input + added)
         );
-        if factor.is_nan() || (input + added) as f64 > factor * input as f64 {
+        // Small models may double freely; the bound is for what fills a disk.
+        const FREE: u64 = 64 << 20;
+        let over = (input + added) as f64 > factor * input as f64;
+        if factor.is_nan() || (over && (a.allow_growth.is_some() || added > FREE)) {
             eprintln!(
                 "error: {}: the output would be {:.1}x the input's size (limit {factor}x); nothing was written (--allow-growth [FACTOR] lets it grow)",
                 model.display(),
