@@ -73,6 +73,11 @@ pub struct Judge {
     /// own largest finite difference from ONNX Runtime CPU on this output, when the rewrite is
     /// judged on that runtime against the original on it (0: none).
     pub allowance: f64,
+    /// A tolerance no element's bound goes below (`|a-b| <= atol + rtol*|b|` always passes):
+    /// on another runtime whose own difference from ONNX Runtime CPU could not be measured
+    /// (the original does not run there), a class bound defined on ONNX Runtime CPU is held
+    /// to at least the default tolerance.
+    pub floor: Option<Tolerance>,
 }
 
 impl Judge {
@@ -80,6 +85,7 @@ impl Judge {
         Judge {
             criterion: Criterion::Tolerance(t),
             allowance: 0.0,
+            floor: None,
         }
     }
 
@@ -87,6 +93,18 @@ impl Judge {
         Judge {
             criterion: Criterion::Class(c),
             allowance: 0.0,
+            floor: None,
+        }
+    }
+
+    /// With a tolerance floor (only meaningful for a class criterion).
+    pub fn with_floor(self, floor: Tolerance) -> Judge {
+        Judge {
+            floor: match self.criterion {
+                Criterion::Class(_) => Some(floor),
+                Criterion::Tolerance(_) => None,
+            },
+            ..self
         }
     }
 
@@ -269,6 +287,9 @@ pub struct OutputComparison {
     /// top of the criterion (verify on another runtime, original run there too).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub runtime_allowance: Option<f64>,
+    /// A tolerance no element's bound went below (see [`Judge::floor`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tolerance_floor: Option<Tolerance>,
 }
 
 impl OutputComparison {
@@ -297,6 +318,7 @@ impl OutputComparison {
             bound_of_scale: None,
             judged_by: String::new(),
             runtime_allowance: None,
+            tolerance_floor: None,
         }
     }
 }
@@ -379,6 +401,7 @@ pub fn compare_with_second(
         },
         judged_by: judge.criterion.label(),
         runtime_allowance: allowance,
+        tolerance_floor: judge.floor,
     };
     if reference.dtype != actual.dtype {
         out.status = Status::DtypeMismatch;
@@ -403,15 +426,7 @@ pub fn compare_with_second(
     }
     let stats = match (&reference.data, &actual.data) {
         (TensorData::Bytes(b), TensorData::Bytes(a)) => match reference.dtype.kind() {
-            Kind::Float => compare_floats(
-                reference.dtype,
-                b,
-                a,
-                second,
-                judge.criterion,
-                bound,
-                judge.allowance,
-            ),
+            Kind::Float => compare_floats(reference.dtype, b, a, second, judge, bound),
             Kind::Int | Kind::Bool => compare_ints(reference.dtype, b, a, second, judge.allowance),
             _ => compare_opaque(reference.dtype, b, a),
         },
@@ -516,20 +531,23 @@ fn bump(slot: &mut Option<f64>, v: f64) {
 }
 
 /// `bound`: the class criterion's largest error (allowance included); with a tolerance the
-/// bound of each element is `max(atol + rtol*|b|, allowance)`.
+/// bound of each element is `max(atol + rtol*|b|, allowance)`; a floor raises either.
 fn compare_floats(
     dtype: DType,
     b: &[u8],
     a: &[u8],
     second: Option<&[u8]>,
-    criterion: Criterion,
+    judge: Judge,
     bound: Option<f64>,
-    allowance: f64,
 ) -> Stats {
-    let allowed_at = |y: f64| match (criterion, bound) {
-        (Criterion::Tolerance(t), _) => (t.atol + t.rtol * y.abs()).max(allowance),
-        (Criterion::Class(_), Some(b)) => b,
-        (Criterion::Class(_), None) => allowance,
+    let allowed_at = |y: f64| {
+        let base = match (judge.criterion, bound) {
+            (Criterion::Tolerance(t), _) => t.atol + t.rtol * y.abs(),
+            (Criterion::Class(_), Some(b)) => b,
+            (Criterion::Class(_), None) => 0.0,
+        };
+        let floor = judge.floor.map_or(0.0, |t| t.atol + t.rtol * y.abs());
+        base.max(floor).max(judge.allowance)
     };
     let lanes = dtype.lanes();
     let scalars = b.len() / dtype.scalar_size().unwrap_or(1) * lanes;
