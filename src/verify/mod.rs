@@ -19,6 +19,7 @@ pub mod inputs;
 pub mod manifest;
 pub mod model;
 pub mod npz;
+pub mod ort_ep;
 pub mod pb;
 pub mod placement;
 pub mod report;
