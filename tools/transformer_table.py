@@ -115,9 +115,16 @@ def main(argv):
                 crc, _ = run([binary, "check", out, "--target", t] + extra)
                 gpu, cpu, barriers = heavy_counts(out)
                 pieces = None
+                exactness = crossing = None
                 try:
                     r = json.load(open(rep))
                     pieces = len(r.get("pieces", [])) or None
+                    exactness = r.get("exactness")
+                    cost = (r.get("cost") or {}).get("output") or {}
+                    if cost:
+                        pieces = cost.get("gpu_pieces", pieces)
+                        crossing = (cost.get("crossings"), cost.get("crossing_bytes"),
+                                    cost.get("crossings_unknown_size"))
                 except (OSError, ValueError):
                     pass
                 vcmd = [binary, "verify", model, out, "--format", "json"]
@@ -132,7 +139,7 @@ def main(argv):
                 except ValueError:
                     pass
                 row.update(check=crc, heavy_gpu=gpu, heavy_cpu=cpu, pieces=pieces, barriers=barriers,
-                           verify=verdict, verify_rc=vrc)
+                           verify=verdict, verify_rc=vrc, exactness=exactness, crossing=crossing)
                 if vrc != 0:
                     row["verify_tail"] = vtext.strip().splitlines()[-3:]
             else:
@@ -148,6 +155,17 @@ def main(argv):
     bad = [r for r in rows if r["exit"] != 0 or r.get("check", 0) != 0 or r.get("verify_rc", 0) != 0]
     print(f"rx580 heavy ops on the GPU: {gpu}/{allh} ({100.0 * gpu / max(allh, 1):.1f}%); "
           f"{len(rows)} compiles, {len(bad)} not (exit 0, check clean, verify pass)")
+    classes = {}
+    for r in rows:
+        if r["exit"] == 0:
+            k = (r.get("exactness") or "?").split(":")[0]
+            classes.setdefault(r["target"], {}).setdefault(k, 0)
+            classes[r["target"]][k] += 1
+        else:
+            classes.setdefault(r["target"], {}).setdefault(f"exit {r['exit']}", 0)
+            classes[r["target"]][f"exit {r['exit']}"] += 1
+    for t in targets:
+        print(f"classes {t}: " + ", ".join(f"{k} {v}" for k, v in sorted(classes.get(t, {}).items())))
     if out_json:
         with open(out_json, "w") as f:
             json.dump(rows, f, indent=1)
