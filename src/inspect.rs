@@ -28,6 +28,81 @@ pub struct Summary {
     pub input_types: Vec<PortType>,
     /// Element type and shape of each entry of `outputs`, in the same order.
     pub output_types: Vec<PortType>,
+    /// What shape and type inference establishes for the main graph's node outputs.
+    pub coverage: Coverage,
+}
+
+/// How much of a graph inference sees: of the values its nodes compute (main graph), how many
+/// have a known element type, a known rank, and a full shape (every dim a number or a name
+/// that takes its size from an input, so known once the inputs' sizes are: the sizes used).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Coverage {
+    /// Node outputs of the main graph.
+    pub values: usize,
+    pub dtype: usize,
+    pub rank: usize,
+    /// Every dim known or symbolic.
+    pub shape: usize,
+    /// Every dim a number.
+    pub static_shape: usize,
+    /// Operators (`domain::op`) whose outputs miss a type, rank or full shape, with how many
+    /// such outputs, most first.
+    pub gaps: Vec<(String, usize)>,
+}
+
+impl Coverage {
+    /// Measure what inference finds on `m`'s main graph. A dimension of an input that the
+    /// file leaves open without a name is named for this (`x.0`): a size derived from the
+    /// inputs' sizes is then an expression, fixed by the sizes used.
+    pub fn measure(m: &Model) -> Coverage {
+        let opts = crate::infer::InferOptions {
+            name_open_input_dims: true,
+            ..Default::default()
+        };
+        let facts = crate::infer::infer_model(m, &opts);
+        let g = &m.graph;
+        let mut c = Coverage::default();
+        let mut gaps: BTreeMap<String, usize> = BTreeMap::new();
+        for &id in &g.order {
+            let Some(n) = g.nodes.node_weight(id) else {
+                continue;
+            };
+            for v in n.outputs.iter().flatten() {
+                c.values += 1;
+                let info = facts.info(*v);
+                let dt = info.dtype.is_some();
+                let full = info
+                    .shape
+                    .as_ref()
+                    .is_some_and(|s| s.iter().all(|d| !matches!(d, crate::infer::Dim::Unknown)));
+                c.dtype += usize::from(dt);
+                c.rank += usize::from(info.shape.is_some());
+                c.shape += usize::from(full);
+                c.static_shape += usize::from(info.dims_known().is_some());
+                if !(dt && full) {
+                    let key = if n.domain().is_empty() {
+                        n.op_type.clone()
+                    } else {
+                        format!("{}::{}", n.domain(), n.op_type)
+                    };
+                    *gaps.entry(key).or_default() += 1;
+                }
+            }
+        }
+        let mut gaps: Vec<(String, usize)> = gaps.into_iter().collect();
+        gaps.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        c.gaps = gaps;
+        c
+    }
+
+    /// `part` of the values as a percentage (100 for a graph without values).
+    pub fn percent(&self, part: usize) -> f64 {
+        if self.values == 0 {
+            100.0
+        } else {
+            (part as f64) * 100.0 / (self.values as f64)
+        }
+    }
 }
 
 /// One dimension of a declared shape.
@@ -165,6 +240,7 @@ pub fn summarize(m: &Model) -> Summary {
             )
         })
         .collect();
+    s.coverage = Coverage::measure(m);
     s
 }
 
@@ -220,6 +296,26 @@ pub fn render_text(s: &Summary) -> String {
     if !s.functions.is_empty() {
         let _ = writeln!(out, "functions    {}", s.functions.join(", "));
     }
+    let c = &s.coverage;
+    let _ = writeln!(
+        out,
+        "inferred     {} values: type {:.1}%, rank {:.1}%, full shape {:.1}% ({:.1}% static)",
+        c.values,
+        c.percent(c.dtype),
+        c.percent(c.rank),
+        c.percent(c.shape),
+        c.percent(c.static_shape)
+    );
+    if !c.gaps.is_empty() {
+        let gaps: Vec<String> = c
+            .gaps
+            .iter()
+            .take(6)
+            .map(|(op, n)| format!("{op} {n}"))
+            .collect();
+        let more = if c.gaps.len() > 6 { ", ..." } else { "" };
+        let _ = writeln!(out, "not inferred {}{more}", gaps.join(", "));
+    }
     let _ = writeln!(out, "ops:");
     let mut ops: Vec<(&String, &usize)> = s.ops.iter().collect();
     ops.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
@@ -238,12 +334,17 @@ pub fn render_text(s: &Summary) -> String {
 ///  "outputs": [...], "nodes": 76, "subgraphs": 0, "max_depth": 0,
 ///  "ops": {"Conv": 27, ...},
 ///  "initializers": {"count": 106, "bytes": 235724},
-///  "external_data": {"tensors": 0, "bytes": 0}, "functions": []}
+///  "external_data": {"tensors": 0, "bytes": 0}, "functions": [],
+///  "inference": {"values": 76, "dtype": {"count": 76, "percent": 100.0},
+///                "rank": {...}, "shape": {...}, "static_shape": {...},
+///                "gaps": {"com.microsoft::Foo": 2}}}
 /// ```
 ///
 /// A shape is `null` when the rank is not declared; a dim is a number, a symbolic name, or
 /// `null` when neither is set. `ops` counts subgraph nodes too; `dtype` and `shape` are `null`
-/// for non-tensor values.
+/// for non-tensor values. `inference` counts the main graph's node outputs whose element type,
+/// rank, full shape (every dim a number or a name) and static shape inference knows; `gaps`
+/// counts, per operator, the outputs that miss a type or a full shape.
 pub fn to_json(s: &Summary) -> String {
     use serde_json::{json, Value};
     let ports = |names: &[(String, String)], types: &[PortType]| -> Value {
@@ -265,6 +366,10 @@ pub fn to_json(s: &Summary) -> String {
             })
             .collect()
     };
+    let part = |n: usize| {
+        let pct = (s.coverage.percent(n) * 10.0).round() / 10.0;
+        json!({"count": n, "percent": pct})
+    };
     let v = json!({
         "ir_version": s.ir_version,
         "producer": s.producer,
@@ -278,6 +383,14 @@ pub fn to_json(s: &Summary) -> String {
         "initializers": {"count": s.initializers, "bytes": s.initializer_bytes},
         "external_data": {"tensors": s.external_tensors, "bytes": s.external_bytes},
         "functions": s.functions,
+        "inference": {
+            "values": s.coverage.values,
+            "dtype": part(s.coverage.dtype),
+            "rank": part(s.coverage.rank),
+            "shape": part(s.coverage.shape),
+            "static_shape": part(s.coverage.static_shape),
+            "gaps": s.coverage.gaps.iter().map(|(k, n)| (k.clone(), json!(n))).collect::<serde_json::Map<String, Value>>(),
+        },
     });
     serde_json::to_string_pretty(&v).unwrap_or_default() + "\n"
 }

@@ -235,3 +235,54 @@ fn dot_for_an_untouched_model_is_the_same_picture() {
         "no rule, no change in the picture"
     );
 }
+
+/// `inspect` reports what inference sees: the sample is fully inferred (its batch a name),
+/// and a genai-style decoder with grouped-query attention, rotary embeddings and fused RMS
+/// norms keeps the type, rank and full shape of every value.
+#[test]
+fn inspect_reports_inference_coverage() {
+    let model = sample();
+    let o = run(&["inspect", model.to_str().unwrap(), "--format", "json"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("valid JSON");
+    let inf = &v["inference"];
+    assert_eq!(inf["values"], 76);
+    for key in ["dtype", "rank", "shape"] {
+        assert_eq!(inf[key]["count"], 76, "{key}");
+        assert_eq!(inf[key]["percent"], 100.0, "{key}");
+    }
+    // The batch is symbolic: no value has a static shape.
+    assert_eq!(inf["static_shape"]["count"], 0);
+    assert!(inf["gaps"].as_object().unwrap().is_empty());
+    let o = run(&["inspect", model.to_str().unwrap()]);
+    let text = stdout(&o);
+    assert!(
+        text.contains(
+            "inferred     76 values: type 100.0%, rank 100.0%, full shape 100.0% (0.0% static)"
+        ),
+        "{text}"
+    );
+
+    let Some(corpus) = common::corpus() else {
+        eprintln!("SKIPPED the transformer half of inspect_reports_inference_coverage: no corpus");
+        return;
+    };
+    let llama = corpus.join("transformers/llama_rope_gqa.onnx");
+    if !llama.exists() {
+        eprintln!(
+            "SKIPPED: {} is missing (scripts/corpus.sh builds it)",
+            llama.display()
+        );
+        return;
+    }
+    let o = run(&["inspect", llama.to_str().unwrap(), "--format", "json"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("valid JSON");
+    let inf = &v["inference"];
+    let n = inf["values"].as_u64().unwrap();
+    assert!(n > 40, "{inf}");
+    for key in ["dtype", "rank", "shape"] {
+        assert_eq!(inf[key]["count"].as_u64(), Some(n), "{key}: {inf}");
+    }
+    assert!(inf["gaps"].as_object().unwrap().is_empty(), "{inf}");
+}

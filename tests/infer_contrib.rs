@@ -1083,3 +1083,187 @@ fn gqa_total_length_from_the_mask_shape() {
     };
     assert_eq!(pk.shape.as_ref().unwrap()[2].eval(&size), Some(5));
 }
+
+/// Real models against ONNX Runtime, value by value: every node output of the main graph is
+/// made a graph output, the model runs (optimizations off, so the nodes are the file's) on
+/// the corpus' valid inputs (the transformer models' `.inputs.npz`) or on random inputs
+/// (batch 1, other open sizes 64), and each inferred dim, computed at the sizes the inputs
+/// had (`Dim::eval`: names and expressions such as `past + seq` or `floordiv(H + 1, 2)`),
+/// must be what ONNX Runtime returned. Unknown dims are counted, not failed.
+#[test]
+fn corpus_shapes_match_onnx_runtime() {
+    let Some(corpus) = common::corpus() else {
+        eprintln!("SKIPPED corpus_shapes_match_onnx_runtime: no corpus");
+        return;
+    };
+    let Some(py) = common::venv_python() else {
+        eprintln!("SKIPPED corpus_shapes_match_onnx_runtime: no venv python with onnxruntime");
+        return;
+    };
+    let mut models: Vec<std::path::PathBuf> = Vec::new();
+    for sub in ["transformers", "real", "ort_optimized", "quantized"] {
+        for p in common::onnx_files(&corpus.join(sub)) {
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            // The beam search runs a generation loop (its own test); the LSTM ones are small.
+            if name.contains("beam_search") || name.starts_with("quant_lstm") {
+                continue;
+            }
+            if sub == "quantized" && !name.contains("ort_all") && !name.contains("qop.onnx") {
+                continue;
+            }
+            models.push(p);
+        }
+    }
+    assert!(!models.is_empty(), "no corpus models found");
+    let list: Vec<String> = models
+        .iter()
+        .map(|p| p.to_string_lossy().into_owned())
+        .collect();
+    let script = r#"
+import json, os, sys
+import numpy as np
+import onnx, onnxruntime as ort
+NP = {1: np.float32, 2: np.uint8, 3: np.int8, 6: np.int32, 7: np.int64, 9: np.bool_, 10: np.float16}
+OUT = {np.dtype(v): k for k, v in NP.items()}
+rng = np.random.default_rng(0)
+res = {}
+for path in json.loads(sys.argv[1]):
+    m = onnx.load(path)
+    g = m.graph
+    have = {o.name for o in g.output}
+    for n in g.node:
+        for o in n.output:
+            if o and o not in have:
+                g.output.append(onnx.ValueInfoProto(name=o))
+                have.add(o)
+    inits = {t.name for t in g.initializer}
+    npz = path[:-len(".onnx")] + ".inputs.npz"
+    given = dict(np.load(npz)) if os.path.exists(npz) else {}
+    feeds, sizes = {}, {}
+    for i in g.input:
+        if i.name in inits:
+            continue
+        t = i.type.tensor_type
+        if i.name in given:
+            a = given[i.name]
+        else:
+            dims = [d.dim_value if d.HasField("dim_value") and d.dim_value >= 0
+                    else (1 if ax == 0 else 64)
+                    for ax, d in enumerate(t.shape.dim)]
+            dt = NP[t.elem_type]
+            a = rng.random(dims).astype(dt) if np.issubdtype(dt, np.floating) else np.zeros(dims, dt)
+        feeds[i.name] = a
+        for ax, d in enumerate(t.shape.dim):
+            if d.HasField("dim_param") and d.dim_param not in ("", "?"):
+                sizes[d.dim_param] = int(a.shape[ax])
+            elif not d.HasField("dim_value") or d.dim_value < 0:
+                sizes[f"{i.name}.{ax}"] = int(a.shape[ax])
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.log_severity_level = 3
+    try:
+        s = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        names = [o.name for o in s.get_outputs()]
+        outs = s.run(None, feeds)
+        shapes = {n: [OUT.get(o.dtype), list(o.shape)] for n, o in zip(names, outs)
+                  if isinstance(o, np.ndarray)}
+        res[path] = {"sizes": sizes, "shapes": shapes}
+    except Exception as e:
+        res[path] = {"error": str(e)[:300]}
+print(json.dumps(res))
+"#;
+    let out = std::process::Command::new(&py)
+        .arg("-c")
+        .arg(script)
+        .arg(serde_json::to_string(&list).unwrap())
+        .output()
+        .expect("run python");
+    assert!(
+        out.status.success(),
+        "python failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let res: serde_json::Value =
+        serde_json::from_slice(&out.stdout).expect("JSON from the python side");
+    let opts = InferOptions {
+        name_open_input_dims: true,
+        ..Default::default()
+    };
+    let (mut compared, mut dims_total, mut dims_known, mut ran) = (0usize, 0usize, 0usize, 0);
+    let mut bad = Vec::new();
+    for path in &list {
+        let r = &res[path.as_str()];
+        if let Some(e) = r.get("error") {
+            eprintln!("not compared (ONNX Runtime cannot run it here): {path}: {e}");
+            continue;
+        }
+        ran += 1;
+        let sizes: std::collections::HashMap<String, i64> = r["sizes"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.as_i64().unwrap()))
+            .collect();
+        let doc = onnx_safeify::load(std::path::Path::new(path)).expect("load");
+        let m = &doc.model;
+        let f = infer_model(m, &opts);
+        let by_name: std::collections::HashMap<&str, ValueId> = m
+            .graph
+            .values
+            .iter()
+            .enumerate()
+            .map(|(i, v)| (&*v.name, ValueId(i as u32)))
+            .collect();
+        let size = |n: &str| sizes.get(n).copied();
+        for (name, got) in r["shapes"].as_object().unwrap() {
+            let Some(&v) = by_name.get(name.as_str()) else {
+                continue;
+            };
+            let info = f.info(v);
+            let want: Vec<i64> = got[1]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|d| d.as_i64().unwrap())
+                .collect();
+            compared += 1;
+            if let (Some(t), Some(w)) = (info.dtype, got[0].as_i64()) {
+                if i64::from(t) != w {
+                    bad.push(format!("{path}: {name}: type {t}, ONNX Runtime {w}"));
+                }
+            }
+            let Some(shape) = &info.shape else {
+                dims_total += want.len();
+                continue;
+            };
+            if shape.len() != want.len() {
+                bad.push(format!(
+                    "{path}: {name}: inferred {info}, ONNX Runtime {want:?}"
+                ));
+                continue;
+            }
+            for (d, &w) in shape.iter().zip(&want) {
+                dims_total += 1;
+                if let Some(x) = d.eval(&size) {
+                    dims_known += 1;
+                    if x != w {
+                        bad.push(format!(
+                            "{path}: {name}: inferred {info} (= {x} at the sizes used), ONNX Runtime {want:?}"
+                        ));
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    eprintln!(
+        "compared {compared} values of {ran} models: {dims_known} of {dims_total} dims known at the sizes used"
+    );
+    assert!(ran >= 5, "too few corpus models ran on ONNX Runtime");
+    assert!(
+        bad.is_empty(),
+        "{} disagreements:\n{}",
+        bad.len(),
+        bad.join("\n")
+    );
+}

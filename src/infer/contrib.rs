@@ -74,6 +74,27 @@ fn nhwc_shape(c: &Ctx, channels: Dim) -> Option<Vec<Dim>> {
     Some(out)
 }
 
+/// A window op on a channels-last input `x` (`[N, spatial..., C]`): `[N, out..., channels]`,
+/// the kernel from `kernel_shape`, else `kernel`.
+fn channels_last_window(
+    c: &Ctx,
+    x: usize,
+    kernel: Option<Vec<i64>>,
+    channels: Dim,
+    pool: bool,
+) -> Option<Vec<Dim>> {
+    let xs = c.shape(x)?;
+    if xs.len() < 3 {
+        return None;
+    }
+    let n = xs.len() - 2;
+    let win = Window::read(c, n, kernel)?;
+    let mut out = vec![xs[0].clone()];
+    out.extend((0..n).map(|i| win.out_dim(i, &xs[i + 1], pool)));
+    out.push(channels);
+    Some(out)
+}
+
 /// `NhwcConv(X [N, H, W, C], W [M, ...])`: `[N, oH, oW, M]` (kernel from `kernel_shape`).
 pub(crate) fn nhwc_conv(c: &Ctx) -> Vec<Out> {
     let m = c
@@ -298,7 +319,12 @@ pub(crate) fn qlinear_global_pool(c: &Ctx) -> Vec<Out> {
 pub(crate) fn qlinear_average_pool(c: &Ctx) -> Vec<Out> {
     let dt = c.dtype(4).or(c.dtype(0));
     if c.attr_i("channels_last").unwrap_or(0) != 0 {
-        let shape = c.rank(0).map(|r| vec![Dim::Unknown; r]);
+        let ch = c
+            .shape(0)
+            .and_then(|s| s.last().cloned())
+            .unwrap_or(Dim::Unknown);
+        let shape = channels_last_window(c, 0, None, ch, true)
+            .or_else(|| c.rank(0).map(|r| vec![Dim::Unknown; r]));
         return vec![Out::new(dt, shape)];
     }
     let mut out = conv::pool(c);
@@ -333,7 +359,12 @@ pub(crate) fn qlinear_concat(c: &Ctx) -> Vec<Out> {
 /// com.microsoft `QLinearConv`: ONNX QLinearConv; with `channels_last` only the rank is kept.
 pub(crate) fn qlinear_conv_ms(c: &Ctx) -> Vec<Out> {
     if c.attr_i("channels_last").unwrap_or(0) != 0 {
-        let shape = c.rank(0).map(|r| vec![Dim::Unknown; r]);
+        // X is [N, spatial..., C]; W keeps its [M, C/g, k...] layout.
+        let w = c.shape(3);
+        let kernel = w.and_then(|s| s.get(2..)?.iter().map(Dim::known).collect());
+        let m = w.and_then(|s| s.first().cloned()).unwrap_or(Dim::Unknown);
+        let shape = channels_last_window(c, 0, kernel, m, false)
+            .or_else(|| c.rank(0).map(|r| vec![Dim::Unknown; r]));
         return vec![Out::new(c.dtype(7).or(c.dtype(0)), shape)];
     }
     conv::qlinear_conv(c)
@@ -344,11 +375,13 @@ pub(crate) fn qlinear_conv_ms(c: &Ctx) -> Vec<Out> {
 pub(crate) fn qgemm(c: &Ctx) -> Vec<Out> {
     let ta = c.attr_i("transA").unwrap_or(0) != 0;
     let tb = c.attr_i("transB").unwrap_or(0) != 0;
-    let pick = |i: usize, t: bool, first: bool| match c.shape(i) {
-        Some([x, y]) => Some(if t == first { y.clone() } else { x.clone() }),
+    // M is A's first axis (its second when transposed); N is B's second (first when
+    // transposed).
+    let pick = |i: usize, second: bool| match c.shape(i) {
+        Some([x, y]) => Some(if second { y.clone() } else { x.clone() }),
         _ => None,
     };
-    let shape = match (pick(0, ta, false), pick(3, tb, true)) {
+    let shape = match (pick(0, ta), pick(3, !tb)) {
         (Some(m), Some(n)) => Some(vec![m, n]),
         _ => Some(vec![Dim::Unknown, Dim::Unknown]),
     };

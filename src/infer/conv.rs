@@ -70,7 +70,8 @@ impl Window {
             "SAME_UPPER" | "SAME_LOWER" => match x {
                 Dim::Known(x) => dims::opt_dim(dims::ceil_div(*x, s)),
                 other if s == 1 => other.clone(),
-                _ => Dim::Unknown,
+                // ceil(x / s) = floor((x + s - 1) / s).
+                other => dims::floor_div_dim(&dims::add(other, &Dim::Known(s - 1)), s),
             },
             "VALID" => match x {
                 Dim::Known(x) if *x >= ek => {
@@ -78,7 +79,8 @@ impl Window {
                 }
                 Dim::Known(_) => Dim::Unknown,
                 other if s == 1 && ek == 1 => other.clone(),
-                _ => Dim::Unknown,
+                // floor((x - ek) / s) + 1 = floor((x - ek + s) / s).
+                other => dims::floor_div_dim(&dims::sub_value(other, ek - s), s),
             },
             "NOTSET" | "" => {
                 if pb < 0 || pe < 0 {
@@ -111,6 +113,17 @@ impl Window {
                         }
                     }
                     other if s == 1 && pb.checked_add(pe) == Some(ek - 1) => other.clone(),
+                    // floor((x + pads - ek) / s) + 1 = floor((x + pads - ek + s) / s); a
+                    // pooling window that rounds up is left unknown.
+                    other if !(pool && self.ceil_mode) => {
+                        match pb
+                            .checked_add(pe)
+                            .and_then(|p| p.checked_sub(ek)?.checked_add(s)?.checked_neg())
+                        {
+                            Some(neg) => dims::floor_div_dim(&dims::sub_value(other, neg), s),
+                            None => Dim::Unknown,
+                        }
+                    }
                     _ => Dim::Unknown,
                 }
             }

@@ -118,6 +118,19 @@ pub(crate) fn div_exact(a: &Dim, b: &Dim) -> Dim {
     }
 }
 
+/// `x - k` as an intermediate value (it may be negative; a later step makes it a size).
+pub(crate) fn sub_value(x: &Dim, k: i64) -> Dim {
+    match x {
+        Dim::Known(v) => v.checked_sub(k).map_or(Dim::Unknown, Dim::Known),
+        _ => super::expr::sub(x, &Dim::Known(k)),
+    }
+}
+
+/// `floor(a / k)` for `k > 0`, as a size (a `floordiv(..)` expression over names).
+pub(crate) fn floor_div_dim(a: &Dim, k: i64) -> Dim {
+    size(super::expr::floor_div(a, k))
+}
+
 /// `max(a, b)` as a size.
 pub(crate) fn max(a: &Dim, b: &Dim) -> Dim {
     size(super::expr::max(a, b))

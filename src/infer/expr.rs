@@ -1,5 +1,5 @@
 //! Symbolic sizes as expressions: `past_sequence_length + sequence_length`, `2*batch`,
-//! `max(past, total)`.
+//! `max(past, total)`, `floordiv(H + 1, 2) + 1`.
 //!
 //! A [`Dim::Sym`] holds either a plain name (a `dim_param` of the file) or an expression over
 //! names that inference derived, in one canonical text so that equal expressions are equal
@@ -12,7 +12,8 @@
 //! (binary `+`/`-` are recognised only between spaces, so a declared `seq-len` stays one
 //! name). Expressions are kept small: past [`MAX_TERMS`] terms, [`MAX_DEGREE`] atoms in a
 //! term or [`MAX_LEN`] characters a result is unknown (a crafted graph cannot grow them).
-//! Division is exact or unknown (an integer size is never rounded silently). Names stand for
+//! Division is exact, or a `floordiv(..)` atom where the operator floors (a window's output
+//! size), never rounded silently. Names stand for
 //! sizes, so they are never negative (what `max` and `min` rely on).
 
 use std::collections::BTreeMap;
@@ -182,22 +183,25 @@ fn eval_atom(a: &str, size: &dyn Fn(&str) -> Option<i64>) -> Option<i64> {
     match parse_call(a) {
         Some((f, x, y)) => {
             let (x, y) = (x.eval(size)?, y.eval(size)?);
-            Some(if f == "max" { x.max(y) } else { x.min(y) })
+            match f {
+                "max" => Some(x.max(y)),
+                "min" => Some(x.min(y)),
+                _ => (y > 0).then(|| x.div_euclid(y)),
+            }
         }
         None => size(a),
     }
 }
 
-/// A `max(..)`/`min(..)` atom's function and arguments.
+/// A `max(..)`/`min(..)`/`floordiv(..)` atom's function and arguments.
 fn parse_call(a: &str) -> Option<(&'static str, Poly, Poly)> {
-    let f = if a.starts_with("max(") {
-        "max"
-    } else if a.starts_with("min(") {
-        "min"
-    } else {
+    let f = ["max", "min", "floordiv"]
+        .into_iter()
+        .find(|f| a.strip_prefix(f).is_some_and(|r| r.starts_with('(')))?;
+    if !a.ends_with(')') {
         return None;
-    };
-    let inner = a.get(4..a.len().checked_sub(1)?)?;
+    }
+    let inner = a.get(f.len() + 1..a.len() - 1)?;
     let (x, y) = split_top_comma(inner)?;
     Some((f, parse(x.trim())?, parse(y.trim())?))
 }
@@ -267,6 +271,37 @@ pub(crate) fn mul(a: &Dim, b: &Dim) -> Dim {
 /// `a / b` when it divides exactly (so truncating and flooring agree), as a value.
 pub(crate) fn div_exact(a: &Dim, b: &Dim) -> Dim {
     binary(a, b, Poly::div_exact).map_or(Dim::Unknown, |p| to_value(&p))
+}
+
+/// `floor(a / k)` for `k > 0`, as a value: the terms `k` divides are divided, the rest
+/// (when not a number) stays a `floordiv(rest, k)` atom (`floordiv(H + 1, 2)`).
+pub(crate) fn floor_div(a: &Dim, k: i64) -> Dim {
+    of_dim(a)
+        .and_then(|p| floor_div_poly(&p, k))
+        .map_or(Dim::Unknown, |p| to_value(&p))
+}
+
+fn floor_div_poly(p: &Poly, k: i64) -> Option<Poly> {
+    if k <= 0 {
+        return None;
+    }
+    let mut q = Poly::default();
+    let mut rest = Poly::default();
+    for (m, &c) in &p.0 {
+        if c % k == 0 {
+            q.add_term(m.clone(), c / k)?;
+        } else {
+            rest.add_term(m.clone(), c)?;
+        }
+    }
+    if let Some(r) = rest.as_constant() {
+        return q.add(&Poly::constant(r.div_euclid(k)));
+    }
+    let atom = format!("floordiv({}, {k})", rest.text());
+    if atom.len() > MAX_LEN {
+        return None;
+    }
+    q.add(&Poly::atom(&atom))
 }
 
 /// `max(a, b)` / `min(a, b)` of two values: decided when their difference is a constant,
@@ -491,6 +526,18 @@ impl<'a> Parser<'a> {
                 let is_max = match n {
                     "max" => true,
                     "min" => false,
+                    "floordiv" => {
+                        self.at += 2;
+                        let x = self.expr()?;
+                        if !self.eat(&Tok::Comma) {
+                            return None;
+                        }
+                        let k = self.expr()?.as_constant()?;
+                        if !self.eat(&Tok::Close) {
+                            return None;
+                        }
+                        return floor_div_poly(&x, k);
+                    }
                     _ => return None,
                 };
                 self.at += 2;
@@ -584,6 +631,25 @@ mod tests {
         let mut n = names(&add(&m, &s("seq")));
         n.sort();
         assert_eq!(n, vec!["past", "seq", "total"]);
+    }
+
+    #[test]
+    fn floor_division() {
+        let h = s("H");
+        // A stride-2 window of 3 with one pad each side: floor((H + 2 - 3) / 2) + 1.
+        let x = add(&floor_div(&add(&h, &Dim::Known(1)), 2), &Dim::Known(0));
+        assert_eq!(x, s("floordiv(H + 1, 2)"));
+        assert_eq!(floor_div(&s("2*H + 3"), 2), s("H + 1"));
+        assert_eq!(floor_div(&Dim::Known(-3), 2), Dim::Known(-2));
+        let y = floor_div(&add(&x, &Dim::Known(1)), 2);
+        assert_eq!(y, s("floordiv(floordiv(H + 1, 2) + 1, 2)"));
+        let size = |n: &str| (n == "H").then_some(9);
+        assert_eq!(eval(&x, &size), Some(5));
+        assert_eq!(eval(&y, &size), Some(3));
+        assert_eq!(names(&y), vec!["H".to_string()]);
+        // The text reads back to the same value.
+        assert_eq!(add(&y, &Dim::Known(0)), y);
+        assert_eq!(floor_div(&h, 0), Dim::Unknown);
     }
 
     #[test]

@@ -288,6 +288,11 @@ pub struct InferOptions {
     /// Sizes for dimensions of the main graph's inputs that the file leaves open without a
     /// name: (input index, axis, size). Bodies are not affected.
     pub input_dims: Vec<(usize, usize, i64)>,
+    /// Give each dimension of a main-graph input that the file leaves open without a name
+    /// (and `input_dims` does not size) a name of its own, `INPUT.AXIS` (`x.0`), so that
+    /// every size derived from it stays an expression that the sizes used will fix
+    /// (`inspect` measures coverage so). Bodies are not affected.
+    pub name_open_input_dims: bool,
 }
 
 /// A disagreement between a declaration and inference (the declaration was kept).
@@ -882,6 +887,26 @@ pub(crate) fn infer_scoped(
             {
                 if let Some(slot) = d.make_mut().get_mut(axis) {
                     *slot = dims::known_dim(size);
+                }
+            }
+        }
+    }
+    if outer.is_none() && opts.name_open_input_dims {
+        for vi in &graph.inputs {
+            if graph.initializer(vi.value).is_some() {
+                continue;
+            }
+            let name = graph.value_name(vi.value);
+            if let Some(Some(d)) = declared
+                .get_mut(vi.value.index())
+                .map(|s| s.as_mut().and_then(|t| t.shape.as_mut()))
+            {
+                if d.iter().any(|x| *x == Dim::Unknown) {
+                    for (axis, slot) in d.make_mut().iter_mut().enumerate() {
+                        if *slot == Dim::Unknown {
+                            *slot = Dim::Sym(format!("{name}.{axis}").into());
+                        }
+                    }
                 }
             }
         }
