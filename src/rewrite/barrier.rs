@@ -222,7 +222,7 @@ fn layout(g: &Graph, s: &Facts) -> Result<Layout, String> {
         .map_err(|_| "the graph has a cycle".to_string())?;
     let pos = crate::ir::Positions::new(&topo);
     let consumers = g.consumers();
-    let estimates = Estimates::new(g, s, &topo);
+    let estimates = Estimates::with_consumers(g, s, &topo, &consumers);
     let bound = petgraph::visit::NodeIndexable::node_bound(&g.nodes);
     let shape = shape_computations(g, s, &estimates, &topo, bound);
     let kinds = Kinds::new(g, &shape);
@@ -387,11 +387,12 @@ pub enum CutPlan {
 fn cut_positions(l: &Layout, budget: u64) -> Vec<usize> {
     let n = l.topo.len();
     // Prefix sums of work and of GPU nodes over the topological order.
-    let mut work = vec![0u64; n + 1];
+    // (u128: a sum of u64 estimates cannot overflow it.)
+    let mut work = vec![0u128; n + 1];
     let mut gpu = vec![0usize; n + 1];
     for i in 0..n {
         let skip = l.kinds.skip(l.topo[i]);
-        work[i + 1] = work[i].saturating_add(if skip { 0 } else { l.work[i].work });
+        work[i + 1] = work[i] + if skip { 0 } else { u128::from(l.work[i].work) };
         gpu[i + 1] = gpu[i] + usize::from(!skip);
     }
     let mut out = Vec::new();
@@ -450,11 +451,12 @@ fn cut_positions(l: &Layout, budget: u64) -> Vec<usize> {
 fn first_cut(
     crossing: &[u64],
     budget: u64,
-    work: &[u64],
+    work: &[u128],
     gpu: &[usize],
     s: usize,
     e: usize,
 ) -> Option<usize> {
+    let budget = u128::from(budget);
     if work[e] - work[s] <= budget || gpu[e] - gpu[s] <= 1 {
         return None;
     }

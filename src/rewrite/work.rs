@@ -170,6 +170,16 @@ impl Estimates {
     /// What none of these reach is the product of the dims of its shape that are known, or,
     /// without a shape, has no estimate (counted as 0 bytes).
     pub fn new(g: &Graph, s: &Facts, topo: &[NodeId]) -> Self {
+        Self::with_consumers(g, s, topo, &g.consumers())
+    }
+
+    /// [`Estimates::new`] with the graph's readers already at hand.
+    pub fn with_consumers(
+        g: &Graph,
+        s: &Facts,
+        topo: &[NodeId],
+        consumers: &crate::ir::Consumers,
+    ) -> Self {
         let nv = g.values.len();
         let mut numel: Vec<Option<u64>> = Vec::with_capacity(nv);
         let mut exact = Vec::with_capacity(nv);
@@ -217,7 +227,6 @@ impl Estimates {
         };
         forward(&mut numel, &exact);
         // Backward: values still without an estimate, from their readers.
-        let consumers = g.consumers();
         for &n in topo.iter().rev() {
             let node = g.node(n);
             for v in node
