@@ -448,7 +448,7 @@ pub fn compare_with_second(
     out.max_rel_err = stats.max_rel.and_then(finite_or_none);
     out.err_of_scale = match (out.max_abs_err, scale) {
         (Some(e), Some(s)) if s > 0.0 => Some(e / s),
-        (Some(e), Some(_)) if e == 0.0 => Some(0.0),
+        (Some(0.0), Some(_)) => Some(0.0),
         _ => None,
     };
     if stats.mismatched > 0 {
