@@ -337,9 +337,34 @@ fn unary(
 /// static dimensions at the innermost output axis of size > 1; `None` when a dimension that
 /// decides it is unknown.
 fn a_is_scalar_in_span(rw: &Rw) -> Option<bool> {
+    use crate::infer::Dim;
     let (fa, fb) = (rw.in_facts(0), rw.in_facts(3));
-    let (ra, rb) = (fa.rank()?, fb.rank()?);
+    let all_one =
+        |s: Option<&crate::infer::Shape>| s.is_some_and(|s| s.iter().all(|d| d.known() == Some(1)));
+    // A one-element B (a constant such as the 3 of a hard-swish) leaves A the vector, whatever
+    // A's shape (A of one element too would be the broadcaster's first case: known ones only);
+    // a one-element A swaps.
+    if all_one(fb.shape.as_ref()) {
+        return Some(all_one(fa.shape.as_ref()));
+    }
+    if all_one(fa.shape.as_ref()) {
+        return Some(true);
+    }
+    let (sa, sb) = (fa.shape.as_ref()?, fb.shape.as_ref()?);
+    let (ra, rb) = (sa.len(), sb.len());
     let r = ra.max(rb);
+    // Symbolic sizes: the same shape on both sides (the same names, a size known > 1) is never
+    // broadcast, so A is the vector.
+    let some_big = sa.iter().any(|d| d.known().is_some_and(|k| k > 1));
+    if ra == rb
+        && some_big
+        && sa
+            .iter()
+            .zip(sb.iter())
+            .all(|(x, y)| x == y && !matches!(x, Dim::Unknown))
+    {
+        return Some(false);
+    }
     for k in 1..=r {
         let da = if k <= ra { fa.dim(ra - k)? } else { 1 };
         let db = if k <= rb { fb.dim(rb - k)? } else { 1 };
@@ -397,28 +422,80 @@ pub fn qlinear_add(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch, Unsup
         return unsupported("A and B have different element types");
     }
     let (sa, za, sb, zb, sc, zc) = binary_params(&rw)?;
-    let Some(swap) = a_is_scalar_in_span(&rw) else {
-        return Err(Refusal::new(
-            Cause::UnknownFact,
-            "the innermost dimensions of A and B are not static (they decide the kernel's operand order)",
-        ));
-    };
     let a = rw.need(0, "A")?;
     let b = rw.need(3, "B")?;
-    let ((v, sv, zv), (o, so, zo)) = if swap {
-        ((b, sb, zb), (a, sa, za))
-    } else {
-        ((a, sa, za), (b, sb, zb))
+    // The kernel's result with A the vector (`swap` false) or B the vector.
+    let formula = |rw: &mut Rw, swap: bool| {
+        let ((v, sv, zv), (o, so, zo)) = if swap {
+            ((b, sb, zb), (a, sa, za))
+        } else {
+            ((a, sa, za), (b, sb, zb))
+        };
+        let rv = sv / sc;
+        let ro = so / sc;
+        let fixed = zc as f32 - rv.mul_add(zv as f32, ro * zo as f32);
+        let fd = rw.scalar("fixed_part", dtype::DOUBLE, fixed as f64);
+        let t1 = fma_8bit(rw, o, ro, fd);
+        let t1d = rw.cast(t1, dtype::DOUBLE);
+        fma_8bit(rw, v, rv, t1d)
     };
-    let rv = sv / sc;
-    let ro = so / sc;
-    let fixed = zc as f32 - rv.mul_add(zv as f32, ro * zo as f32);
-    let fd = rw.scalar("fixed_part", dtype::DOUBLE, fixed as f64);
-    let t1 = fma_8bit(&mut rw, o, ro, fd);
-    let t1d = rw.cast(t1, dtype::DOUBLE);
-    let t = fma_8bit(&mut rw, v, rv, t1d);
+    let t = match a_is_scalar_in_span(&rw) {
+        Some(swap) => formula(&mut rw, swap),
+        None => {
+            // The shapes decide at run time: both results, and the one the broadcaster's
+            // choice picks.
+            let swap = runtime_a_scalar(&mut rw, a, b)?;
+            let keep = formula(&mut rw, false);
+            let swapped = formula(&mut rw, true);
+            rw.op("Where", &[swap, swapped, keep], &[])
+        }
+    };
     let q = round_saturate(&mut rw, t, dt);
     rw.finish(&[(0, q)])
+}
+
+/// [`a_is_scalar_in_span`] at run time, for known ranks: both shapes padded with leading ones
+/// to the output's rank, the innermost axis whose output size is > 1 found as the largest
+/// `(axis + 1) * (size > 1)`, and A "scalar" there when its size is 1 (or when there is no
+/// such axis: one element). A boolean scalar.
+fn runtime_a_scalar(rw: &mut Rw, a: PValue, b: PValue) -> Result<PValue, Unsupported> {
+    let (ra, rb) =
+        match (rw.in_facts(0).rank(), rw.in_facts(3).rank()) {
+            (Some(x), Some(y)) => (x, y),
+            _ => return Err(Refusal::new(
+                Cause::UnknownFact,
+                "the ranks of A and B are unknown (their shapes decide the kernel's operand order)",
+            )),
+        };
+    if rw.opset < 11 {
+        return unsupported("run-time operand order needs opset >= 11");
+    }
+    let r = ra.max(rb);
+    let padded = |rw: &mut Rw, x: PValue, rank: usize| -> PValue {
+        let s = rw.op("Shape", &[x], &[]);
+        if rank == r {
+            return s;
+        }
+        let ones = rw.ints("ones", &vec![1; r - rank]);
+        rw.op("Concat", &[ones, s], &[("axis", AttrValue::Int(0))])
+    };
+    let sa = padded(rw, a, ra);
+    let sb = padded(rw, b, rb);
+    let a_bigger = rw.op("Greater", &[sa, sb], &[]);
+    let out = rw.op("Where", &[a_bigger, sa, sb], &[]);
+    let one = rw.ints("one", &[1]);
+    let big = rw.op("Greater", &[out, one], &[]);
+    let bigi = rw.cast(big, dtype::INT64);
+    let pos: Vec<i64> = (1..=r as i64).collect();
+    let pos = rw.ints("positions", &pos);
+    let weighted = rw.op("Mul", &[bigi, pos], &[]);
+    let last = rw.reduce("ReduceMax", weighted, &[0], true);
+    // A padded with a leading 1 so that position 0 (no axis > 1) reads a 1.
+    let sa1 = rw.op("Concat", &[one, sa], &[("axis", AttrValue::Int(0))]);
+    let at = rw.op("Gather", &[sa1, last], &[("axis", AttrValue::Int(0))]);
+    let is_one = rw.op("Equal", &[at, one], &[]);
+    let shape0 = rw.ints("scalar_shape", &[]);
+    Ok(rw.op("Reshape", &[is_one, shape0], &[]))
 }
 
 /// QLinearMul, as ONNX Runtime's kernel computes it (`qlmul.cpp`, SSE2): `p = (a - zp_a) * (b -
@@ -629,28 +706,43 @@ fn integer_global_average(
     rw: &mut Rw,
     dt: i32,
     axes: &[i64],
-    image_size: i64,
+    image_size: Option<i64>,
 ) -> Result<PValue, Unsupported> {
-    if !(1..0x100_0000).contains(&image_size) {
-        return unsupported(format!(
-            "image size {image_size} (the kernel takes 1 to 2^24 - 1)"
-        ));
+    if let Some(n) = image_size {
+        if !(1..0x100_0000).contains(&n) {
+            return unsupported(format!("image size {n} (the kernel takes 1 to 2^24 - 1)"));
+        }
     }
     let x = rw.need(0, "X")?;
     let xs = rw.need(1, "X_scale")?;
     let ys = rw.need(3, "Y_scale")?;
     per_tensor(rw, 1, "X_scale")?;
     per_tensor(rw, 3, "Y_scale")?;
+    // The image size: a constant, or the product of the spatial dimensions at run time.
+    let (count_i, count_f) = match image_size {
+        Some(n) => (
+            int32_scalar(rw, "image_size", n as i32),
+            rw.scalar("image_size_f", dtype::FLOAT, n as f32 as f64),
+        ),
+        None => {
+            if rw.opset < 11 {
+                return unsupported("a dynamic image size needs opset >= 11 here");
+            }
+            let shape = rw.op("Shape", &[x], &[]);
+            let idx = rw.ints("spatial_axes", axes);
+            let dims = rw.op("Gather", &[shape, idx], &[("axis", AttrValue::Int(0))]);
+            let n = rw.reduce("ReduceProd", dims, &[0], false);
+            (rw.cast(n, dtype::INT32), rw.cast(n, dtype::FLOAT))
+        }
+    };
     let xi = rw.cast(x, dtype::INT32);
     let mut acc = rw.reduce("ReduceSum", xi, axes, true);
     if let Some(zp) = rw.input(2) {
         per_tensor(rw, 2, "X zero point")?;
         let zi = rw.cast(zp, dtype::INT32);
-        let count = int32_scalar(rw, "image_size", image_size as i32);
-        let bias = rw.op("Mul", &[zi, count], &[]);
+        let bias = rw.op("Mul", &[zi, count_i], &[]);
         acc = rw.op("Sub", &[acc, bias], &[]);
     }
-    let count_f = rw.scalar("image_size_f", dtype::FLOAT, image_size as f32 as f64);
     let denom = rw.op("Mul", &[ys, count_f], &[]);
     let scale = rw.op("Div", &[xs, denom], &[]);
     let accf = rw.cast(acc, dtype::FLOAT);
@@ -670,7 +762,8 @@ fn integer_global_average(
 }
 
 /// QLinearGlobalAveragePool (`channels_last` puts the channels last): the kernel's integer
-/// path (see [`integer_global_average`]); the spatial size must be static.
+/// path (see [`integer_global_average`]); a symbolic spatial size is multiplied out at run
+/// time.
 pub fn qlinear_global_average_pool(
     ctx: &UnfuseCtx,
     g: &Graph,
@@ -690,18 +783,10 @@ pub fn qlinear_global_average_pool(
         (2..r as i64).collect()
     };
     let f = rw.in_facts(0);
-    let mut image = 1i64;
-    for &a in &axes {
-        match f.dim(a as usize) {
-            Some(d) => image = image.saturating_mul(d),
-            None => {
-                return Err(Refusal::new(
-                    Cause::UnknownFact,
-                    "the spatial size of the input is not static (the kernel scales by it)",
-                ))
-            }
-        }
-    }
+    let image: Option<i64> = axes
+        .iter()
+        .map(|&a| f.dim(a as usize))
+        .try_fold(1i64, |acc, d| d.map(|d| acc.saturating_mul(d)));
     let y = integer_global_average(&mut rw, dt, &axes, image)?;
     rw.finish(&[(0, y)])
 }
@@ -834,7 +919,7 @@ pub fn qlinear_average_pool(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Pat
     };
     if spatial == kernel && heads.iter().chain(&tails).all(|&p| p == 0) {
         let image: i64 = spatial.iter().product();
-        let y = integer_global_average(&mut rw, dt, &axes, image)?;
+        let y = integer_global_average(&mut rw, dt, &axes, Some(image))?;
         return rw.finish(&[(0, y)]);
     }
     let mut x = dequant(&mut rw, 0, 1, 2)?;
