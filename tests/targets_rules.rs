@@ -420,11 +420,12 @@ fn rocm_migraphx_unfuses_skip_layer_norm_and_refuses_what_it_cannot_unfuse() {
             assert!(report.passed(), "{}", report.to_text());
         }
     }
-    // EmbedLayerNormalization (the other op of the MIGraphX reports) has no decomposition: it
-    // falls back to the CPU (the target's default), and the report says so and why.
+    // A contrib op with no decomposition (WordConvEmbedding; EmbedLayerNormalization, the other
+    // op of the MIGraphX reports, has one now) falls back to the CPU (the target's default), and
+    // the report says so and why.
     let mut n = node(
-        "EmbedLayerNormalization",
-        &["ids", "", "word", "pos", "", "gamma", "beta"],
+        "WordConvEmbedding",
+        &["ids", "word", "pos", "gamma"],
         &["out", "mask"],
         vec![],
     );
@@ -469,7 +470,7 @@ fn rocm_migraphx_unfuses_skip_layer_norm_and_refuses_what_it_cannot_unfuse() {
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let fb = &report["fallbacks"][0];
     assert_eq!(fb["rule"], "unfuse-contrib");
-    assert_eq!(fb["op"], "com.microsoft::EmbedLayerNormalization");
+    assert_eq!(fb["op"], "com.microsoft::WordConvEmbedding");
     assert_eq!(fb["cause"], "no-rewrite");
     assert_eq!(fb["to"], "cpu");
     assert!(report["remaining"].as_array().unwrap().is_empty());
@@ -477,7 +478,7 @@ fn rocm_migraphx_unfuses_skip_layer_norm_and_refuses_what_it_cannot_unfuse() {
     let embed = g
         .node
         .iter()
-        .find(|n| n.op_type.as_deref() == Some("EmbedLayerNormalization"))
+        .find(|n| n.op_type.as_deref() == Some("WordConvEmbedding"))
         .unwrap();
     assert!(embed.metadata_props.iter().any(
         |p| p.key.as_deref() == Some("layer_ann") && p.value.as_deref() == Some("safeify_cpu")
