@@ -805,8 +805,10 @@ fn pool_axis(
     if kernel < 1 || stride < 1 {
         return None;
     }
+    // VALID is no padding, with ceil_mode honoured as for explicit pads.
+    let pads = if auto_pad == "VALID" { (0, 0) } else { pads };
     let (head, tail, out) = match auto_pad {
-        "" | "NOTSET" => {
+        "" | "NOTSET" | "VALID" => {
             let total = input + pads.0 + pads.1 - kernel;
             if total < 0 {
                 return None;
@@ -821,12 +823,6 @@ fn pool_axis(
                 out -= 1;
             }
             (pads.0, pads.1, out)
-        }
-        "VALID" => {
-            if input < kernel {
-                return None;
-            }
-            (0, 0, (input - kernel) / stride + 1)
         }
         "SAME_UPPER" | "SAME_LOWER" => {
             let out = (input + stride - 1) / stride;
@@ -848,9 +844,9 @@ fn pool_axis(
 /// dequantized (`x_scale * (x - x_zp)`), summed in float32 over the part of the window inside
 /// the image (in row order), divided by the kernel size (`count_include_pad`) or by the number
 /// of elements summed, and quantized as `round(avg / y_scale + y_zp)` (float32, then
-/// saturated). The sum is AveragePool's over an input padded with zeros (adding a zero does not
-/// change a float sum), so the kernel's divisor holds also where `ceil_mode` lets a window run
-/// past the padding. The spatial shape must be static.
+/// saturated). The sum is written out in the kernel's order (one strided Slice of the
+/// zero-padded input per kernel offset, added in row order: float AveragePool sums in another
+/// order on larger images); the spatial shape must be static.
 pub fn qlinear_average_pool(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch, Unsupported> {
     let mut rw = Rw::new(ctx, g, n);
     rw.only_attrs(&[
@@ -927,34 +923,80 @@ pub fn qlinear_average_pool(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Pat
         let (first, _) = nhwc_perms(r);
         x = rw.transpose(x, &first);
     }
-    let mut attrs = vec![
-        ("kernel_shape", AttrValue::Ints(kernel.clone())),
-        ("strides", AttrValue::Ints(strides.clone())),
-    ];
-    if include_pad {
-        // Zeros in the head padding and past the last window: AveragePool without padding then
-        // divides every window by the kernel size, as the kernel does.
-        let mut before = vec![0i64; 2];
-        let mut after = vec![0i64; 2];
-        for i in 0..k {
-            before.push(heads[i]);
-            let need = (outs[i] - 1) * strides[i] + kernel[i] - spatial[i] - heads[i];
-            after.push(need.max(0));
-        }
-        if before.iter().chain(&after).any(|&p| p != 0) {
-            let mut all = before;
-            all.extend(after);
-            x = pad_zeros(&mut rw, x, &all)?;
-        }
-    } else {
-        let mut p = heads.clone();
-        p.extend(&tails);
-        attrs.push(("pads", AttrValue::Ints(p)));
-        if ceil {
-            attrs.push(("ceil_mode", AttrValue::Int(1)));
+    let window: i64 = kernel.iter().product();
+    if window > 64 {
+        return unsupported(format!(
+            "a window of {window} elements (the in-order sum is written out up to 64)"
+        ));
+    }
+    if rw.opset < 10 {
+        return unsupported("strided Slice needs opset >= 10");
+    }
+    // Zeros in the head padding and past the last window (adding a zero leaves a float sum as
+    // it is), then the window's elements added one by one in row order, as the kernel adds
+    // them: a strided Slice of the padded input per kernel offset.
+    let mut before = vec![0i64; 2];
+    let mut after = vec![0i64; 2];
+    for i in 0..k {
+        before.push(heads[i]);
+        let need = (outs[i] - 1) * strides[i] + kernel[i] - spatial[i] - heads[i];
+        after.push(need.max(0));
+    }
+    if before.iter().chain(&after).any(|&p| p != 0) {
+        let mut all = before;
+        all.extend(after);
+        x = pad_zeros(&mut rw, x, &all)?;
+    }
+    let axes: Vec<i64> = (2..2 + k as i64).collect();
+    let mut offset = vec![0i64; k];
+    let mut acc: Option<PValue> = None;
+    for _ in 0..window {
+        let starts = offset.clone();
+        let ends: Vec<i64> = (0..k)
+            .map(|i| offset[i] + (outs[i] - 1) * strides[i] + 1)
+            .collect();
+        let st = rw.ints("starts", &starts);
+        let en = rw.ints("ends", &ends);
+        let ax = rw.ints("axes", &axes);
+        let sp = rw.ints("steps", &strides);
+        let part = rw.op("Slice", &[x, st, en, ax, sp], &[]);
+        acc = Some(match acc {
+            None => part,
+            Some(a) => rw.op("Add", &[a, part], &[]),
+        });
+        // The next offset in row order.
+        for i in (0..k).rev() {
+            offset[i] += 1;
+            if offset[i] < kernel[i] {
+                break;
+            }
+            offset[i] = 0;
         }
     }
-    let mut y = rw.op("AveragePool", &[x], &attrs);
+    let Some(sum) = acc else {
+        return unsupported("an empty window");
+    };
+    // The divisor: the kernel size, or the number of elements of each window inside the image.
+    let divisor = if include_pad {
+        rw.scalar("kernel_size", dtype::FLOAT, window as f64)
+    } else {
+        let mut counts = vec![1i64];
+        for i in 0..k {
+            let per: Vec<i64> = (0..outs[i])
+                .map(|o| {
+                    let start = o * strides[i] - heads[i];
+                    (start + kernel[i]).min(spatial[i]) - start.max(0)
+                })
+                .collect();
+            counts = counts
+                .iter()
+                .flat_map(|&c| per.iter().map(move |&p| c * p))
+                .collect();
+        }
+        let vals: Vec<f64> = counts.iter().map(|&c| c as f32 as f64).collect();
+        rw.constant("window_counts", dtype::FLOAT, &outs, &vals)
+    };
+    let mut y = rw.op("Div", &[sum, divisor], &[]);
     if last {
         let (_, to_last) = nhwc_perms(r);
         y = rw.transpose(y, &to_last);

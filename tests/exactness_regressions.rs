@@ -1,0 +1,177 @@
+//! Differential checks of the `unfuse` decompositions against ONNX Runtime's own kernels
+//! (issue 39): every mismatch `tools/fuzz_decomp.py` ever found is kept under
+//! `tests/data/fuzz_regressions/decomp/` (a one-node model and its inputs) and replayed here
+//! through the binary and ONNX Runtime CPU, at the class the registry declares for the op
+//! (exact: bit-identical; rounding: 1e-5 of the output's scale for float32, 2 units in the last
+//! place for float16). A short fuzz of every family runs too, with a fixed seed, so a new
+//! decomposition or a change of class is checked on fresh instances.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn fuzz_tool() -> PathBuf {
+    common::repo().join("tools/fuzz_decomp.py")
+}
+
+fn binary() -> &'static str {
+    env!("CARGO_BIN_EXE_onnx-safeify")
+}
+
+fn venv() -> Option<PathBuf> {
+    let py = common::venv_python();
+    if py.is_none() {
+        eprintln!(
+            "SKIPPED: no test venv (onnx, onnxruntime, numpy); run scripts/corpus.sh to check the decompositions against ONNX Runtime"
+        );
+    }
+    py
+}
+
+fn cases() -> Vec<PathBuf> {
+    let dir = common::repo().join("tests/data/fuzz_regressions/decomp");
+    let mut out: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.join("model.onnx").is_file())
+        .collect();
+    out.sort();
+    out
+}
+
+/// Replay one kept case; `Err` with the tool's verdict when it does not meet its class.
+fn replay(py: &Path, case: &Path) -> Result<String, String> {
+    let o = Command::new(py)
+        .arg(fuzz_tool())
+        .arg("replay")
+        .arg(case)
+        .arg("--binary")
+        .arg(binary())
+        .output()
+        .expect("python runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    if o.status.success() {
+        Ok(text)
+    } else {
+        Err(text)
+    }
+}
+
+#[test]
+fn every_kept_fuzz_mismatch_now_meets_its_class() {
+    let Some(py) = venv() else { return };
+    let cases = cases();
+    assert!(
+        cases.len() >= 20,
+        "only {} kept cases under tests/data/fuzz_regressions/decomp",
+        cases.len()
+    );
+    let mut failed = Vec::new();
+    let mut decomposed = 0;
+    for c in &cases {
+        match replay(&py, c) {
+            Ok(v) => {
+                if v.contains("\"status\": \"ok\"") {
+                    decomposed += 1;
+                }
+            }
+            Err(v) => failed.push(format!("{}: {v}", c.display())),
+        }
+    }
+    assert!(
+        failed.is_empty(),
+        "{} case(s) fail:\n{}",
+        failed.len(),
+        failed.join("\n")
+    );
+    // A refused decomposition falls back to the CPU (exact), but most kept cases must be
+    // decomposed, or this test would check nothing.
+    assert!(
+        decomposed * 10 >= cases.len() * 8,
+        "only {decomposed} of {} kept cases were decomposed",
+        cases.len()
+    );
+}
+
+/// Run the fuzzer for `families` with `instances` each (fixed seed, nothing kept) and return
+/// one JSON object per family.
+fn fuzz(py: &Path, families: &[&str], instances: u32, seed: u32) -> Vec<serde_json::Value> {
+    let dir = tempfile::tempdir().unwrap();
+    let o = Command::new(py)
+        .arg(fuzz_tool())
+        .args(["run", "--no-keep", "--seconds-per-family", "120"])
+        .args(["--max-instances", &instances.to_string()])
+        .args(["--seed", &seed.to_string()])
+        .args(["--families", &families.join(",")])
+        .arg("--save")
+        .arg(dir.path())
+        .arg("--binary")
+        .arg(binary())
+        .output()
+        .expect("python runs");
+    assert!(
+        o.status.success(),
+        "fuzz_decomp.py failed:\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
+        .collect()
+}
+
+fn assert_clean(rows: &[serde_json::Value], families: &[&str]) {
+    assert_eq!(rows.len(), families.len(), "{rows:#?}");
+    for r in rows {
+        let fam = r["family"].as_str().unwrap_or("?");
+        let n = r["instances"].as_u64().unwrap_or(0);
+        let ok = r["ok"].as_u64().unwrap_or(0);
+        assert_eq!(
+            r["mismatch"].as_u64(),
+            Some(0),
+            "{fam}: decompositions that miss their class: {r:#}"
+        );
+        assert!(
+            n > 0 && ok * 2 >= n,
+            "{fam}: too few instances decomposed: {r:#}"
+        );
+    }
+}
+
+#[test]
+fn a_short_fuzz_of_every_family_meets_the_declared_classes() {
+    let Some(py) = venv() else { return };
+    let families = [
+        "QLinearAdd",
+        "QLinearMul",
+        "QLinearSoftmax",
+        "QLinearAveragePool",
+        "QLinearGlobalAveragePool",
+        "QLinearConcat",
+        "QLinearConv",
+        "QGemm",
+        "MatMulIntegerToFloat",
+        "DynamicQuantizeMatMul",
+        "Attention",
+        "MultiHeadAttention",
+    ];
+    let rows = fuzz(&py, &families, 25, 39);
+    assert_clean(&rows, &families);
+}
+
+/// QLinearSigmoid and QLinearLeakyRelu become a Gather over a 256-entry table built at compile
+/// time with the kernel's arithmetic; half of the fuzzed instances hold every one of the 256
+/// codes, each with its own scales, zero points (and alpha).
+#[test]
+fn lookup_tables_match_onnx_runtime_on_every_code() {
+    let Some(py) = venv() else { return };
+    let families = ["QLinearSigmoid", "QLinearLeakyRelu"];
+    let rows = fuzz(&py, &families, 120, 7);
+    assert_clean(&rows, &families);
+}
