@@ -58,6 +58,8 @@ enum Command {
     Verify(onnx_safeify::verify::VerifyArgs),
     /// Read an error log, name the likely cause with its evidence and the target that fixes it.
     Doctor(DoctorArgs),
+    /// Find the node where a model starts to fail on a runtime, and the rule that pins it.
+    Bisect(onnx_safeify::bisect::BisectArgs),
     /// Print a shell completion script (bash, zsh, fish, powershell, elvish) to stdout.
     Completions {
         /// The shell.
@@ -262,6 +264,7 @@ where
         Some(Command::Inspect { model, ir, .. }) => inspect(&model, ir),
         Some(Command::Verify(args)) => Ok(onnx_safeify::verify::run_cli(&args)),
         Some(Command::Doctor(a)) => doctor(&a),
+        Some(Command::Bisect(a)) => Ok(onnx_safeify::bisect::run_cli(&a)),
         Some(Command::Completions { shell }) => completions(shell),
         Some(Command::Man { subcommand }) => man(subcommand.as_deref()),
         None => compile(&cli.compile),

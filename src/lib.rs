@@ -119,6 +119,7 @@
 //! ```
 
 pub mod analysis;
+pub mod bisect;
 pub mod cli;
 pub mod compile;
 pub mod cost;
