@@ -105,7 +105,7 @@ if [ "$LLM" != 0 ]; then
     if [ ! -s "$D/model.onnx" ]; then
       rm -rf "$D.tmp" && "$PY" tools/make_llm.py "$D.tmp" --size "$size" && mv "$D.tmp" "$D"
     fi
-    echo "== llm-$size ($(du -sh "$D" | cut -f1)): cp -r of the folder, onnx-safeify (in the folder: weights shared; elsewhere: --weights link), Python peers"
+    echo "== llm-$size ($(du -sh "$D" | cut -f1)): cp -r of the folder, onnx-safeify (in the folder: weights shared; elsewhere: cloned or copied), Python peers"
     CMDS=(--cmd "cp=cp -r $D {out}.d && cp $D/model.onnx {out}")
     for t in none webgpu rx580; do
       # In the model's folder (the default output place); {out} gets a copy of the small model.
