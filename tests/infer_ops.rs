@@ -346,10 +346,18 @@ fn broadcast_and_conv_keep_symbols() {
         info(&m, "a").shape,
         Some(vec![sym("N"), k(8), sym("H"), sym("W")].into())
     );
-    // Stride 2 on a symbolic size: not expressible, unknown.
+    // Stride 2 on a symbolic size: floor((H + 2 - 3) / 2) + 1, kept as an expression.
     assert_eq!(
         info(&m, "s2").shape,
-        Some(vec![sym("N"), k(8), Dim::Unknown, Dim::Unknown].into())
+        Some(
+            vec![
+                sym("N"),
+                k(8),
+                sym("floordiv(H + 1, 2)"),
+                sym("floordiv(W + 1, 2)")
+            ]
+            .into()
+        )
     );
     assert_eq!(
         info(&m, "same").shape,
