@@ -135,7 +135,7 @@ pub fn other_files(folder: &Folder, data: &[PathBuf]) -> Result<Vec<PathBuf>> {
     for e in entries {
         let name = e.file_name().to_string_lossy().into_owned();
         let path = e.path();
-        if name == CONFIG || folder.models.iter().any(|m| *m == name) {
+        if name == CONFIG || folder.models.contains(&name) {
             continue;
         }
         if data.iter().any(|d| same(d, &path)) {

@@ -197,9 +197,7 @@ fn dims_for(stem: &str) -> &'static str {
 /// VNNI where `MatMulInteger` does not (they are also compared with the unfused model they
 /// were saved from, `<model>.dyn.onnx`, which they must match to float rounding).
 fn corpus_tolerance(stem: &str) -> f64 {
-    if stem.contains("quant_lstm") {
-        0.05
-    } else if stem.contains(".dyn.ort_") {
+    if stem.contains("quant_lstm") || stem.contains(".dyn.ort_") {
         0.05
     } else {
         0.0

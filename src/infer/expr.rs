@@ -214,11 +214,7 @@ fn split_top_comma(s: &str) -> Option<(&str, &str)> {
         match ch {
             '(' => depth += 1,
             ')' => depth -= 1,
-            ',' if depth == 0 => {
-                if at.replace(i).is_some() {
-                    return None;
-                }
-            }
+            ',' if depth == 0 && at.replace(i).is_some() => return None,
             _ => {}
         }
     }

@@ -901,7 +901,7 @@ pub(crate) fn infer_scoped(
                 .get_mut(vi.value.index())
                 .map(|s| s.as_mut().and_then(|t| t.shape.as_mut()))
             {
-                if d.iter().any(|x| *x == Dim::Unknown) {
+                if d.contains(&Dim::Unknown) {
                     for (axis, slot) in d.make_mut().iter_mut().enumerate() {
                         if *slot == Dim::Unknown {
                             *slot = Dim::Sym(format!("{name}.{axis}").into());

@@ -1362,7 +1362,7 @@ impl<'a> P<'a> {
             "deny" => Some(false),
             _ => {
                 let mut d = self.diag(v.loc, format!("unknown `approximate` value `{s}`"));
-                if let Some(h) = ops::suggest(&s, ["allow", "deny"].into_iter()) {
+                if let Some(h) = ops::suggest(&s, ["allow", "deny"]) {
                     d = d.label(format!("did you mean `{h}`?"));
                 }
                 self.error(d.note("`approximate` is `allow` (approximate rewrites may run) or `deny` (the default: such nodes fall back)"));

@@ -653,7 +653,7 @@ fn packed_weight(rw: &mut Rw, ins: &Inputs) -> Result<(PValue, String), Unsuppor
             )
         }
         Zp::Packed(t) => {
-            let z = if (s.blocks * s.bits) % 8 == 0 {
+            let z = if (s.blocks * s.bits).is_multiple_of(8) {
                 // Each row fills whole bytes: the packing is ONNX's.
                 retyped(rw, t, &[n, blocks], code_dt, 1, zp_len, "zero_points")?
             } else {
