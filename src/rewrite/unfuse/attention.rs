@@ -256,6 +256,10 @@ fn split_slices(rw: &mut Rw, x: PValue, sizes: [i64; 3]) -> [PValue; 3] {
 
 /// com.microsoft Attention: `Q|K|V = input x weights + bias`, then multi-head attention.
 pub fn attention(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch, Unsupported> {
+    // With past state (`past` -> `present`): attention_past.rs.
+    if super::attention_past::attention_has_past(g, n) {
+        return super::attention_past::attention_with_past(ctx, g, n);
+    }
     let mut rw = Rw::new(ctx, g, n);
     rw.only_attrs(&[
         "num_heads",
@@ -378,6 +382,10 @@ pub fn attention(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch, Unsuppo
 
 /// com.microsoft MultiHeadAttention with separate 3-D query, key and value.
 pub fn multi_head_attention(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch, Unsupported> {
+    // With past_key/past_value (-> present_key/present_value): attention_past.rs.
+    if super::attention_past::mha_has_past(g, n) {
+        return super::attention_past::multi_head_attention_with_past(ctx, g, n);
+    }
     let mut rw = Rw::new(ctx, g, n);
     rw.only_attrs(&["num_heads", "scale", "mask_filter_value", "unidirectional"])?;
     let heads = check_heads(&rw)?;

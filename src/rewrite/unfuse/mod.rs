@@ -12,6 +12,8 @@
 
 pub mod activation;
 pub mod attention;
+pub mod attention_past;
+pub mod embed_layer_norm;
 pub mod function_ops;
 pub mod fused_conv;
 pub mod fused_gemm;
@@ -143,6 +145,18 @@ pub const REGISTRY: &[(&str, &str, Decompose, Exactness)] = &[
         MS_DOMAIN,
         "GroupQueryAttention",
         gqa::group_query_attention,
+        ROUNDING,
+    ),
+    (
+        MS_DOMAIN,
+        "EmbedLayerNormalization",
+        embed_layer_norm::embed_layer_norm,
+        ROUNDING,
+    ),
+    (
+        MS_DOMAIN,
+        "QEmbedLayerNormalization",
+        embed_layer_norm::qembed_layer_norm,
         ROUNDING,
     ),
     // The quantized family (ONNX Runtime's quantization tools and optimizer).
