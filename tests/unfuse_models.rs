@@ -1164,7 +1164,8 @@ fn unsupported_configurations_are_reported_with_reasons() {
                 ms,
                 &["h", "w", "", "", "past"],
                 &["y1", "present"],
-                vec![a_i("num_heads", 2)],
+                // Past state decomposes; a past/present buffer shared in place does not.
+                vec![a_i("num_heads", 2), a_i("past_present_share_buffer", 1)],
             ),
             op(
                 "FusedConv",

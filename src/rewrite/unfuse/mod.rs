@@ -185,7 +185,12 @@ pub const REGISTRY: &[(&str, &str, Decompose, Exactness)] = &[
     (MS_DOMAIN, "QLinearConcat", quant::qlinear_concat, EXACT),
     (MS_DOMAIN, "QLinearConv", quant::qlinear_conv_ms, EXACT),
     (MS_DOMAIN, "QGemm", quant::qgemm, EXACT),
-    (MS_DOMAIN, "MatMulNBits", matmul_nbits::matmul_nbits, ROUNDING),
+    (
+        MS_DOMAIN,
+        "MatMulNBits",
+        matmul_nbits::matmul_nbits,
+        ROUNDING,
+    ),
     (
         MS_DOMAIN,
         "DynamicQuantizeMatMul",
