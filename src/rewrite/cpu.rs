@@ -5,6 +5,14 @@
 //! Pinning single nodes can make a model ping-pong between devices, so pinned regions are
 //! grown: a node whose every consumer is pinned and that only computes shapes joins them, and
 //! so does a node sandwiched between pinned producers and pinned consumers.
+//!
+//! A pin must also leave a model that loads. ONNX Runtime keeps some values on the CPU by its
+//! own choice: the outputs of `Shape`/`Size`, whose GPU kernels write CPU memory, and the small
+//! arithmetic on them that its fallback walk (`fallback_cpu_capability.cc`) places on the CPU.
+//! onnxruntime-web 1.30.0 fails to create the session (`std::bad_alloc`) when a node pinned by
+//! `layer_ann` reads such a value (docs/webgpu-lab.md, "Pins in shape computations"). So a
+//! pinned node never reads one: the unpinned producers of what it reads join the region, up
+//! to the `Shape`/`Size` they start from ([`runtime_cpu_values`]).
 
 // Node and value indices are internal: a fast hash is safe (see `crate::ir::hash`).
 use crate::ir::hash::FastSet as HashSet;
@@ -61,7 +69,7 @@ pub fn is_pinned(g: &Graph, n: NodeId, annotation: &str) -> bool {
 }
 
 /// Pin `nodes` and grow the pinned region; returns every node newly pinned (requested ones
-/// first, then grown ones, each in graph order).
+/// first, then grown ones and those that keep the model loadable, each in graph order).
 pub fn pin(g: &mut Graph, nodes: &[NodeId], rule: &str, annotation: &str) -> Vec<NodeId> {
     let added = plan_pins(g, nodes, annotation);
     let (annotation, rule) = (Text::copy(annotation), Text::copy(rule));
@@ -159,7 +167,8 @@ fn in_write_order(g: &Graph, nodes: &mut [NodeId]) {
     }
 }
 
-/// The nodes [`pin`] would pin (requested ones first, then grown ones), without pinning them.
+/// The nodes [`pin`] would pin (requested ones first, then grown ones and the producers of
+/// the runtime's own CPU values that pinned nodes read), without pinning them.
 pub fn plan_pins(g: &Graph, nodes: &[NodeId], annotation: &str) -> Vec<NodeId> {
     let mut pinned: HashSet<NodeId> = g
         .order
@@ -176,9 +185,167 @@ pub fn plan_pins(g: &Graph, nodes: &[NodeId], annotation: &str) -> Vec<NodeId> {
     if added.is_empty() {
         return added;
     }
-    let grown = grow(g, &mut pinned);
-    added.extend(grown);
+    let mut extra = grow(g, &mut pinned);
+    // Make the region one the runtime loads: what a pinned node reads is never a value the
+    // runtime keeps on the CPU by its own choice. Each round pins the producers of such values
+    // (one step up a shape computation) and grows again; it ends at the `Shape`/`Size` nodes
+    // the computations start from, so the rounds are as many as the longest such chain.
+    loop {
+        let more = producers_of_runtime_cpu_reads(g, &pinned);
+        if more.is_empty() {
+            break;
+        }
+        for n in more {
+            if pinned.insert(n) {
+                extra.push(n);
+            }
+        }
+        extra.extend(grow(g, &mut pinned));
+    }
+    in_write_order(g, &mut extra);
+    added.extend(extra);
     added
+}
+
+/// Ops whose GPU kernels write their output in CPU memory: where ONNX Runtime's fallback walk
+/// starts.
+const CPU_OUTPUT_OPS: &[&str] = &["Shape", "Size"];
+
+/// Does onnxruntime-web's WebGPU kernel for `op` read input `slot` in CPU memory? A CPU value
+/// entering such a slot stops the fallback walk: the node stays on the GPU and its outputs
+/// are GPU values. Measured on onnxruntime-web 1.30.0 for Reshape, Expand, Tile, Slice, Pad,
+/// Resize, Unsqueeze, ReduceSum, TopK, CumSum and Clip (docs/webgpu-lab.md); Squeeze, the
+/// other reductions and Upsample are registered like their siblings. An op missing here is
+/// taken as walked through, which can only pin more, never leave a failing pin.
+fn reads_on_cpu(op: &str, slot: usize) -> bool {
+    match op {
+        "Reshape" | "Expand" | "Tile" | "Unsqueeze" | "Squeeze" | "TopK" | "CumSum"
+        | "Upsample" => slot == 1,
+        "Slice" => (1..=4).contains(&slot),
+        "Pad" | "Resize" => (1..=3).contains(&slot),
+        "Clip" => slot == 1 || slot == 2,
+        op if op.starts_with("Reduce") => slot == 1,
+        _ => false,
+    }
+}
+
+/// A value the fallback walk treats as already on the CPU: a graph input, an initializer, or
+/// a `Constant` (ONNX Runtime turns those into initializers when it loads the model).
+fn constant_like(g: &Graph, v: ValueId) -> bool {
+    match g.value(v).origin {
+        Origin::Input | Origin::Initializer => true,
+        Origin::Node { node, .. } => {
+            let n = g.node(node);
+            n.op_type == "Constant" && n.domain().is_empty()
+        }
+        _ => false,
+    }
+}
+
+/// Would the fallback walk put `node` (unpinned) on the CPU, given the CPU values `cpu`
+/// found so far? `Shape`/`Size` start it; another op joins when it reads a CPU value, in no
+/// slot its GPU kernel reads on the CPU anyway, and otherwise only constants.
+fn walked(g: &Graph, node: &Node, cpu: &HashSet<ValueId>) -> bool {
+    if !node.domain().is_empty() {
+        return false;
+    }
+    if CPU_OUTPUT_OPS.contains(&node.op_type.as_str()) {
+        return true;
+    }
+    if !node.implicit_inputs().is_empty() {
+        return false;
+    }
+    let mut reads_cpu = false;
+    for (slot, v) in node.inputs.iter().enumerate() {
+        let Some(v) = v else { continue };
+        if cpu.contains(v) {
+            if reads_on_cpu(&node.op_type, slot) {
+                return false;
+            }
+            reads_cpu = true;
+        } else if !constant_like(g, *v) {
+            return false;
+        }
+    }
+    reads_cpu
+}
+
+/// The values ONNX Runtime computes on the CPU by its own choice when the nodes in `pinned`
+/// are pinned and the rest is offered to a GPU provider: the outputs of unpinned
+/// `Shape`/`Size` nodes, and of the unpinned nodes its fallback walk places on the CPU from
+/// there (see [`walked`]). A pinned node takes no part: the GPU provider is not offered it.
+/// Over-approximated where a kernel's CPU slots are not known (see [`reads_on_cpu`]).
+pub fn runtime_cpu_values(g: &Graph, pinned: &HashSet<NodeId>) -> HashSet<ValueId> {
+    let consumers = g.consumers();
+    let mut cpu: HashSet<ValueId> = HashSet::default();
+    let mut placed: HashSet<NodeId> = HashSet::default();
+    let mut work: Vec<NodeId> = g
+        .order
+        .iter()
+        .copied()
+        .filter(|n| {
+            let node = g.node(*n);
+            node.domain().is_empty() && CPU_OUTPUT_OPS.contains(&node.op_type.as_str())
+        })
+        .collect();
+    // A node is looked at again whenever one more of its inputs becomes a CPU value; the
+    // condition only grows with `cpu`, so the result does not depend on the order.
+    while let Some(n) = work.pop() {
+        if pinned.contains(&n) || placed.contains(&n) {
+            continue;
+        }
+        let Some(node) = g.nodes.node_weight(n) else {
+            continue;
+        };
+        if !walked(g, node, &cpu) {
+            continue;
+        }
+        placed.insert(n);
+        for &o in node.outputs.iter().flatten() {
+            cpu.insert(o);
+            work.extend(consumers.of(o).iter().map(|(c, _)| *c));
+        }
+    }
+    cpu
+}
+
+/// The unpinned nodes that produce a value the runtime keeps on the CPU (see
+/// [`runtime_cpu_values`]) read by a node in `pinned`, in graph order.
+fn producers_of_runtime_cpu_reads(g: &Graph, pinned: &HashSet<NodeId>) -> Vec<NodeId> {
+    // Cheap test first: a CPU value descends from a `Shape`/`Size`; without an unpinned one
+    // there is nothing to find.
+    let any_source = g.order.iter().any(|n| {
+        let node = g.node(*n);
+        !pinned.contains(n)
+            && node.domain().is_empty()
+            && CPU_OUTPUT_OPS.contains(&node.op_type.as_str())
+    });
+    if !any_source {
+        return Vec::new();
+    }
+    let cpu = runtime_cpu_values(g, pinned);
+    let mut found: HashSet<NodeId> = HashSet::default();
+    for &n in &g.order {
+        if !pinned.contains(&n) {
+            continue;
+        }
+        let node = g.node(n);
+        let reads = node
+            .inputs
+            .iter()
+            .flatten()
+            .chain(node.implicit_inputs().iter());
+        for v in reads {
+            if cpu.contains(v) {
+                if let Origin::Node { node: p, .. } = g.value(*v).origin {
+                    found.insert(p);
+                }
+            }
+        }
+    }
+    let mut found: Vec<NodeId> = found.into_iter().collect();
+    in_write_order(g, &mut found);
+    found
 }
 
 /// The `cpu` pass: the rule's matches and the region grown around them, annotated together.
@@ -361,5 +528,93 @@ mod tests {
         assert_eq!(pinned.len(), 3001);
         assert_eq!(pinned[0], add);
         assert_eq!(pinned[1..], g.order[..3000]);
+    }
+    /// Builds the graph of the WebGPU lab's finding: `x` (graph input) -> Shape -> Gather ->
+    /// Concat -> Reshape(x, .) -> Relu -> Neg, with the Shape also read by a second Gather
+    /// (unpinned, feeding a graph output) so that growth alone cannot take the Shape.
+    fn shape_chain() -> (Graph, Vec<NodeId>) {
+        let mut g = Graph::default();
+        let x = g.add_value("x".into(), Origin::Input);
+        let idx = g.add_value("idx".into(), Origin::Initializer);
+        let m1 = g.add_value("minus_one".into(), Origin::Initializer);
+        let mut ids = Vec::new();
+        let mut node = |g: &mut Graph, op: &str, ins: &[ValueId], out: &str| {
+            let o = g.add_value(out.into(), Origin::Unbound);
+            let id = g.insert_node(
+                Node {
+                    inputs: ins.iter().map(|v| Some(*v)).collect(),
+                    outputs: vec![Some(o)],
+                    ..Node::new(op)
+                },
+                None,
+            );
+            ids.push(id);
+            o
+        };
+        let s = node(&mut g, "Shape", &[x], "s");
+        let gat = node(&mut g, "Gather", &[s, idx], "g");
+        let t = node(&mut g, "Concat", &[m1, gat], "t");
+        let r = node(&mut g, "Reshape", &[x, t], "r");
+        let a = node(&mut g, "Relu", &[r], "a");
+        let y = node(&mut g, "Neg", &[a], "y");
+        let d = node(&mut g, "Gather", &[s, idx], "d");
+        for v in [y, d] {
+            g.outputs.push(ValueInfo {
+                value: v,
+                proto: Default::default(),
+            });
+        }
+        (g, ids)
+    }
+
+    /// The values the runtime keeps on the CPU: the Shape's output and the arithmetic on it,
+    /// up to the Reshape, which reads its shape input on the CPU and stays on the GPU.
+    #[test]
+    fn runtime_cpu_values_stop_at_a_cpu_slot() {
+        let (g, ids) = shape_chain();
+        let cpu = runtime_cpu_values(&g, &HashSet::default());
+        let out = |i: usize| g.node(ids[i]).outputs[0].unwrap();
+        for i in [0, 1, 2, 6] {
+            assert!(cpu.contains(&out(i)), "{}", g.node(ids[i]).op_type);
+        }
+        for i in [3, 4, 5] {
+            assert!(!cpu.contains(&out(i)), "{}", g.node(ids[i]).op_type);
+        }
+        // A pinned Shape starts nothing: the GPU provider is not offered it.
+        let pinned: HashSet<NodeId> = [ids[0]].into_iter().collect();
+        assert!(runtime_cpu_values(&g, &pinned).is_empty());
+    }
+
+    /// A pin in the shape computation (Gather, Concat) or on the node that reads it (Reshape)
+    /// takes the computation up to its Shape; a pin past the Reshape's consumer takes nothing
+    /// more.
+    #[test]
+    fn a_pin_reading_a_runtime_cpu_value_takes_the_shape_computation() {
+        let (g, ids) = shape_chain();
+        let [shape, gather, concat, reshape, relu, neg, _] = ids[..] else {
+            unreachable!()
+        };
+        for (start, want) in [
+            (gather, vec![gather, shape]),
+            (concat, vec![concat, shape, gather]),
+            (reshape, vec![reshape, shape, gather, concat]),
+            // Growth takes the Reshape (a shape op whose one consumer is pinned), and so
+            // the computation it reads.
+            (relu, vec![relu, shape, gather, concat, reshape]),
+            (neg, vec![neg]),
+        ] {
+            let got = plan_pins(&g, &[start], DEFAULT_ANNOTATION);
+            assert_eq!(got, want, "pinning {}", g.node(start).op_type);
+            let pinned: HashSet<NodeId> = got.into_iter().collect();
+            let cpu = runtime_cpu_values(&g, &pinned);
+            for &n in &pinned {
+                let node = g.node(n);
+                assert!(
+                    node.inputs.iter().flatten().all(|v| !cpu.contains(v)),
+                    "{} reads a runtime CPU value",
+                    node.op_type
+                );
+            }
+        }
     }
 }

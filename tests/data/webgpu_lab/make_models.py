@@ -181,6 +181,41 @@ def layer_ann_shape_path():
     )
 
 
+def resize_antialias_shape_sizes():
+    # resize-antialias-on-cpu again, with the sizes computed from the input's Shape, which a
+    # second computation (the flattening Reshape) reads too: compiled for `webgpu`, the pin
+    # grows over the sizes' arithmetic but not over the shared Shape. Pinned nodes then read a
+    # Shape output that onnxruntime-web keeps on the CPU by itself, and with
+    # session.layer_assignment_settings onnxruntime-web 1.30.0 fails to create the session
+    # (std::bad_alloc) unless the Shape is pinned too (src/rewrite/cpu.rs, docs/webgpu-lab.md).
+    def i64(name, values, dims=None):
+        return helper.make_tensor(
+            name, TensorProto.INT64, [len(values)] if dims is None else dims, values
+        )
+
+    save(
+        "resize_antialias_shape_sizes",
+        [
+            helper.make_node("Shape", ["x"], ["s"], name="shape"),
+            helper.make_node("Slice", ["s", "zero", "two"], ["nc"], name="slice_nc"),
+            helper.make_node("Slice", ["s", "two", "four"], ["hw"], name="slice_hw"),
+            helper.make_node("Div", ["hw", "two"], ["half"], name="half"),
+            helper.make_node("Concat", ["nc", "half"], ["sizes"], name="sizes", axis=0),
+            helper.make_node("Resize", ["x", "", "", "sizes"], ["r"], name="resize",
+                             mode="linear", antialias=1),
+            helper.make_node("Gather", ["s", "zero_scalar"], ["n"], name="batch", axis=0),
+            helper.make_node("Unsqueeze", ["n", "zero"], ["n1"], name="batch_1d"),
+            helper.make_node("Concat", ["n1", "minus_one"], ["flat"], name="flat_shape", axis=0),
+            helper.make_node("Reshape", ["r", "flat"], ["y"], name="flatten"),
+        ],
+        [f32("x", [1, 3, "h", "w"])],
+        [f32("y", [None, None])],
+        [i64("zero", [0]), i64("two", [2]), i64("four", [4]), i64("minus_one", [-1]),
+         i64("zero_scalar", [0], [])],
+        [("", 19)],
+    )
+
+
 if __name__ == "__main__":
     resize_linear_rank3()
     resize_antialias()
@@ -190,3 +225,4 @@ if __name__ == "__main__":
     batchnorm_training()
     conv_empty_bias()
     layer_ann_shape_path()
+    resize_antialias_shape_sizes()
