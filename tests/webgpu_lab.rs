@@ -238,3 +238,47 @@ fn layer_ann_in_a_shape_computation_breaks_session_creation() {
     let (code, _, out) = verify_json(&model, &model, "cpu", &["--dim", "w=8"]);
     assert_eq!(code, 0, "{}{}", out.stdout, out.stderr);
 }
+
+#[test]
+fn a_pin_that_reads_a_shared_shape_takes_the_shape_and_loads() {
+    // Found here (docs/webgpu-lab.md, "Pins in shape computations"): resize-antialias-on-cpu
+    // pins a Resize whose sizes come from the input's Shape, which a flattening Reshape reads
+    // too. The pin grows over the sizes' arithmetic but not over the shared Shape, so pinned
+    // nodes read a value onnxruntime-web keeps on the CPU by itself, and with
+    // session.layer_assignment_settings the session could not be created (std::bad_alloc).
+    // The cpu pass now pins the Shape too: the output loads and is faithful on WebGPU.
+    if !ready(RuntimeKind::Webgpu) {
+        return;
+    }
+    let model = lab("resize_antialias_shape_sizes.onnx");
+    let dims = ["--dim", "h=16", "--dim", "w=16"];
+    let (code, _, out) = verify_json(&model, &model, "webgpu", &dims);
+    assert_eq!(code, 2, "{}{}", out.stdout, out.stderr);
+    assert!(
+        out.stderr
+            .contains("antialias attribute of Resize operator is NOT implemented"),
+        "{}",
+        out.stderr
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let rewritten = dir.path().join("webgpu.onnx");
+    compile(&model, "webgpu", &rewritten);
+    let (code, report, out) = verify_json(&model, &rewritten, "webgpu", &dims);
+    assert!(!out.stderr.contains("bad_alloc"), "{}", out.stderr);
+    assert_eq!(code, 0, "{}{}", out.stdout, out.stderr);
+    let (_, cpu) = placement(&report.unwrap());
+    for node in ["resize", "sizes", "slice_nc", "shape"] {
+        assert!(
+            cpu.iter().any(|(n, _, pinned)| n == node && *pinned),
+            "{node} not pinned to the CPU: {cpu:?}"
+        );
+    }
+    // The same pins given by name to the WebGPU provider: faithful as well.
+    let (code, _, out) = verify_json(
+        &model,
+        &rewritten,
+        "webgpu",
+        &[&dims[..], &["--webgpu-pins", "force-cpu-node-names"]].concat(),
+    );
+    assert_eq!(code, 0, "{}{}", out.stdout, out.stderr);
+}
