@@ -109,6 +109,45 @@ fn a_genai_folder_compiles_into_a_new_folder_with_the_settings_merged() {
         inputs.to_str().unwrap(),
     ]);
     assert_eq!(code, Some(0), "{err}");
+    // `verify` of the two folders runs the decoder as generation does: a prefill step, then a
+    // decode step on the original's past state, each judged at the rewrite's class.
+    let o = Command::new(common::bin())
+        .args(["verify", folder.to_str().unwrap(), out.to_str().unwrap()])
+        .args(["--format", "json"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{text}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let steps: Vec<(&str, &str)> = v["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["model"].as_str().unwrap(), s["step"].as_str().unwrap()))
+        .collect();
+    assert_eq!(steps, [("model.onnx", "prefill"), ("model.onnx", "decode")]);
+    let decode = &v["steps"][1]["report"];
+    assert_eq!(decode["exactness"]["class"], "rounding", "{decode}");
+    let shapes: Vec<String> = decode["runs"][0]["outputs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| format!("{} {}", c["name"].as_str().unwrap(), c["shape"]))
+        .collect();
+    // One new token after the 6-token prompt: logits for 1 position, 7 cached positions.
+    assert!(
+        shapes.contains(&"logits [1,1,512]".to_string()),
+        "{shapes:?}"
+    );
+    assert!(
+        shapes.contains(&"present.1.value [1,2,7,32]".to_string()),
+        "{shapes:?}"
+    );
     // A second compile replaces the folder it wrote.
     let (code, err) = run(&[folder.to_str().unwrap(), "--target", "rx580"]);
     assert_eq!(code, Some(0), "{err}");
@@ -131,4 +170,48 @@ fn a_bad_config_is_an_error_and_nothing_is_written() {
         "{err}"
     );
     assert_eq!(listing(tmp.path()), ["llm"]);
+}
+
+/// `verify` of two genai folders catches a decoder that computes something else, and a folder
+/// against a model file is a usage error.
+#[test]
+fn verify_of_genai_folders_fails_on_changed_weights() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some((folder, _)) = tiny_folder(tmp.path()) else {
+        eprintln!("SKIP: no venv (run scripts/corpus.sh)");
+        return;
+    };
+    let copy = tmp.path().join("copy");
+    std::fs::create_dir(&copy).unwrap();
+    for f in std::fs::read_dir(&folder).unwrap() {
+        let f = f.unwrap().path();
+        std::fs::copy(&f, copy.join(f.file_name().unwrap())).unwrap();
+    }
+    let (code, err) = run(&["verify", folder.to_str().unwrap(), copy.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "an identical copy verifies: {err}");
+    // Change the last weights of the external data (the final layers' bytes, read by every
+    // step): the logits move in both steps.
+    let data = copy.join("model.onnx.data");
+    let mut bytes = std::fs::read(&data).unwrap();
+    let n = bytes.len();
+    for b in bytes[n - 64..].chunks_mut(2) {
+        b[1] ^= 0x02;
+    }
+    std::fs::write(&data, bytes).unwrap();
+    let o = Command::new(common::bin())
+        .args(["verify", folder.to_str().unwrap(), copy.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains(
+            "genai folder: FAIL (2 steps; failed: model.onnx prefill, model.onnx decode)"
+        ),
+        "{text}"
+    );
+    let model = folder.join("model.onnx");
+    let (code, err) = run(&["verify", folder.to_str().unwrap(), model.to_str().unwrap()]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("is an onnxruntime-genai folder but"), "{err}");
 }

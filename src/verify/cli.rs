@@ -123,6 +123,7 @@ impl VerifyArgs {
             dim_defaults: DimDefaults::default(),
             float_range: (lo, hi),
             inputs: self.inputs.clone(),
+            feed: None,
             expected: self.expected.clone(),
             discovery: Some(discovery),
             session: SessionSettings {
@@ -170,6 +171,14 @@ pub fn run_cli(args: &VerifyArgs) -> u8 {
     };
     // Nothing from a file should panic; if something still does (inside ONNX Runtime's
     // wrapper, say), report it as an error instead of aborting with a backtrace.
+    match super::genai::both_folders(&args.original, &args.rewritten) {
+        Ok(true) => return run_genai(args, &opts),
+        Ok(false) => {}
+        Err(e) => {
+            eprintln!("error: {e}");
+            return EXIT_ERROR;
+        }
+    }
     let result = std::panic::catch_unwind(|| verify_models(&args.original, &args.rewritten, &opts));
     match result {
         Ok(Ok(report)) => {
@@ -198,6 +207,38 @@ pub fn run_cli(args: &VerifyArgs) -> u8 {
                 args.original.display(),
                 args.rewritten.display(),
                 super::error::one_line(&msg)
+            );
+            EXIT_ERROR
+        }
+    }
+}
+
+/// `verify DIR DIR` on two onnxruntime-genai folders: a prefill and a decode step.
+fn run_genai(args: &VerifyArgs, opts: &VerifyOptions) -> u8 {
+    let result = std::panic::catch_unwind(|| {
+        super::genai::verify_genai(&args.original, &args.rewritten, opts)
+    });
+    match result {
+        Ok(Ok(report)) => {
+            match args.format {
+                OutputFormat::Text => print!("{}", report.to_text()),
+                OutputFormat::Json => println!("{}", report.to_json()),
+            }
+            if report.passed() {
+                EXIT_PASS
+            } else {
+                EXIT_MISMATCH
+            }
+        }
+        Ok(Err(e)) => {
+            eprintln!("error: {e}");
+            EXIT_ERROR
+        }
+        Err(_) => {
+            eprintln!(
+                "error: internal failure while verifying the genai folder {} against {}",
+                args.original.display(),
+                args.rewritten.display()
             );
             EXIT_ERROR
         }

@@ -15,6 +15,7 @@ pub mod discover;
 pub mod dtype;
 pub mod error;
 pub mod external;
+pub mod genai;
 pub mod inputs;
 pub mod manifest;
 pub mod model;
@@ -75,6 +76,8 @@ pub struct VerifyOptions {
     pub float_range: (f64, f64),
     /// Real inputs: `.npz`, `.npy`, `.pb`, or a folder of `input_N.pb`.
     pub inputs: Option<PathBuf>,
+    /// Inputs made in memory by the caller, with what they are (used instead of `inputs`).
+    pub feed: Option<GivenFeed>,
     /// Reference outputs for the rewritten model: `.npz` or a folder of `output_N.pb`.
     pub expected: Option<PathBuf>,
     /// Where to find ONNX Runtime; `None`: from the environment ([`Discovery::from_env`]).
@@ -111,6 +114,7 @@ impl Default for VerifyOptions {
             dim_defaults: DimDefaults::default(),
             float_range: (-1.0, 1.0),
             inputs: None,
+            feed: None,
             expected: None,
             discovery: None,
             session: SessionSettings::default(),
@@ -124,6 +128,14 @@ impl Default for VerifyOptions {
 
 /// The inputs of one run, by name.
 type Feed = Vec<(String, HostTensor)>;
+
+/// Inputs given in memory ([`VerifyOptions::feed`]).
+#[derive(Debug, Clone)]
+pub struct GivenFeed {
+    /// What they are, for the report (`prefill: input_ids [1, 6], ...`).
+    pub description: String,
+    pub tensors: Feed,
+}
 
 /// A model to run: one file, or a chain of segments from a partition manifest.
 enum Target {
@@ -288,8 +300,16 @@ pub fn verify_models(
 
     // Inputs: read them (once) or plan random ones, before loading the runtime so that
     // file errors come first.
-    let fixed_inputs = match &opts.inputs {
-        Some(p) => {
+    let fixed_inputs = match (&opts.feed, &opts.inputs) {
+        (Some(given), _) => {
+            for (name, t) in &given.tensors {
+                if let Some(spec) = orig.info().input(name) {
+                    inputs::check_input(&orig.info().path, spec, t, &orig.info().path)?;
+                }
+            }
+            Some(given.tensors.clone())
+        }
+        (None, Some(p)) => {
             let tensors = inputs::load_tensor_set(p, SetKind::Inputs)?;
             let names: Vec<String> = orig.info().inputs.iter().map(|v| v.name.clone()).collect();
             let assigned = inputs::assign_tensors(p, tensors, &names, "input")?;
@@ -307,7 +327,7 @@ pub fn verify_models(
             }
             Some(assigned)
         }
-        None => None,
+        (None, None) => None,
     };
     let plan = match fixed_inputs {
         Some(_) => Vec::new(),
@@ -609,11 +629,14 @@ pub fn verify_models(
         rewritten_runtime: external_run.map(|e| e.info),
         original_on_runtime,
         sessions,
-        inputs: match &opts.inputs {
-            Some(p) => InputSource::File {
+        inputs: match (&opts.feed, &opts.inputs) {
+            (Some(given), _) => InputSource::Given {
+                description: given.description.clone(),
+            },
+            (None, Some(p)) => InputSource::File {
                 path: p.display().to_string(),
             },
-            None => InputSource::Random {
+            (None, None) => InputSource::Random {
                 seed: opts.seed,
                 plan,
             },

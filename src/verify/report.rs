@@ -36,8 +36,17 @@ pub struct SessionInfo {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "source", rename_all = "snake_case")]
 pub enum InputSource {
-    Random { seed: u64, plan: Vec<InputPlan> },
-    File { path: String },
+    Random {
+        seed: u64,
+        plan: Vec<InputPlan>,
+    },
+    File {
+        path: String,
+    },
+    /// Tensors made by the caller (a genai folder's prefill and decode steps).
+    Given {
+        description: String,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -274,6 +283,9 @@ impl VerifyReport {
         match &self.inputs {
             InputSource::File { path } => {
                 let _ = writeln!(s, "inputs:    {path}");
+            }
+            InputSource::Given { description } => {
+                let _ = writeln!(s, "inputs:    {description}");
             }
             InputSource::Random { seed, plan } => {
                 let parts: Vec<String> = plan
