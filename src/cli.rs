@@ -94,6 +94,11 @@ struct TargetArgs {
     /// report); without it, a node whose only rewrite is approximate falls back (to the CPU).
     #[arg(long)]
     allow_approximate: bool,
+    /// Keep the model's default-domain opset: without it, a model below opset 21 whose
+    /// MatMulNBits the target decomposes is raised to 21 where that keeps every node's meaning,
+    /// so the weights stay packed (the runtime must then support opset 21: ONNX Runtime 1.18+).
+    #[arg(long)]
+    keep_opset: bool,
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
@@ -323,6 +328,7 @@ fn options(a: &TargetArgs) -> Result<engine::Options, Error> {
     let mut o = onnx_safeify::compile::options(dims)?;
     o.nchwc_block = a.nchwc_block;
     o.allow_approximate = a.allow_approximate;
+    o.raise_opset = !a.keep_opset;
     Ok(o)
 }
 

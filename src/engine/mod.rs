@@ -53,6 +53,9 @@ pub struct Options {
     /// Approximate rewrites may run for every rule (`--allow-approximate`); otherwise only
     /// for rules and targets that say `approximate: allow`, and other nodes fall back.
     pub allow_approximate: bool,
+    /// A model below opset 21 may be raised to it for the packed MatMulNBits decomposition,
+    /// where that keeps every node's meaning (`--keep-opset` turns it off).
+    pub raise_opset: bool,
 }
 
 impl Default for Options {
@@ -64,6 +67,7 @@ impl Default for Options {
             nchwc_block: None,
             strict: false,
             allow_approximate: false,
+            raise_opset: true,
         }
     }
 }
@@ -72,7 +76,102 @@ impl Default for Options {
 /// the main graph first, then every `If`/`Loop`/`Scan` body at any depth, each on its own (as
 /// ONNX Runtime partitions them), its outer-scope reads seeded with what its enclosing graphs
 /// know. Inner nodes are named by their scope path in the report (`loop/body/conv_3`).
+///
+/// A model below opset 21 whose MatMulNBits the target decomposes is first raised to opset 21
+/// where that keeps every node's meaning ([`crate::rewrite::opset`]), so the decomposition
+/// keeps the weights packed; the raise stands only if some MatMulNBits was decomposed packed
+/// (else the model is compiled again as it was). A note says what was done, or why the opset
+/// was kept.
 pub fn compile(model: &mut Model, target: &Target, opts: &Options) -> Report {
+    use crate::rewrite::opset;
+    if !opts.raise_opset || !wants_packed_opset(model, target, opts) {
+        return compile_at_own_opset(model, target, opts);
+    }
+    let from = model.opset("").unwrap_or(0);
+    let before = model.clone();
+    let raised = match opset::raise(model, opset::PACKED_OPSET) {
+        Ok(r) => r,
+        Err(why) => {
+            let mut report = compile_at_own_opset(model, target, opts);
+            report.notes.push(format!(
+                "opset kept at {from}: raising it to {} for the packed MatMulNBits decomposition \
+                 would change the meaning of {why}; MatMulNBits is unpacked (or falls back) below \
+                 opset {}",
+                opset::PACKED_OPSET,
+                opset::PACKED_OPSET
+            ));
+            return report;
+        }
+    };
+    let mut report = compile_at_own_opset(model, target, opts);
+    if any_packed_nbits(&model.graph) {
+        let rewrites = raised.rewrites();
+        report.notes.push(format!(
+            "opset raised {} → {} for the packed MatMulNBits decomposition{}",
+            raised.from,
+            raised.to,
+            if rewrites.is_empty() {
+                String::new()
+            } else {
+                format!(" ({rewrites})")
+            }
+        ));
+        return report;
+    }
+    // No MatMulNBits was decomposed packed (each refused for another reason): the raise
+    // served nothing, and the model is compiled as it came.
+    *model = before;
+    let mut report = compile_at_own_opset(model, target, opts);
+    report.notes.push(format!(
+        "opset kept at {from}: no MatMulNBits could be decomposed packed at opset {}",
+        opset::PACKED_OPSET
+    ));
+    report
+}
+
+/// Whether the target would decompose a MatMulNBits of the main graph that opset 21 keeps
+/// packed (4 or 8 bits, no `g_idx`) while the model is below opset 21: an `unfuse` rule
+/// matches it.
+fn wants_packed_opset(model: &Model, target: &Target, opts: &Options) -> bool {
+    let Some(from) = model.opset("") else {
+        return false;
+    };
+    if from >= crate::rewrite::opset::PACKED_OPSET {
+        return false;
+    }
+    let g = &model.graph;
+    let packable = |n: NodeId| {
+        let node = g.node(n);
+        node.domain() == crate::rewrite::unfuse::MS_DOMAIN
+            && node.op_type == "MatMulNBits"
+            && matches!(node.attr("bits").and_then(|a| a.i()).unwrap_or(4), 4 | 8)
+            && node.inputs.get(4).copied().flatten().is_none()
+    };
+    if !g.order.iter().any(|&n| packable(n)) {
+        return false;
+    }
+    let sizes = sizes(model, target, opts);
+    let cx = context(model, target, &sizes, opts);
+    find(&cx, &Opsets::from_model(model))
+        .iter()
+        .any(|m| packable(m.node) && target.rules[m.rule].action.name() == "unfuse")
+}
+
+/// Whether some graph of the model holds a MatMulNBits decomposed in the packed form.
+fn any_packed_nbits(g: &Graph) -> bool {
+    use crate::rewrite::unfuse::matmul_nbits::FORM_KEY;
+    crate::ir::scope::graphs(g).iter().any(|sg| {
+        sg.graph.order.iter().any(|&n| {
+            sg.graph
+                .node(n)
+                .metadata(FORM_KEY)
+                .is_some_and(|f| f.starts_with("packed"))
+        })
+    })
+}
+
+/// [`compile`] at the model's own opset.
+fn compile_at_own_opset(model: &mut Model, target: &Target, opts: &Options) -> Report {
     let sizes = sizes(model, target, opts);
     let before = crate::cost::of_model(model, &opts.annotation, &sizes);
     if has_bodies(&model.graph) {
@@ -227,7 +326,19 @@ fn merge_body_report(into: &mut Report, r: Report, path: &ScopePath) {
 
 /// Findings of `target` on `model`: every rule that would still do something, in the main
 /// graph and in every body (inner nodes named by their scope path, `loop/body/conv_3`).
+/// A model that [`compile`] would raise to opset 21 for the packed MatMulNBits decomposition is
+/// checked as raised (on a copy: `model` is left as it is).
 pub fn check(model: &mut Model, target: &Target, opts: &Options) -> Vec<Finding> {
+    if opts.raise_opset && wants_packed_opset(model, target, opts) {
+        let mut raised = model.clone();
+        if crate::rewrite::opset::raise(&mut raised, crate::rewrite::opset::PACKED_OPSET).is_ok() {
+            return check_at_own_opset(&mut raised, target, opts);
+        }
+    }
+    check_at_own_opset(model, target, opts)
+}
+
+fn check_at_own_opset(model: &mut Model, target: &Target, opts: &Options) -> Vec<Finding> {
     let sizes = sizes(model, target, opts);
     let model: &Model = model;
     let cx = context(model, target, &sizes, opts);
