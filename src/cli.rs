@@ -427,6 +427,24 @@ fn target_slug(t: &Target) -> String {
         .collect()
 }
 
+/// Bytes the rewrites may add to an input of `input` bytes before the size guard refuses the
+/// output (`--allow-growth [FACTOR]`; without it, 2x the input, or 64 MiB for a small one).
+fn growth_allowed(input: u64, allow_growth: Option<f64>) -> u64 {
+    const FREE: u64 = 64 << 20;
+    match allow_growth {
+        None => input.max(FREE),
+        Some(f) if f.is_nan() => 0,
+        Some(f) => {
+            let extra = (f - 1.0) * input as f64;
+            if extra >= u64::MAX as f64 {
+                u64::MAX
+            } else {
+                extra.max(0.0) as u64
+            }
+        }
+    }
+}
+
 fn compile(a: &CompileArgs) -> Result<u8, Error> {
     let model = a
         .model
@@ -462,6 +480,9 @@ fn compile(a: &CompileArgs) -> Result<u8, Error> {
     doc.weights = a.weights.into();
     let inline_before = onnx_safeify::inline_bytes(&doc.model);
     let input_size = onnx_safeify::input_size(&doc);
+    // The unpacked MatMulNBits form may read weights from external data up to what the size
+    // guard below lets the output grow by (so memory stays within it too).
+    opts.unpack_limit = growth_allowed(input_size, a.allow_growth);
     // Otherwise the file's pages are written ahead while the rules run (not while the model is
     // read, which has threads of its own), for the save to write the output over.
     if annotate && early.is_none() {

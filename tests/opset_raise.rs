@@ -321,7 +321,8 @@ print(sum(x.tobytes() != y.tobytes() for x, y in zip(a, b)), len(a))
         "{code:?} {err}"
     );
 
-    // --keep-opset: the old behaviour (the weights are external data and stay unread below 21).
+    // --keep-opset: unpacked below 21, the weights read from the external data within the
+    // output's size bound (here 64 MiB: the tiny model may grow freely).
     let kept = dir.path().join("kept/model.onnx");
     std::fs::create_dir_all(kept.parent().unwrap()).unwrap();
     let (code, err) = run(&[
@@ -334,7 +335,39 @@ print(sum(x.tobytes() != y.tobytes() for x, y in zip(a, b)), len(a))
     ]);
     assert_eq!(code, Some(0), "{err}");
     assert!(!err.contains("opset raised"), "{err}");
+    assert!(!err.contains("fell back"), "{err}");
     assert_eq!(onnx_safeify::load(&kept).unwrap().model.opset(""), Some(17));
+    let f = forms(&kept);
+    assert_eq!(f.len(), 15, "{f:?}");
+    assert!(
+        f.iter()
+            .all(|f| f.starts_with("unpacked (default-domain opset 17 < 21)")),
+        "{f:?}"
+    );
+    let k = kept.to_str().unwrap();
+    let (code, err) = run(&["verify", m, k, "--inputs", inputs.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{err}");
+    // A bound of 1.5x the input: what would pass it is unpacked, the rest falls back with the
+    // reason (memory stays within the bound too).
+    std::fs::remove_dir_all(kept.parent().unwrap()).unwrap();
+    std::fs::create_dir_all(kept.parent().unwrap()).unwrap();
+    let (code, err) = run(&[
+        m,
+        "--target",
+        "rx580",
+        "--keep-opset",
+        "--allow-growth",
+        "1.5",
+        "-o",
+        k,
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        err.contains("fell back") && err.contains("this compile may add"),
+        "{err}"
+    );
+    let f = forms(&kept);
+    assert!(!f.is_empty() && f.len() < 15, "{f:?}");
 }
 
 #[test]

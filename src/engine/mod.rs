@@ -56,6 +56,12 @@ pub struct Options {
     /// A model below opset 21 may be raised to it for the packed MatMulNBits decomposition,
     /// where that keeps every node's meaning (`--keep-opset` turns it off).
     pub raise_opset: bool,
+    /// Bytes of float weights the unpacked MatMulNBits form may add by reading quantized
+    /// weights from external data (given to [`compile_with`]), per batch of decompositions; 0
+    /// (the default): external weights are not read, and such a node is refused. The command
+    /// line sets it to what `--allow-growth` lets the output grow by, so memory stays bounded
+    /// by what the size guard would let through.
+    pub unpack_limit: u64,
 }
 
 impl Default for Options {
@@ -68,6 +74,7 @@ impl Default for Options {
             strict: false,
             allow_approximate: false,
             raise_opset: true,
+            unpack_limit: 0,
         }
     }
 }
@@ -83,16 +90,27 @@ impl Default for Options {
 /// (else the model is compiled again as it was). A note says what was done, or why the opset
 /// was kept.
 pub fn compile(model: &mut Model, target: &Target, opts: &Options) -> Report {
+    compile_with(model, target, opts, None)
+}
+
+/// [`compile`] with the resolver of the model's external data: the unpacked MatMulNBits form
+/// reads quantized weights from it, up to [`Options::unpack_limit`] bytes of float weights.
+pub fn compile_with(
+    model: &mut Model,
+    target: &Target,
+    opts: &Options,
+    external: Option<&crate::io::ExternalData>,
+) -> Report {
     use crate::rewrite::opset;
     if !opts.raise_opset || !wants_packed_opset(model, target, opts) {
-        return compile_at_own_opset(model, target, opts);
+        return compile_at_own_opset(model, target, opts, external);
     }
     let from = model.opset("").unwrap_or(0);
     let before = model.clone();
     let raised = match opset::raise(model, opset::PACKED_OPSET) {
         Ok(r) => r,
         Err(why) => {
-            let mut report = compile_at_own_opset(model, target, opts);
+            let mut report = compile_at_own_opset(model, target, opts, external);
             report.notes.push(format!(
                 "opset kept at {from}: raising it to {} for the packed MatMulNBits decomposition \
                  would change the meaning of {why}; MatMulNBits is unpacked (or falls back) below \
@@ -103,7 +121,7 @@ pub fn compile(model: &mut Model, target: &Target, opts: &Options) -> Report {
             return report;
         }
     };
-    let mut report = compile_at_own_opset(model, target, opts);
+    let mut report = compile_at_own_opset(model, target, opts, external);
     if any_packed_nbits(&model.graph) {
         let rewrites = raised.rewrites();
         report.notes.push(format!(
@@ -121,7 +139,7 @@ pub fn compile(model: &mut Model, target: &Target, opts: &Options) -> Report {
     // No MatMulNBits was decomposed packed (each refused for another reason): the raise
     // served nothing, and the model is compiled as it came.
     *model = before;
-    let mut report = compile_at_own_opset(model, target, opts);
+    let mut report = compile_at_own_opset(model, target, opts, external);
     report.notes.push(format!(
         "opset kept at {from}: no MatMulNBits could be decomposed packed at opset {}",
         opset::PACKED_OPSET
@@ -171,14 +189,19 @@ fn any_packed_nbits(g: &Graph) -> bool {
 }
 
 /// [`compile`] at the model's own opset.
-fn compile_at_own_opset(model: &mut Model, target: &Target, opts: &Options) -> Report {
+fn compile_at_own_opset(
+    model: &mut Model,
+    target: &Target,
+    opts: &Options,
+    external: Option<&crate::io::ExternalData>,
+) -> Report {
     let sizes = sizes(model, target, opts);
     let before = crate::cost::of_model(model, &opts.annotation, &sizes);
     if has_bodies(&model.graph) {
         // New names must not shadow (or be shadowed by) a name of an enclosing or inner scope.
         crate::ir::scope::reserve_names_across_scopes(&mut model.graph);
     }
-    let mut report = compile_graph(model, target, opts, sizes.clone(), None);
+    let mut report = compile_graph(model, target, opts, sizes.clone(), None, external);
     if has_bodies(&model.graph) {
         crate::ir::scope::reserve_names_across_scopes(&mut model.graph);
         let header = header_of(model);
@@ -192,6 +215,7 @@ fn compile_at_own_opset(model: &mut Model, target: &Target, opts: &Options) -> R
             opts,
             sizes: &sizes,
             report: &mut report,
+            external,
         };
         bodies.compile(&mut model.graph, &ScopePath::root(), &outer);
     }
@@ -211,8 +235,10 @@ fn compile_graph(
     opts: &Options,
     sizes: Sizes,
     outer: Option<&OuterFacts>,
+    external: Option<&crate::io::ExternalData>,
 ) -> Report {
     let mut d = driver::Driver::new(model, target, opts, sizes, outer);
+    d.external = external;
     let mut settled = None;
     for iteration in 0..opts.max_iterations {
         d.report.iterations = iteration + 1;
@@ -249,6 +275,7 @@ struct Bodies<'a> {
     opts: &'a Options,
     sizes: &'a Sizes,
     report: &'a mut Report,
+    external: Option<&'a crate::io::ExternalData>,
 }
 
 impl Bodies<'_> {
@@ -285,6 +312,7 @@ impl Bodies<'_> {
             self.opts,
             self.sizes.clone(),
             Some(outer),
+            self.external,
         );
         merge_body_report(self.report, r, path);
         if has_bodies(&m.graph) {
@@ -396,6 +424,7 @@ fn context<'a>(
 ) -> Cx<'a> {
     let mut cx = Cx::new(model, target, sizes, &opts.annotation);
     cx.nchwc_block = opts.nchwc_block;
+    cx.unpack_limit = opts.unpack_limit;
     cx
 }
 
