@@ -743,8 +743,9 @@ fn unpacked_weight(rw: &mut Rw, ins: &Inputs) -> Result<(PValue, String), Unsupp
                     format!(
                         "unpacking B ({} x {} weights in external data) would add {:.1} MB of {} \
                          weights, past the {:.1} MB this compile may add ({:.1} MB added already; \
-                         the output's size bound, which --allow-growth raises); at default-domain \
-                         opset >= 21 the weights stay packed and nothing is read",
+                         the output's size bound, which --allow-growth raises, within the 2 GiB a \
+                         model file can hold); at default-domain opset >= 21 the weights stay \
+                         packed and nothing is read",
                         s.k,
                         s.n,
                         mb(add),
