@@ -94,6 +94,11 @@ struct TargetArgs {
     /// report); without it, a node whose only rewrite is approximate falls back (to the CPU).
     #[arg(long)]
     allow_approximate: bool,
+    /// Keep the model's default-domain opset: without it, a model below opset 21 whose
+    /// MatMulNBits the target decomposes is raised to 21 where that keeps every node's meaning,
+    /// so the weights stay packed (the runtime must then support opset 21: ONNX Runtime 1.18+).
+    #[arg(long)]
+    keep_opset: bool,
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
@@ -323,6 +328,7 @@ fn options(a: &TargetArgs) -> Result<engine::Options, Error> {
     let mut o = onnx_safeify::compile::options(dims)?;
     o.nchwc_block = a.nchwc_block;
     o.allow_approximate = a.allow_approximate;
+    o.raise_opset = !a.keep_opset;
     Ok(o)
 }
 
@@ -421,6 +427,24 @@ fn target_slug(t: &Target) -> String {
         .collect()
 }
 
+/// Bytes the rewrites may add to an input of `input` bytes before the size guard refuses the
+/// output (`--allow-growth [FACTOR]`; without it, 2x the input, or 64 MiB for a small one).
+fn growth_allowed(input: u64, allow_growth: Option<f64>) -> u64 {
+    const FREE: u64 = 64 << 20;
+    match allow_growth {
+        None => input.max(FREE),
+        Some(f) if f.is_nan() => 0,
+        Some(f) => {
+            let extra = (f - 1.0) * input as f64;
+            if extra >= u64::MAX as f64 {
+                u64::MAX
+            } else {
+                extra.max(0.0) as u64
+            }
+        }
+    }
+}
+
 fn compile(a: &CompileArgs) -> Result<u8, Error> {
     let model = a
         .model
@@ -456,6 +480,12 @@ fn compile(a: &CompileArgs) -> Result<u8, Error> {
     doc.weights = a.weights.into();
     let inline_before = onnx_safeify::inline_bytes(&doc.model);
     let input_size = onnx_safeify::input_size(&doc);
+    // The unpacked MatMulNBits form may read weights from external data up to what the size
+    // guard below lets the output grow by (so memory stays within it too), and no further than
+    // a model file protobuf can hold (the unpacked weights are written into it).
+    const PROTOBUF_MAX: u64 = (1 << 31) - (16 << 20);
+    opts.unpack_limit =
+        growth_allowed(input_size, a.allow_growth).min(PROTOBUF_MAX.saturating_sub(inline_before));
     // Otherwise the file's pages are written ahead while the rules run (not while the model is
     // read, which has threads of its own), for the save to write the output over.
     if annotate && early.is_none() {

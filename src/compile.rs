@@ -139,7 +139,7 @@ pub fn compile_document(
         }
         None => opts,
     };
-    let mut report = engine::compile(&mut doc.model, target, opts);
+    let mut report = engine::compile_with(&mut doc.model, target, opts, Some(&doc.source.external));
     if let Some(p) = probe {
         report.notes.insert(0, p.note);
     }

@@ -1,5 +1,7 @@
-//! A compile that adds weights (MatMulNBits unpacked below opset 21) states the output's size,
-//! and past 2x the input (and 64 MiB added) writes nothing and exits 1 unless --allow-growth.
+//! A compile that adds weights (MatMulNBits unpacked below opset 21, here with `--keep-opset`)
+//! states the output's size, and past 2x the input (and 64 MiB added) writes nothing and exits 1
+//! unless --allow-growth. Without `--keep-opset` the model is raised to opset 21 and the weights
+//! stay packed.
 
 mod common;
 
@@ -57,20 +59,29 @@ fn unpacked_weights_past_the_bound_need_allow_growth() {
         return;
     }
     let out = dir.path().join("big.rx580.onnx");
-    let (code, err) = compile(&big, &out, &[]);
+    let (code, err) = compile(&big, &out, &["--keep-opset"]);
     assert_eq!(code, Some(1), "{err}");
     assert!(
         err.contains("size: the rewrites add") && err.contains("--allow-growth"),
         "{err}"
     );
     assert!(!out.exists(), "an output was written");
-    let (code, err) = compile(&big, &out, &["--allow-growth"]);
+    let (code, err) = compile(&big, &out, &["--keep-opset", "--allow-growth"]);
     assert_eq!(code, Some(0), "{err}");
     assert!(out.exists());
     // With a factor too small, refused again; at opset 21 the weights stay packed: no growth.
     std::fs::remove_file(&out).unwrap();
-    let (code, err) = compile(&big, &out, &["--allow-growth", "3"]);
+    let (code, err) = compile(&big, &out, &["--keep-opset", "--allow-growth", "3"]);
     assert_eq!(code, Some(1), "{err}");
+    // Without --keep-opset the model is raised to opset 21: packed, no growth.
+    let (code, err) = compile(&big, &out, &[]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        err.contains("opset raised 17 → 21 for the packed MatMulNBits decomposition"),
+        "{err}"
+    );
+    assert!(!err.contains("size: the rewrites add"), "{err}");
+    std::fs::remove_file(&out).unwrap();
     let packed = dir.path().join("packed.onnx");
     nbits_model(&packed, 4096, 8192, 21).unwrap();
     let (code, err) = compile(&packed, &out, &[]);
@@ -87,7 +98,7 @@ fn a_small_model_may_double() {
         return;
     }
     let out = dir.path().join("small.rx580.onnx");
-    let (code, err) = compile(&small, &out, &[]);
+    let (code, err) = compile(&small, &out, &["--keep-opset"]);
     assert_eq!(code, Some(0), "{err}");
     assert!(err.contains("size: the rewrites add"), "{err}");
 }

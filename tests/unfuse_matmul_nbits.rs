@@ -338,6 +338,7 @@ fn unfuse(doc: &mut onnx_safeify::Document, with_data: bool) -> UnfuseReport {
         rule: RULE,
         external,
         nchwc_block_size: None,
+        unpack: None,
     };
     let mut model = std::mem::take(&mut doc.model);
     let report = unfuse::unfuse_all_with(&mut model, &opts, is_nbits);

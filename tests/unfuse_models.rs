@@ -175,6 +175,7 @@ fn unfuse_file(src: &Path, dir: &Path, block: Option<i64>) -> Outcome {
             rule: RULE,
             external: None,
             nchwc_block_size: block,
+            unpack: None,
         },
         |n| unfuse::is_fused(n, opset),
     );
@@ -1256,6 +1257,7 @@ fn an_ambiguous_nchwc_block_size_leaves_the_region_whole() {
             rule: RULE,
             external: None,
             nchwc_block_size: Some(8),
+            unpack: None,
         },
         |n| n.domain() == unfuse::NCHWC_DOMAIN,
     );

@@ -52,6 +52,8 @@ pub(super) struct Driver<'t> {
     pub applications: u64,
     /// For a body: what its enclosing scopes know of the values it reads by name.
     outer: Option<&'t OuterFacts>,
+    /// The resolver of the model's external data (for the unpacked MatMulNBits form).
+    pub external: Option<&'t crate::io::ExternalData>,
     /// The assumed-size facts of the graph as it is now, when a step computed them and nothing
     /// changed the graph since: the next step starts from them instead of a whole inference.
     facts: std::cell::Cell<Option<crate::infer::Facts>>,
@@ -90,6 +92,7 @@ impl<'t> Driver<'t> {
             fell_back_now: false,
             applications: 0,
             outer,
+            external: None,
             facts: std::cell::Cell::new(None),
             pieces: std::cell::Cell::new(None),
             stale: std::cell::Cell::new(None),
@@ -105,7 +108,8 @@ impl<'t> Driver<'t> {
     /// A context on the graph as it is now, with the facts a step left when they are still
     /// current. Give them back with [`Driver::keep_facts`] when the step changed nothing.
     fn cx<'a>(&'a self, model: &'a Model) -> Cx<'a> {
-        let cx = super::context(model, self.target, &self.sizes, self.opts);
+        let mut cx = super::context(model, self.target, &self.sizes, self.opts);
+        cx.external = self.external;
         let cx = match self.outer {
             Some(o) => cx.in_body(&model.graph, o),
             None => cx,

@@ -53,6 +53,15 @@ pub struct Options {
     /// Approximate rewrites may run for every rule (`--allow-approximate`); otherwise only
     /// for rules and targets that say `approximate: allow`, and other nodes fall back.
     pub allow_approximate: bool,
+    /// A model below opset 21 may be raised to it for the packed MatMulNBits decomposition,
+    /// where that keeps every node's meaning (`--keep-opset` turns it off).
+    pub raise_opset: bool,
+    /// Bytes of float weights the unpacked MatMulNBits form may add by reading quantized
+    /// weights from external data (given to [`compile_with`]), per batch of decompositions; 0
+    /// (the default): external weights are not read, and such a node is refused. The command
+    /// line sets it to what `--allow-growth` lets the output grow by, so memory stays bounded
+    /// by what the size guard would let through.
+    pub unpack_limit: u64,
 }
 
 impl Default for Options {
@@ -64,6 +73,8 @@ impl Default for Options {
             nchwc_block: None,
             strict: false,
             allow_approximate: false,
+            raise_opset: true,
+            unpack_limit: 0,
         }
     }
 }
@@ -72,14 +83,125 @@ impl Default for Options {
 /// the main graph first, then every `If`/`Loop`/`Scan` body at any depth, each on its own (as
 /// ONNX Runtime partitions them), its outer-scope reads seeded with what its enclosing graphs
 /// know. Inner nodes are named by their scope path in the report (`loop/body/conv_3`).
+///
+/// A model below opset 21 whose MatMulNBits the target decomposes is first raised to opset 21
+/// where that keeps every node's meaning ([`crate::rewrite::opset`]), so the decomposition
+/// keeps the weights packed; the raise stands only if some MatMulNBits was decomposed packed
+/// (else the model is compiled again as it was). A note says what was done, or why the opset
+/// was kept.
 pub fn compile(model: &mut Model, target: &Target, opts: &Options) -> Report {
+    compile_with(model, target, opts, None)
+}
+
+/// [`compile`] with the resolver of the model's external data: the unpacked MatMulNBits form
+/// reads quantized weights from it, up to [`Options::unpack_limit`] bytes of float weights.
+pub fn compile_with(
+    model: &mut Model,
+    target: &Target,
+    opts: &Options,
+    external: Option<&crate::io::ExternalData>,
+) -> Report {
+    use crate::rewrite::opset;
+    if !opts.raise_opset || !wants_packed_opset(model, target, opts) {
+        return compile_at_own_opset(model, target, opts, external);
+    }
+    let from = model.opset("").unwrap_or(0);
+    let before = model.clone();
+    let raised = match opset::raise(model, opset::PACKED_OPSET) {
+        Ok(r) => r,
+        Err(why) => {
+            let mut report = compile_at_own_opset(model, target, opts, external);
+            report.notes.push(format!(
+                "opset kept at {from}: raising it to {} for the packed MatMulNBits decomposition \
+                 would change the meaning of {why}; MatMulNBits is unpacked (or falls back) below \
+                 opset {}",
+                opset::PACKED_OPSET,
+                opset::PACKED_OPSET
+            ));
+            return report;
+        }
+    };
+    let mut report = compile_at_own_opset(model, target, opts, external);
+    if any_packed_nbits(&model.graph) {
+        let rewrites = raised.rewrites();
+        report.notes.push(format!(
+            "opset raised {} → {} for the packed MatMulNBits decomposition{}",
+            raised.from,
+            raised.to,
+            if rewrites.is_empty() {
+                String::new()
+            } else {
+                format!(" ({rewrites})")
+            }
+        ));
+        return report;
+    }
+    // No MatMulNBits was decomposed packed (each refused for another reason): the raise
+    // served nothing, and the model is compiled as it came.
+    *model = before;
+    let mut report = compile_at_own_opset(model, target, opts, external);
+    report.notes.push(format!(
+        "opset kept at {from}: no MatMulNBits could be decomposed packed at opset {}",
+        opset::PACKED_OPSET
+    ));
+    report
+}
+
+/// Whether the target would decompose a MatMulNBits of the main graph that opset 21 keeps
+/// packed (4 or 8 bits, no `g_idx`) while the model is below opset 21: an `unfuse` rule
+/// matches it.
+fn wants_packed_opset(model: &Model, target: &Target, opts: &Options) -> bool {
+    let Some(from) = model.opset("") else {
+        return false;
+    };
+    if from >= crate::rewrite::opset::PACKED_OPSET {
+        return false;
+    }
+    let g = &model.graph;
+    let packable = |n: NodeId| {
+        let node = g.node(n);
+        node.domain() == crate::rewrite::unfuse::MS_DOMAIN
+            && node.op_type == "MatMulNBits"
+            && matches!(node.attr("bits").and_then(|a| a.i()).unwrap_or(4), 4 | 8)
+            && node.inputs.get(4).copied().flatten().is_none()
+    };
+    if !g.order.iter().any(|&n| packable(n)) {
+        return false;
+    }
+    let sizes = sizes(model, target, opts);
+    let cx = context(model, target, &sizes, opts);
+    find(&cx, &Opsets::from_model(model))
+        .iter()
+        .any(|m| packable(m.node) && target.rules[m.rule].action.name() == "unfuse")
+}
+
+/// Whether some graph of the model holds a MatMulNBits decomposed in the packed form.
+fn any_packed_nbits(g: &Graph) -> bool {
+    use crate::rewrite::unfuse::matmul_nbits::FORM_KEY;
+    crate::ir::scope::graphs(g).iter().any(|sg| {
+        sg.graph.order.iter().any(|&n| {
+            sg.graph
+                .node(n)
+                .metadata(FORM_KEY)
+                .is_some_and(|f| f.starts_with("packed"))
+        })
+    })
+}
+
+/// [`compile`] at the model's own opset.
+fn compile_at_own_opset(
+    model: &mut Model,
+    target: &Target,
+    opts: &Options,
+    external: Option<&crate::io::ExternalData>,
+) -> Report {
     let sizes = sizes(model, target, opts);
     let before = crate::cost::of_model(model, &opts.annotation, &sizes);
     if has_bodies(&model.graph) {
         // New names must not shadow (or be shadowed by) a name of an enclosing or inner scope.
         crate::ir::scope::reserve_names_across_scopes(&mut model.graph);
     }
-    let mut report = compile_graph(model, target, opts, sizes.clone(), None);
+    let mut report = compile_graph(model, target, opts, sizes.clone(), None, external);
     if has_bodies(&model.graph) {
         crate::ir::scope::reserve_names_across_scopes(&mut model.graph);
         let header = header_of(model);
@@ -93,6 +215,7 @@ pub fn compile(model: &mut Model, target: &Target, opts: &Options) -> Report {
             opts,
             sizes: &sizes,
             report: &mut report,
+            external,
         };
         bodies.compile(&mut model.graph, &ScopePath::root(), &outer);
     }
@@ -112,8 +235,10 @@ fn compile_graph(
     opts: &Options,
     sizes: Sizes,
     outer: Option<&OuterFacts>,
+    external: Option<&crate::io::ExternalData>,
 ) -> Report {
     let mut d = driver::Driver::new(model, target, opts, sizes, outer);
+    d.external = external;
     let mut settled = None;
     for iteration in 0..opts.max_iterations {
         d.report.iterations = iteration + 1;
@@ -150,6 +275,7 @@ struct Bodies<'a> {
     opts: &'a Options,
     sizes: &'a Sizes,
     report: &'a mut Report,
+    external: Option<&'a crate::io::ExternalData>,
 }
 
 impl Bodies<'_> {
@@ -186,6 +312,7 @@ impl Bodies<'_> {
             self.opts,
             self.sizes.clone(),
             Some(outer),
+            self.external,
         );
         merge_body_report(self.report, r, path);
         if has_bodies(&m.graph) {
@@ -227,7 +354,19 @@ fn merge_body_report(into: &mut Report, r: Report, path: &ScopePath) {
 
 /// Findings of `target` on `model`: every rule that would still do something, in the main
 /// graph and in every body (inner nodes named by their scope path, `loop/body/conv_3`).
+/// A model that [`compile`] would raise to opset 21 for the packed MatMulNBits decomposition is
+/// checked as raised (on a copy: `model` is left as it is).
 pub fn check(model: &mut Model, target: &Target, opts: &Options) -> Vec<Finding> {
+    if opts.raise_opset && wants_packed_opset(model, target, opts) {
+        let mut raised = model.clone();
+        if crate::rewrite::opset::raise(&mut raised, crate::rewrite::opset::PACKED_OPSET).is_ok() {
+            return check_at_own_opset(&mut raised, target, opts);
+        }
+    }
+    check_at_own_opset(model, target, opts)
+}
+
+fn check_at_own_opset(model: &mut Model, target: &Target, opts: &Options) -> Vec<Finding> {
     let sizes = sizes(model, target, opts);
     let model: &Model = model;
     let cx = context(model, target, &sizes, opts);
@@ -285,6 +424,7 @@ fn context<'a>(
 ) -> Cx<'a> {
     let mut cx = Cx::new(model, target, sizes, &opts.annotation);
     cx.nchwc_block = opts.nchwc_block;
+    cx.unpack_limit = opts.unpack_limit;
     cx
 }
 

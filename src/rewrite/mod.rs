@@ -6,6 +6,7 @@ pub mod consts;
 pub mod cpu;
 pub mod deny;
 pub mod exactness;
+pub mod opset;
 pub mod pass;
 pub mod patch;
 pub mod split;

@@ -229,6 +229,11 @@ pub struct Cx<'a> {
     pub opset: i64,
     /// The NCHWc block size of the CPU that saved the model, when the user gave it.
     pub nchwc_block: Option<i64>,
+    /// The resolver of the model's external data, when the compile was given one.
+    pub external: Option<&'a crate::io::ExternalData>,
+    /// Bytes of float weights the unpacked MatMulNBits form may add from external data, per
+    /// batch (`engine::Options::unpack_limit`).
+    pub unpack_limit: u64,
     facts: OnceCell<Facts>,
     exact: OnceCell<Option<Facts>>,
     /// Per value: named by a `value_info` or graph output declaration (see [`Cx::exact_dims`]).
@@ -256,6 +261,8 @@ impl<'a> Cx<'a> {
             annotation,
             opset: model.opset("").unwrap_or(1),
             nchwc_block: None,
+            external: None,
+            unpack_limit: 0,
             facts: OnceCell::new(),
             exact: OnceCell::new(),
             declared: OnceCell::new(),

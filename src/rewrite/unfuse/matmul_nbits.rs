@@ -32,8 +32,9 @@
 //! the int8 kernel computes level 4 in float32; there the decomposition is off by the
 //! quantization error, which `verify` reports.)
 //!
-//! Two forms, chosen per node (never raising the model's opset, see the module's policy); the
-//! `MatMul` node carries the form in its metadata under [`FORM_KEY`]:
+//! Two forms, chosen per node at the model's opset (the compile raises a model below 21 to 21
+//! beforehand where that keeps every node's meaning: [`crate::rewrite::opset`]); the `MatMul`
+//! node carries the form in its metadata under [`FORM_KEY`]:
 //!
 //! * **packed** (default-domain opset >= 21; 2-bit weights need opset 25's uint2): the packed
 //!   bytes of B are, unchanged, a uint4 (uint2, uint8) tensor `[N, k_blocks * block_size]`
@@ -51,7 +52,9 @@
 //!   identity grouping): the `[K, N]` weight is computed here and stored as an initializer of
 //!   the scales' type (float32, or float16 cast to float32 at run time). It is 8x (float32) or
 //!   4x (float16) the size of 4-bit weights: a 4096 x 4096 int4 weight (8 MiB packed) becomes
-//!   64 MiB of float32.
+//!   64 MiB of float32. A B in external data is read only through [`super::Unpack`], within
+//!   the bytes of float weights the compile may add (the output's size bound); past them the
+//!   node is refused (`limit`).
 //!
 //! Refused, with the reason: a B, scales or zero points that are not constants
 //! ([`Cause::NotConstant`]); external data the decomposition has to read but cannot (the
@@ -238,6 +241,12 @@ fn payload(t: &TensorView, elem: usize, ext: Option<&ExternalData>) -> Option<By
     Some(out.into())
 }
 
+/// The resolver for what either form reads from external data: the batch's, or the one given
+/// to the unpacked form (see [`super::Unpack`]).
+fn resolver<'a>(rw: &Rw<'a>) -> Option<&'a ExternalData> {
+    rw.ctx.external.or(rw.ctx.unpack.map(|u| u.data))
+}
+
 /// The bytes of a constant, or a refusal saying that they could not be read.
 fn read_bytes(
     rw: &Rw,
@@ -246,13 +255,13 @@ fn read_bytes(
     expect: usize,
     what: &str,
 ) -> Result<Bytes, Unsupported> {
-    match payload(t, elem, rw.ctx.external) {
+    match payload(t, elem, resolver(rw)) {
         Some(b) if b.len() == expect => Ok(b),
         Some(b) => unsupported(format!(
             "{what} holds {} bytes where {expect} are expected",
             b.len()
         )),
-        None if rw.ctx.external.is_none() => Err(Refusal::new(
+        None if resolver(rw).is_none() => Err(Refusal::new(
             Cause::Limit,
             format!(
                 "{what} is stored as external data, which this form of the decomposition must \
@@ -480,7 +489,7 @@ fn inputs<'g>(rw: &Rw<'g>) -> Result<Inputs<'g>, Unsupported> {
             let Some(gv) = rw.input_id(4) else {
                 return unsupported("g_idx is missing");
             };
-            let Some(g) = crate::rewrite::consts::const_i64(rw.g, gv, rw.ctx.external) else {
+            let Some(g) = crate::rewrite::consts::const_i64(rw.g, gv, resolver(rw)) else {
                 return Err(Refusal::new(
                     Cause::NotConstant,
                     "g_idx (input 4) is not a readable integer constant".to_string(),
@@ -721,8 +730,35 @@ fn unpacked_weight(rw: &mut Rw, ins: &Inputs) -> Result<(PValue, String), Unsupp
             ),
         ));
     }
-    let b = read_bytes(rw, &ins.b, 1, s.n * s.blocks * s.blob, "B")?;
     let elem = if ins.dt == dtype::FLOAT16 { 2 } else { 4 };
+    // B from external data: read (into memory) only within the bytes of float weights this
+    // batch may add.
+    if is_external(ins.b.rest) && rw.ctx.external.is_none() {
+        if let Some(u) = rw.ctx.unpack {
+            let add = total * elem as u64;
+            let mb = |b: u64| b as f64 / 1e6;
+            if u.spent.get().saturating_add(add) > u.limit {
+                return Err(Refusal::new(
+                    Cause::Limit,
+                    format!(
+                        "unpacking B ({} x {} weights in external data) would add {:.1} MB of {} \
+                         weights, past the {:.1} MB this compile may add ({:.1} MB added already; \
+                         the output's size bound, which --allow-growth raises, within the 2 GiB a \
+                         model file can hold); at default-domain opset >= 21 the weights stay \
+                         packed and nothing is read",
+                        s.k,
+                        s.n,
+                        mb(add),
+                        crate::tensor::dtype_name(ins.dt),
+                        mb(u.limit),
+                        mb(u.spent.get())
+                    ),
+                ));
+            }
+            u.spent.set(u.spent.get() + add);
+        }
+    }
+    let b = read_bytes(rw, &ins.b, 1, s.n * s.blocks * s.blob, "B")?;
     let count = s.n * s.blocks;
     let sv = floats(
         &read_bytes(rw, &ins.scales, elem, count * elem, "scales")?,

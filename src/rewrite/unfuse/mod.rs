@@ -6,9 +6,10 @@
 //! [`Patch`] or an [`Unsupported`] with the reason; it never panics on what came from the file.
 //! The formula each one implements is cited next to it.
 //!
-//! Opset policy: the default-domain opset import is never raised (a raise would change the
-//! meaning of other operators in the model); each decomposition picks the operator forms of the
-//! model's opset, and refuses, with the opset it would need, where no form exists.
+//! Opset policy: a decomposition never raises the default-domain opset import; each picks the
+//! operator forms of the model's opset, and refuses, with the opset it would need, where no form
+//! exists. The one raise is the compile's, before any rule runs: to opset 21 for the packed
+//! MatMulNBits form, where every node keeps its meaning ([`crate::rewrite::opset`]).
 
 pub mod activation;
 pub mod attention;
@@ -58,6 +59,20 @@ pub struct UnfuseCtx<'a> {
     /// NCHWc block size of the CPU that produced the model (8 with AVX2, 16 with AVX-512):
     /// inferred from the model when absent, and checked against it when given.
     pub nchwc_block_size: Option<i64>,
+    /// External data the unpacked MatMulNBits form may read, within a bound (see [`Unpack`]).
+    pub unpack: Option<Unpack<'a>>,
+}
+
+/// External data that only the unpacked MatMulNBits form reads (its weights, and the small
+/// scales and zero points of either form), and how many bytes of float weights the batch's
+/// decompositions may add from it: the weights are read into memory, so the bound keeps
+/// memory within what the output's size guard (`--allow-growth`) would let through.
+#[derive(Clone, Copy)]
+pub struct Unpack<'a> {
+    pub data: &'a ExternalData,
+    pub limit: u64,
+    /// Bytes of float weights unpacked so far in this batch.
+    pub spent: &'a std::cell::Cell<u64>,
 }
 
 impl<'a> UnfuseCtx<'a> {
@@ -68,6 +83,7 @@ impl<'a> UnfuseCtx<'a> {
             facts,
             external: None,
             nchwc_block_size: None,
+            unpack: None,
         }
     }
 }
@@ -309,6 +325,9 @@ pub struct UnfuseOptions<'a> {
     pub rule: &'a str,
     pub external: Option<&'a ExternalData>,
     pub nchwc_block_size: Option<i64>,
+    /// External data for the unpacked MatMulNBits form only, and the bytes of float weights
+    /// it may add per batch ([`Unpack`]).
+    pub unpack: Option<(&'a ExternalData, u64)>,
 }
 
 /// Plans for the `selected` nodes of graph `g`, whose facts (before any change) are `facts`;
@@ -376,12 +395,18 @@ pub fn plan_graph(
     } else {
         facts
     };
+    let spent = std::cell::Cell::new(0u64);
     let ctx = UnfuseCtx {
         model_opset: opset,
         rule: opts.rule,
         facts,
         external: opts.external,
         nchwc_block_size: block,
+        unpack: opts.unpack.map(|(data, limit)| Unpack {
+            data,
+            limit,
+            spent: &spent,
+        }),
     };
     // The region: every NCHWc node must decompose (in graph order, naming the first that
     // does not).
@@ -488,6 +513,10 @@ impl Pass for UnfusePass {
             rule: &cx.target.rules[rule].id,
             external: None,
             nchwc_block_size: cx.nchwc_block,
+            unpack: cx
+                .external
+                .filter(|_| cx.unpack_limit > 0)
+                .map(|d| (d, cx.unpack_limit)),
         };
         let reinfer = |block: Option<i64>| {
             let io = InferOptions {
