@@ -561,6 +561,254 @@ def gen_mha(g):
     return m, feeds
 
 
+# ---- decoder steps, diffusion UNets, fused MLPs (issue 34) ---------------------------------------
+# ONNX Runtime's CPU provider has no kernel for GemmFastGelu, BiasSplitGelu, GroupNorm and
+# SkipGroupNorm: GemmFastGelu and BiasSplitGelu are judged against ONNX Runtime CPU running the
+# unfused graph its optimizer fuses (MatMul + FastGelu; Add + Slice + Gelu + Mul), GroupNorm and
+# SkipGroupNorm against a float64 reference of the documented formula (REFERENCES). DecoderMaskedMultiHeadAttention has a float32 CPU kernel:
+# float16 instances are judged against it on the same values in float32, rounded to float16.
+
+def node_inputs(model, feeds):
+    """The node's inputs as float64/int arrays by position (None where omitted)."""
+    inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    out = []
+    for name in model.graph.node[0].input:
+        v = feeds.get(name, inits.get(name)) if name else None
+        out.append(None if v is None else (v.astype(np.float64) if v.dtype.kind == "f" else v))
+    return out
+
+
+def node_attr(model, name, default):
+    for a in model.graph.node[0].attribute:
+        if a.name == name:
+            return helper.get_attribute_value(a)
+    return default
+
+
+def out_types(model):
+    return [NP[o.type.tensor_type.elem_type] for o in model.graph.output]
+
+
+def ref_ort_unfused(model, feeds, nodes):
+    """ONNX Runtime CPU running `nodes` (the graph ONNX Runtime's optimizer fuses into the op,
+    of kernels its CPU provider has) on the model's inputs and initializers in float32, the
+    outputs rounded to the model's types."""
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    del m.graph.node[:]
+    m.graph.node.extend(nodes)
+    return ref_ort_float32(m, feeds)
+
+
+def ref_gemm_fast_gelu(model, feeds):
+    # GemmFastGelu is what the optimizer fuses MatMul + FastGelu(bias) into; FastGelu has a CPU
+    # kernel. (A float64 reference of the formula would flag the float32 cancellation of
+    # 1 + tanh(x) in the far negative tail that ONNX Runtime's own FastGelu shares.)
+    ins = list(model.graph.node[0].input)
+    nodes = [helper.make_node("MatMul", ins[:2], ["mm"]),
+             ms("FastGelu", ["mm"] + ins[2:3], list(model.graph.node[0].output))]
+    return ref_ort_unfused(model, feeds, nodes)
+
+
+def ref_bias_split_gelu(model, feeds):
+    # Add + Slice + Gelu + Mul, Gelu (erf) being com.microsoft's CPU kernel.
+    x, b = model.graph.node[0].input[:2]
+    d = [i for i in model.graph.initializer if i.name == b][0].dims[0]
+    h = d // 2
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    m.graph.initializer.extend([numpy_helper.from_array(np.array(v, np.int64), n) for v, n in
+                                (([0], "r0"), ([h], "rh"), ([d], "rd"), ([-1], "rax"))])
+    nodes = [helper.make_node("Add", [x, b], ["s"]),
+             helper.make_node("Slice", ["s", "r0", "rh", "rax"], ["left"]),
+             helper.make_node("Slice", ["s", "rh", "rd", "rax"], ["right"]),
+             ms("Gelu", ["right"], ["gr"]),
+             helper.make_node("Mul", ["left", "gr"], list(model.graph.node[0].output))]
+    return ref_ort_unfused(m, feeds, nodes)
+
+
+def np_group_norm(s, gamma, beta, model):
+    groups, eps = node_attr(model, "groups", 1), np.float64(np.float32(node_attr(model, "epsilon", 1e-5)))
+    last = node_attr(model, "channels_last", 1)
+    x = s if last else s.transpose(0, 2, 3, 1)
+    n, h, w, c = x.shape
+    xr = x.reshape(n, h * w, groups, c // groups)
+    mean = xr.mean(axis=(1, 3), keepdims=True)
+    var = ((xr - mean) ** 2).mean(axis=(1, 3), keepdims=True)
+    y = ((xr - mean) / np.sqrt(var + eps)).reshape(n, h, w, c) * gamma + beta
+    if node_attr(model, "activation", 0) == 1:
+        y = y / (1.0 + np.exp(-y))
+    return y if last else y.transpose(0, 3, 1, 2)
+
+
+def ref_group_norm(model, feeds):
+    x, gamma, beta = node_inputs(model, feeds)[:3]
+    return [np_group_norm(x, gamma, beta, model).astype(out_types(model)[0])]
+
+
+def ref_skip_group_norm(model, feeds):
+    ins = node_inputs(model, feeds) + [None, None]
+    x, gamma, beta, skip, bias = ins[:5]
+    if skip.ndim == 2:
+        skip = skip[:, None, None, :]
+    s = x + skip + (bias if bias is not None else 0.0)
+    t = out_types(model)
+    outs = [np_group_norm(s, gamma, beta, model).astype(t[0])]
+    if len(t) > 1:
+        outs.append(s.astype(t[1]))
+    return outs
+
+
+def ref_ort_float32(model, feeds):
+    """ONNX Runtime CPU on the same values in float32 (a kernel that has no float16 form), the
+    outputs rounded to the model's types."""
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    for vs in (m.graph.input, m.graph.output):
+        for v in vs:
+            if v.type.tensor_type.elem_type == F16:
+                v.type.tensor_type.elem_type = F
+    for i, t in enumerate(m.graph.initializer):
+        if t.data_type == F16:
+            m.graph.initializer[i].CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float32), t.name))
+    f32 = {k: (v.astype(np.float32) if v.dtype == np.float16 else v) for k, v in feeds.items()}
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "f32.onnx")
+        onnx.save(m, path)
+        outs = session(path).run(None, f32)
+    return [o.astype(t) for o, t in zip(outs, out_types(model))]
+
+
+def gen_gemm_fast_gelu(g):
+    dt = F16 if g.r.random() < 0.3 else F
+    K, N = int(g.r.integers(1, 33)), int(g.r.integers(1, 17))
+    batch = g.shape(int(g.r.integers(0, 3)), 1, 3)
+    xs = batch + [int(g.r.integers(1, 6)), K]
+    w = (g.r.standard_normal((K, N)) / np.sqrt(K)).astype(NP[dt])
+    inits, ins = [numpy_helper.from_array(w, "W")], ["X", "W"]
+    if g.r.random() < 0.6:
+        inits.append(numpy_helper.from_array(g.floats([N], dt, spread=0.5), "bias"))
+        ins.append("bias")
+    m = make_model(ms("GemmFastGelu", ins, ["Y"]), [vi("X", dt, xs)], [vi("Y", dt)], inits)
+    return m, {"X": g.floats(xs, dt, spread=float(g.r.choice([0.3, 1.0, 3.0])))}
+
+
+def gen_bias_split_gelu(g):
+    dt = F16 if g.r.random() < 0.3 else F
+    D = 2 * int(g.r.integers(1, 17))
+    xs = [int(g.r.integers(1, 3)), int(g.r.integers(1, 17)), D]
+    inits = [numpy_helper.from_array(g.floats([D], dt, spread=0.5), "bias")]
+    m = make_model(ms("BiasSplitGelu", ["X", "bias"], ["Y"]), [vi("X", dt, xs)], [vi("Y", dt)], inits)
+    return m, {"X": g.floats(xs, dt, spread=float(g.r.choice([0.3, 1.0, 3.0])))}
+
+
+def gen_group_norm_common(g, skip):
+    dt = F16 if g.r.random() < 0.3 else F
+    mdt = F if (dt == F or g.r.random() < 0.5) else F16
+    groups = int(g.r.choice([1, 2, 4, 8, 32]))
+    C = groups * int(g.r.integers(1, 4 if groups < 32 else 2))
+    n, h, w = int(g.r.integers(1, 3)), int(g.r.integers(1, 7)), int(g.r.integers(1, 7))
+    last = 1 if (skip or g.r.random() < 0.7) else 0
+    xs = [n, h, w, C] if last else [n, C, h, w]
+    attrs = {"groups": groups, "activation": int(g.r.random() < 0.5)}
+    if g.r.random() < 0.5 or not last:
+        attrs["channels_last"] = last
+    if g.r.random() < 0.4:
+        attrs["epsilon"] = float(g.r.choice([1e-6, 1e-5, 1e-3, 0.1]))
+    sp = float(g.r.choice([0.1, 1.0, 5.0]))
+    inits = [numpy_helper.from_array((1.0 + 0.3 * g.r.standard_normal(C)).astype(NP[mdt]), "gamma"),
+             numpy_helper.from_array((0.3 * g.r.standard_normal(C)).astype(NP[mdt]), "beta")]
+    inputs, feeds, ins, outs = [vi("X", dt, xs)], {"X": g.floats(xs, dt, spread=sp)}, ["X", "gamma", "beta"], [vi("Y", dt)]
+    if skip:
+        ss = [[n, h, w, C], [n, 1, 1, C], [n, C]][int(g.r.integers(0, 3))]
+        inputs.append(vi("skip", dt, ss))
+        feeds["skip"] = g.floats(ss, dt, spread=sp)
+        ins.append("skip")
+        if g.r.random() < 0.6:
+            inits.append(numpy_helper.from_array(g.floats([C], dt, spread=0.3), "bias"))
+            ins.append("bias")
+        if g.r.random() < 0.6:
+            outs.append(vi("S", dt))
+    op = "SkipGroupNorm" if skip else "GroupNorm"
+    m = make_model(ms(op, ins, [o.name for o in outs], **attrs), inputs, outs, inits)
+    return m, feeds
+
+
+def gen_dmmha(g):
+    dt = F16 if g.r.random() < 0.3 else F
+    B, N = int(g.r.integers(1, 4)), int(g.r.choice([1, 2, 4]))
+    H = int(g.r.choice([2, 4, 8, 16]))
+    D = N * H
+    attrs = {"num_heads": N}
+    if g.r.random() < 0.2:
+        attrs["scale"] = float(g.r.uniform(0.05, 1))
+    if g.r.random() < 0.3:
+        attrs["mask_filter_value"] = float(g.r.choice([-10000.0, -1e9]))
+    sp = float(g.r.choice([0.5, 1.0, 3.0]))
+    feeds, inputs, inits = {"q": g.floats([B, 1, D], dt, sp)}, [vi("q", dt, [B, 1, D])], []
+    ins = ["q", "k", "v", "", "", "", "", "", "", "", ""]
+    cross = g.r.random() < 0.25
+    if cross:
+        L = int(g.r.integers(1, 9))
+        for nm in ("k", "v"):
+            feeds[nm] = g.floats([B, N, L, H], dt, sp)
+            inputs.append(vi(nm, dt, [B, N, L, H]))
+        T, outs = L, ["Y"]
+    else:
+        M = int(g.r.integers(1, 11))
+        P = int(g.r.integers(0, M))
+        T = P + 1
+        attrs["past_present_share_buffer"] = 1
+        for nm in ("k", "v"):
+            feeds[nm] = g.floats([B, 1, D], dt, sp)
+            inputs.append(vi(nm, dt, [B, 1, D]))
+        for i, nm in ((5, "pk"), (6, "pv")):
+            feeds[nm] = g.floats([B, N, M, H], dt, sp)
+            inputs.append(vi(nm, dt, [B, N, M, H]))
+            ins[i] = nm
+        shp = [] if g.r.random() < 0.5 else [1]
+        feeds["psl"] = np.array(P, np.int32).reshape(shp)
+        inputs.append(vi("psl", I32, shp))
+        ins[7] = "psl"
+        outs = ["Y", "pko", "pvo"]
+        if g.r.random() < 0.3:
+            ab = [1 if g.r.random() < 0.4 else B, 1 if g.r.random() < 0.3 else N, 1, T]
+            feeds["ab"] = g.floats(ab, dt, spread=1.0)
+            inputs.append(vi("ab", dt, ab))
+            ins[4] = "ab"
+    if g.r.random() < 0.5:
+        m = (g.r.random((B, T)) < 0.8).astype(np.int32)
+        m[:, 0] = 1
+        if g.r.random() < 0.15:
+            m[int(g.r.integers(B))] = 0  # a batch entry with every key masked
+        feeds["mask"] = m
+        inputs.append(vi("mask", I32, [B, T]))
+        ins[3] = "mask"
+    if g.r.random() < 0.5:
+        inits.append(numpy_helper.from_array((g.r.standard_normal(3 * D) * 0.2).astype(NP[dt]), "bias"))
+        ins[10] = "bias"
+    while ins[-1] == "":
+        ins.pop()
+    m = make_model(ms("DecoderMaskedMultiHeadAttention", ins, outs, **attrs), inputs,
+                   [vi(o, dt) for o in outs], inits)
+    return m, feeds
+
+
+def ref_dmmha(model, feeds):
+    if model.graph.input[0].type.tensor_type.elem_type == F16:
+        return ref_ort_float32(model, feeds)
+    return None
+
+
+REFERENCES = {
+    "GemmFastGelu": ref_gemm_fast_gelu,
+    "BiasSplitGelu": ref_bias_split_gelu,
+    "GroupNorm": ref_group_norm,
+    "SkipGroupNorm": ref_skip_group_norm,
+    "DecoderMaskedMultiHeadAttention": ref_dmmha,
+}
+
+
 FAMILIES = {
     "QLinearAdd": lambda g: gen_qlinear_binary(g, "QLinearAdd"),
     "QLinearMul": lambda g: gen_qlinear_binary(g, "QLinearMul"),
@@ -576,6 +824,12 @@ FAMILIES = {
     "DynamicQuantizeMatMul": gen_dqmm,
     "Attention": gen_attention,
     "MultiHeadAttention": gen_mha,
+    # Issue 34's decoder/diffusion/MLP ops (see REFERENCES for what each is judged against).
+    "DecoderMaskedMultiHeadAttention": gen_dmmha,
+    "GemmFastGelu": gen_gemm_fast_gelu,
+    "BiasSplitGelu": gen_bias_split_gelu,
+    "GroupNorm": lambda g: gen_group_norm_common(g, False),
+    "SkipGroupNorm": lambda g: gen_group_norm_common(g, True),
 }
 
 
@@ -595,8 +849,12 @@ def check(binary, rules, workdir, model, feeds, cls):
     dst = os.path.join(workdir, "out.onnx")
     onnx.save(model, src)
     try:
-        ref_s = session(src)
-        ref = ref_s.run(None, feeds)
+        # An op ONNX Runtime's CPU provider has no kernel for (or no kernel of this type for) is
+        # judged against the family's own reference.
+        own = REFERENCES.get(model.graph.node[0].op_type)
+        ref = own(model, feeds) if own else None
+        if ref is None:
+            ref = session(src).run(None, feeds)
     except Exception as e:  # ONNX Runtime rejects the instance: not a test of the decomposition
         return "skipped", str(e).splitlines()[0][:200]
     if os.path.exists(dst):
