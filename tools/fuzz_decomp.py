@@ -809,6 +809,151 @@ REFERENCES = {
 }
 
 
+
+def packing(g, B, S, allow_empty=True):
+    """Sequence lengths, token_offset [B, S] and cumulative lengths [B + 1] of a right-padded batch."""
+    lens = g.r.integers(0 if (allow_empty and g.r.random() < 0.1) else 1, S + 1, size=B)
+    lens[int(g.r.integers(B))] = max(1, lens.max())  # at least one token
+    valid = np.arange(S)[None, :] < lens[:, None]
+    flat = valid.reshape(-1)
+    off = np.concatenate([np.nonzero(flat)[0], np.nonzero(~flat)[0]]).reshape(B, S).astype(np.int32)
+    cum = np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)
+    return lens.astype(np.int32), off, cum
+
+
+def gen_remove_padding(g):
+    dt = F16 if g.r.random() < 0.3 else F
+    B, S, H = int(g.r.integers(1, 4)), int(g.r.integers(1, 8)), int(g.r.integers(1, 9))
+    lens, _, _ = packing(g, B, S)
+    outs = [vi("out", dt), vi("off", I32), vi("cum", I32), vi("mx", I32)]
+    m = make_model(ms("RemovePadding", ["X", "cnt"], [o.name for o in outs]), [vi("X", dt, [B, S, H]), vi("cnt", I32, [B])],
+                   outs, [])
+    return m, {"X": g.floats([B, S, H], dt), "cnt": lens}
+
+
+def gen_restore_padding(g):
+    dt = F16 if g.r.random() < 0.3 else F
+    B, S, H = int(g.r.integers(1, 4)), int(g.r.integers(1, 8)), int(g.r.integers(1, 9))
+    lens, off, _ = packing(g, B, S)
+    T = int(lens.sum())
+    m = make_model(ms("RestorePadding", ["X", "off"], ["Y"]), [vi("X", dt, [T, H]), vi("off", I32, [B, S])], [vi("Y", dt)], [])
+    return m, {"X": g.floats([T, H], dt), "off": off}
+
+
+def gen_packed_attention(g, mha):
+    dt = F16 if g.r.random() < 0.3 else F
+    B, S = int(g.r.integers(1, 4)), int(g.r.integers(1, 8))
+    N, H = int(g.r.choice([1, 2, 4])), int(g.r.choice([2, 4, 8]))
+    D = N * H
+    lens, off, cum = packing(g, B, S)
+    T = int(lens.sum())
+    attrs = {"num_heads": N}
+    if g.r.random() < 0.2:
+        attrs["scale"] = float(g.r.uniform(0.05, 1))
+    sp = float(g.r.choice([0.5, 1.0, 3.0]))
+    inits, inputs, feeds = [], [], {}
+    if mha:
+        packed_qkv = g.r.random() < 0.25
+        if packed_qkv:
+            feeds["q"] = g.floats([T, N, 3, H], dt, sp)
+            inputs.append(vi("q", dt, [T, N, 3, H]))
+            ins = ["q", "", "", ""]
+        else:
+            ins = ["q", "k", "v"]
+            for nm in ins:
+                feeds[nm] = g.floats([T, D], dt, sp)
+                inputs.append(vi(nm, dt, [T, D]))
+            if g.r.random() < 0.5:
+                inits.append(numpy_helper.from_array((g.r.standard_normal(3 * D) * 0.2).astype(NP[dt]), "b"))
+                ins.append("b")
+            else:
+                ins.append("")
+        ins += ["off", "cum"]
+        if g.r.random() < 0.3:
+            attrs["mask_filter_value"] = float(g.r.choice([-10000.0, -1e9]))
+    else:
+        inp = int(g.r.choice([D, 8, 12]))
+        feeds["x"] = g.floats([T, inp], dt, sp)
+        inputs.append(vi("x", dt, [T, inp]))
+        inits.append(numpy_helper.from_array((g.r.standard_normal((inp, 3 * D)) / np.sqrt(inp)).astype(NP[dt]), "w"))
+        inits.append(numpy_helper.from_array((g.r.standard_normal(3 * D) * 0.2).astype(NP[dt]), "b"))
+        ins = ["x", "w", "b", "off", "cum"]
+    feeds["off"], feeds["cum"] = off, cum
+    inputs += [vi("off", I32, [B, S]), vi("cum", I32, [B + 1])]
+    if g.r.random() < 0.3:
+        shp = [1 if g.r.random() < 0.5 else B, 1 if g.r.random() < 0.3 else N, S, S]
+        feeds["ab"] = g.floats(shp, dt, spread=1.0)
+        inputs.append(vi("ab", dt, shp))
+        ins.append("ab")
+    op = "PackedMultiHeadAttention" if mha else "PackedAttention"
+    m = make_model(ms(op, ins, ["Y"], **attrs), inputs, [vi("Y", dt)], inits)
+    return m, feeds
+
+
+def ref_remove_padding(model, feeds):
+    x, cnt = feeds["X"], feeds["cnt"]
+    B, S, H = x.shape
+    valid = (np.arange(S)[None, :] < cnt[:, None]).reshape(-1)
+    off = np.concatenate([np.nonzero(valid)[0], np.nonzero(~valid)[0]]).reshape(B, S).astype(np.int32)
+    cum = np.concatenate([[0], np.cumsum(cnt)]).astype(np.int32)
+    return [x.reshape(B * S, H)[valid], off, cum, np.array([cnt.max()], np.int32)]
+
+
+def ref_restore_padding(model, feeds):
+    x, off = feeds["X"], feeds["off"]
+    B, S = off.shape
+    y = np.zeros((B * S, x.shape[1]), x.dtype)
+    y[off.reshape(-1)[:x.shape[0]]] = x
+    return [y.reshape(B, S, -1)]
+
+
+def ref_packed_attention(model, feeds):
+    node = model.graph.node[0]
+    ins = node_inputs(model, feeds) + [None] * 8
+    N = node_attr(model, "num_heads", 1)
+    if node.op_type == "PackedAttention":
+        x, w, b, off, cum, ab = ins[:6]
+        D = w.shape[1] // 3
+        qkv = x @ w + b
+        q, k, v = qkv[:, :D], qkv[:, D:2 * D], qkv[:, 2 * D:]
+    else:
+        q, k, v, b, off, cum, ab = ins[:7]
+        if q.ndim == 4:
+            T = q.shape[0]
+            q, k, v = (q[:, :, i, :].reshape(T, -1) for i in range(3))
+        elif b is not None:
+            D = q.shape[1]
+            q, k, v = q + b[:D], k + b[D:2 * D], v + b[2 * D:]
+    D = q.shape[1]
+    H = D // N
+    alpha = node_attr(model, "scale", 0.0) or 1.0 / np.sqrt(np.float32(H))
+    alpha = np.float64(np.float32(alpha))
+    out = np.zeros((q.shape[0], v.shape[1]))
+    for bi in range(len(cum) - 1):
+        a, e = int(cum[bi]), int(cum[bi + 1])
+        L = e - a
+        if L == 0:
+            continue
+        qh = q[a:e].reshape(L, N, H).transpose(1, 0, 2)
+        kh = k[a:e].reshape(L, N, H).transpose(1, 0, 2)
+        vh = v[a:e].reshape(L, N, -1).transpose(1, 0, 2)
+        s = alpha * (qh @ kh.transpose(0, 2, 1))
+        if ab is not None:
+            s = s + ab[bi if ab.shape[0] > 1 else 0][:, :L, :L]
+        pr = np.exp(s - s.max(-1, keepdims=True))
+        pr = pr / pr.sum(-1, keepdims=True)
+        out[a:e] = (pr @ vh).transpose(1, 0, 2).reshape(L, -1)
+    return [out.astype(out_types(model)[0])]
+
+
+REFERENCES.update({
+    "RemovePadding": ref_remove_padding,
+    "RestorePadding": ref_restore_padding,
+    "PackedAttention": ref_packed_attention,
+    "PackedMultiHeadAttention": ref_packed_attention,
+})
+
+
 FAMILIES = {
     "QLinearAdd": lambda g: gen_qlinear_binary(g, "QLinearAdd"),
     "QLinearMul": lambda g: gen_qlinear_binary(g, "QLinearMul"),
@@ -830,6 +975,10 @@ FAMILIES = {
     "BiasSplitGelu": gen_bias_split_gelu,
     "GroupNorm": lambda g: gen_group_norm_common(g, False),
     "SkipGroupNorm": lambda g: gen_group_norm_common(g, True),
+    "RemovePadding": gen_remove_padding,
+    "RestorePadding": gen_restore_padding,
+    "PackedAttention": lambda g: gen_packed_attention(g, False),
+    "PackedMultiHeadAttention": lambda g: gen_packed_attention(g, True),
 }
 
 

@@ -26,6 +26,7 @@ pub mod group_norm;
 pub mod layer_norm;
 pub mod matmul_nbits;
 pub mod nchwc;
+pub mod packed;
 pub mod quant;
 pub mod rotary;
 pub mod rw;
@@ -187,6 +188,20 @@ pub const REGISTRY: &[(&str, &str, Decompose, Exactness)] = &[
         MS_DOMAIN,
         "SkipGroupNorm",
         group_norm::skip_group_norm,
+        ROUNDING,
+    ),
+    (MS_DOMAIN, "RemovePadding", packed::remove_padding, EXACT),
+    (MS_DOMAIN, "RestorePadding", packed::restore_padding, EXACT),
+    (
+        MS_DOMAIN,
+        "PackedAttention",
+        packed::packed_attention,
+        ROUNDING,
+    ),
+    (
+        MS_DOMAIN,
+        "PackedMultiHeadAttention",
+        packed::packed_mha,
         ROUNDING,
     ),
     // The quantized family (ONNX Runtime's quantization tools and optimizer).
