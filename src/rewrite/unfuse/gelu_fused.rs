@@ -10,7 +10,7 @@ use crate::ir::{Graph, NodeId};
 use crate::rewrite::{PValue, Patch};
 
 use super::attention_past::work_type;
-use super::gelu::{gelu_erf, gelu_tanh};
+use super::gelu::gelu_erf;
 use super::rw::{unsupported, Rw};
 use super::{UnfuseCtx, Unsupported};
 
@@ -32,6 +32,28 @@ fn same_type(rw: &Rw, i: usize, what: &str, dt: i32) -> Result<(), Unsupported> 
         )),
         _ => Ok(()),
     }
+}
+
+/// -2 sqrt(2 / pi), and -2 * 0.044715 * sqrt(2 / pi).
+const M2_SQRT_2_OVER_PI: f64 = -2.0 * 0.797_884_560_802_865_4;
+const M2_CUBIC: f64 = -2.0 * 0.044715 * 0.797_884_560_802_865_4;
+
+/// The tanh GELU in the form `x / (1 + exp(-2 z))`, `z = sqrt(2/pi) (x + 0.044715 x^3)`:
+/// equal to `0.5 x (1 + tanh(z))`. For negative `x` the tanh form cancels in `1 + tanh(z)`,
+/// and ONNX Runtime's CPU Tanh and Sigmoid are accurate in absolute terms only (up to 1e-4
+/// and 6e-2 of an output near -4 off, measured by `tools/fuzz_decomp.py` against a float64
+/// reference); its Exp is accurate relative to the value, and so is this form.
+fn gelu_tanh_exp(rw: &mut Rw, x: PValue, dt: i32) -> PValue {
+    let a = rw.scalar("m2_sqrt_2_over_pi", dt, M2_SQRT_2_OVER_PI);
+    let c = rw.scalar("m2_cubic", dt, M2_CUBIC);
+    let one = rw.scalar("one", dt, 1.0);
+    let x2 = rw.op("Mul", &[x, x], &[]);
+    let cx2 = rw.op("Mul", &[c, x2], &[]);
+    let inner = rw.op("Add", &[a, cx2], &[]);
+    let arg = rw.op("Mul", &[x, inner], &[]);
+    let e = rw.op("Exp", &[arg], &[]);
+    let d = rw.op("Add", &[one, e], &[]);
+    rw.op("Div", &[x, d], &[])
 }
 
 /// GemmFastGelu: `Y = FastGelu(MatMul(X, W) + bias)` (ContribOperators.md, GemmFastGelu: "a
@@ -58,7 +80,7 @@ pub fn gemm_fast_gelu(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch, Un
         let bw = to_work(&mut rw, 2, b, work);
         m = rw.op("Add", &[m, bw], &[]);
     }
-    let mut y = gelu_tanh(&mut rw, m, work);
+    let mut y = gelu_tanh_exp(&mut rw, m, work);
     if work != dt {
         y = rw.cast(y, dt);
     }
