@@ -601,12 +601,27 @@ def ref_ort_unfused(model, feeds, nodes):
 
 
 def ref_gemm_fast_gelu(model, feeds):
-    # float64 (ONNX Runtime's FastGelu CPU kernel, the unfused form, loses up to 1e-4 of the
-    # output to the cancellation of 1 + tanh(x) in float32 when every output is in the negative
-    # tail: it is no reference there).
-    x, w, *b = node_inputs(model, feeds) + [None]
-    m = x @ w + (b[0] if b[0] is not None else 0.0)
-    y = 0.5 * m * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (m + 0.044715 * m ** 3)))
+    # The product from ONNX Runtime's CPU MatMul in float32 (what a float32 GEMM gives: a float64
+    # product would flag the float32 cancellation of a sum of large terms into a small output),
+    # then bias and the FastGelu formula in float64. (ONNX Runtime's FastGelu CPU kernel, the
+    # unfused form, loses up to 1e-4 of the output to the cancellation of 1 + tanh(x) in the
+    # negative tail: it is no reference there.)
+    ins = list(model.graph.node[0].input)
+    mm = ref_ort_unfused(model, feeds, [helper.make_node("MatMul", ins[:2], [model.graph.output[0].name])])[0]
+    if mm.dtype == np.float16:  # the product, not rounded to float16
+        m = onnx.ModelProto()
+        m.CopyFrom(model)
+        m.graph.output[0].type.tensor_type.elem_type = F
+        mm = ref_ort_unfused(m, feeds, [helper.make_node("MatMul", ins[:2], [m.graph.output[0].name])])[0]
+    x = mm.astype(np.float64)
+    b = node_inputs(model, feeds)[2] if len(ins) > 2 and ins[2] else None
+    if b is not None:
+        x = x + b
+    # 0.5 x (1 + tanh(z)) as x / (1 + exp(-2z)): the same value, without the cancellation of
+    # 1 + tanh(z), which float64 too suffers past z = -18.
+    z = np.sqrt(2.0 / np.pi) * (x + 0.044715 * x ** 3)
+    with np.errstate(over="ignore"):
+        y = x / (1.0 + np.exp(-2.0 * z))
     return [y.astype(out_types(model)[0])]
 
 
