@@ -16,9 +16,9 @@
 //! * Cross attention (no past): key and value are the encoder's per-head cache
 //!   `[B, N, L, H]`; the same scores without attention_bias (the kernel refuses it).
 //!
-//! Refused with a reason: beam search's `beam_width` / `cache_indirection` (the CPU kernel's
-//! beam path does not implement the documented per-beam gather, so there is no reference to
-//! match), packed QKV (the CPU kernel fails on it), `past_present_share_buffer=0` with past
+//! Refused with a reason: beam search's `beam_width` / `cache_indirection` (not decomposed;
+//! the CPU kernel's beam path, as read in its source, does not index the past per beam as the
+//! documentation describes, and was not measured here), packed QKV (the CPU kernel fails on it), `past_present_share_buffer=0` with past
 //! (the CPU kernel refuses it), 1-D/3-D masks (the kernel takes only 2-D key padding), the
 //! `qk` output. ONNX Runtime's CPU kernel is float32 only: float16 is computed in float32 and
 //! rounded once, checked against the float32 kernel on the same values.
@@ -67,8 +67,8 @@ pub fn decoder_masked_mha(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch
     check_opset(&rw, "DecoderMaskedMultiHeadAttention")?;
     if rw.input(8).is_some() || rw.input(9).is_some() {
         return unsupported(
-            "beam search's beam_width/cache_indirection (ONNX Runtime's CPU kernel does not \
-             gather the past per beam as documented: no reference to match)",
+            "beam search's beam_width/cache_indirection (the per-beam gather of the past is not \
+             decomposed)",
         );
     }
     if rw.used(3) {
