@@ -40,7 +40,7 @@ pub fn mha_has_past(g: &Graph, n: NodeId) -> bool {
     ins.get(6).copied().flatten().is_some() || ins.get(7).copied().flatten().is_some()
 }
 
-fn work_type(dt: i32) -> i32 {
+pub(super) fn work_type(dt: i32) -> i32 {
     if dt == dtype::FLOAT16 || dt == dtype::BFLOAT16 {
         dtype::FLOAT
     } else {
@@ -49,7 +49,7 @@ fn work_type(dt: i32) -> i32 {
 }
 
 /// Input `i` in the working type (a Cast from float16/bfloat16).
-fn in_work(rw: &mut Rw, i: usize, what: &str, work: i32) -> Result<PValue, Unsupported> {
+pub(super) fn in_work(rw: &mut Rw, i: usize, what: &str, work: i32) -> Result<PValue, Unsupported> {
     let v = rw.need(i, what)?;
     Ok(match rw.in_facts(i).dtype {
         Some(t) if t != work => rw.cast(v, work),
@@ -59,7 +59,7 @@ fn in_work(rw: &mut Rw, i: usize, what: &str, work: i32) -> Result<PValue, Unsup
 
 /// Split input `i` along its last axis into three parts of `sizes`: constants when it is a
 /// float32 constant and `consts`, else Slices.
-fn split3(
+pub(super) fn split3(
     rw: &mut Rw,
     i: usize,
     sizes: [i64; 3],
@@ -100,27 +100,27 @@ fn split3(
 }
 
 /// What the shared core needs.
-struct Step {
+pub(super) struct Step {
     /// `[B, S, N*Hq]`, `[B, L, N*Hk]`, `[B, L, N*Hv]` in the working type.
-    q: PValue,
-    k: PValue,
-    v: PValue,
+    pub(super) q: PValue,
+    pub(super) k: PValue,
+    pub(super) v: PValue,
     /// `[B, N, P, H]` in the working type.
-    past_k: PValue,
-    past_v: PValue,
-    heads: i64,
+    pub(super) past_k: PValue,
+    pub(super) past_v: PValue,
+    pub(super) heads: i64,
     /// Q's hidden size (for the default scale).
-    qk_hidden: Option<i64>,
+    pub(super) qk_hidden: Option<i64>,
     /// S when known.
-    s_known: Option<i64>,
-    causal: bool,
-    mask: Option<usize>,
-    bias: Option<usize>,
-    work: i32,
+    pub(super) s_known: Option<i64>,
+    pub(super) causal: bool,
+    pub(super) mask: Option<usize>,
+    pub(super) bias: Option<usize>,
+    pub(super) work: i32,
 }
 
 /// `[B, X, N*H]` -> `[B, N, X, H]`.
-fn heads_first(rw: &mut Rw, x: PValue, n: i64) -> Result<PValue, Unsupported> {
+pub(super) fn heads_first(rw: &mut Rw, x: PValue, n: i64) -> Result<PValue, Unsupported> {
     let r = rw.reshape(x, &[0, 0, n, -1])?;
     Ok(rw.transpose(r, &[0, 2, 1, 3]))
 }
@@ -129,7 +129,7 @@ fn heads_first(rw: &mut Rw, x: PValue, n: i64) -> Result<PValue, Unsupported> {
 /// int64), as ONNX Runtime's CPU kernel reads it: 1-D `[B]` key lengths (`j < len[b]`), 1-D
 /// `[2B]` end then start positions (`start[b] <= j < end[b]`), 2-D `[B, T]` and 3-D
 /// `[B, S, T]` kept where > 0. A boolean broadcasting over `[B, N, S, T]`.
-fn padding_keep(rw: &mut Rw, mi: usize, t: PValue) -> Result<PValue, Unsupported> {
+pub(super) fn padding_keep(rw: &mut Rw, mi: usize, t: PValue) -> Result<PValue, Unsupported> {
     let m = rw.need(mi, "mask")?;
     if rw.in_facts(mi).dtype != Some(dtype::INT32) {
         return unsupported("the mask is not int32");
@@ -190,7 +190,7 @@ fn padding_keep(rw: &mut Rw, mi: usize, t: PValue) -> Result<PValue, Unsupported
 
 /// The attention over past and new keys: returns `(output [B, S, N*Hv], K_all, V_all)`, the
 /// last two `[B, N, T, H]`.
-fn core(rw: &mut Rw, st: Step) -> Result<(PValue, PValue, PValue), Unsupported> {
+pub(super) fn core(rw: &mut Rw, st: Step) -> Result<(PValue, PValue, PValue), Unsupported> {
     let n = st.heads;
     let work = st.work;
     let alpha: f32 = match (
@@ -263,7 +263,7 @@ fn core(rw: &mut Rw, st: Step) -> Result<(PValue, PValue, PValue), Unsupported> 
     Ok((y, k_all, v_all))
 }
 
-fn check_opset(rw: &Rw, op: &str) -> Result<(), Unsupported> {
+pub(super) fn check_opset(rw: &Rw, op: &str) -> Result<(), Unsupported> {
     if rw.opset < 11 {
         return unsupported(format!(
             "{op} with past state needs opset >= 11 (Range), the model has {}",
@@ -273,7 +273,7 @@ fn check_opset(rw: &Rw, op: &str) -> Result<(), Unsupported> {
     Ok(())
 }
 
-fn heads_attr(rw: &Rw) -> Result<i64, Unsupported> {
+pub(super) fn heads_attr(rw: &Rw) -> Result<i64, Unsupported> {
     match rw.attr("num_heads").and_then(|a| a.i()) {
         Some(n) if n > 0 => Ok(n),
         _ => unsupported("num_heads is required"),

@@ -13,7 +13,7 @@ const GELU_TANH_CUBIC: f64 = 0.044715 * SQRT_2_OVER_PI;
 
 /// Exact GELU: `0.5 * x * (1 + erf(x / sqrt(2)))` (ONNX Gelu-20 with approximate="none"; ONNX
 /// Runtime's com.microsoft Gelu function body multiplies by M_SQRT1_2 the same way).
-fn gelu_erf(rw: &mut Rw, x: PValue, dt: i32) -> Result<PValue, Unsupported> {
+pub(super) fn gelu_erf(rw: &mut Rw, x: PValue, dt: i32) -> Result<PValue, Unsupported> {
     if rw.opset < 9 {
         return unsupported(format!(
             "Erf needs opset >= 9; the model imports {}",
@@ -34,7 +34,7 @@ fn gelu_erf(rw: &mut Rw, x: PValue, dt: i32) -> Result<PValue, Unsupported> {
 /// (ONNX Gelu-20 approximate="tanh"; ContribOperators.md FastGelu:
 /// `Y=0.5*X*(1+tanh(0.797885*X+0.035677*X*X*X))`, constants here at full precision as in ONNX
 /// Runtime's CPU kernel).
-fn gelu_tanh(rw: &mut Rw, x: PValue, dt: i32) -> PValue {
+pub(super) fn gelu_tanh(rw: &mut Rw, x: PValue, dt: i32) -> PValue {
     let a = rw.scalar("sqrt_2_over_pi", dt, SQRT_2_OVER_PI);
     let c = rw.scalar("cubic", dt, GELU_TANH_CUBIC);
     let one = rw.scalar("one", dt, 1.0);

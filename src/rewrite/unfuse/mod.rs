@@ -14,16 +14,20 @@
 pub mod activation;
 pub mod attention;
 pub mod attention_past;
+pub mod decoder_attention;
 pub mod embed_layer_norm;
 pub mod function_ops;
 pub mod fused_conv;
 pub mod fused_gemm;
 pub mod fused_matmul;
 pub mod gelu;
+pub mod gelu_fused;
 pub mod gqa;
+pub mod group_norm;
 pub mod layer_norm;
 pub mod matmul_nbits;
 pub mod nchwc;
+pub mod packed;
 pub mod quant;
 pub mod rotary;
 pub mod rw;
@@ -173,6 +177,47 @@ pub const REGISTRY: &[(&str, &str, Decompose, Exactness)] = &[
         MS_DOMAIN,
         "QEmbedLayerNormalization",
         embed_layer_norm::qembed_layer_norm,
+        ROUNDING,
+    ),
+    // Decoder steps, diffusion UNets, fused MLPs (no ONNX Runtime CPU kernel but for
+    // DecoderMaskedMultiHeadAttention: see each module for what the class was checked against).
+    (
+        MS_DOMAIN,
+        "DecoderMaskedMultiHeadAttention",
+        decoder_attention::decoder_masked_mha,
+        ROUNDING,
+    ),
+    (
+        MS_DOMAIN,
+        "GemmFastGelu",
+        gelu_fused::gemm_fast_gelu,
+        ROUNDING,
+    ),
+    (
+        MS_DOMAIN,
+        "BiasSplitGelu",
+        gelu_fused::bias_split_gelu,
+        ROUNDING,
+    ),
+    (MS_DOMAIN, "GroupNorm", group_norm::group_norm_ms, ROUNDING),
+    (
+        MS_DOMAIN,
+        "SkipGroupNorm",
+        group_norm::skip_group_norm,
+        ROUNDING,
+    ),
+    (MS_DOMAIN, "RemovePadding", packed::remove_padding, EXACT),
+    (MS_DOMAIN, "RestorePadding", packed::restore_padding, EXACT),
+    (
+        MS_DOMAIN,
+        "PackedAttention",
+        packed::packed_attention,
+        ROUNDING,
+    ),
+    (
+        MS_DOMAIN,
+        "PackedMultiHeadAttention",
+        packed::packed_mha,
         ROUNDING,
     ),
     // The quantized family (ONNX Runtime's quantization tools and optimizer).

@@ -1,0 +1,2 @@
+	
+BXJSHÏGTGºFaJ,I¡E/FMH
