@@ -19,7 +19,6 @@ use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use clap::ValueEnum;
 use prost::Message;
 use serde::Serialize;
 
@@ -214,7 +213,7 @@ fn parse_runtime(spec: &str) -> Result<Runtime, VerifyError> {
     if let Some(p) = ort_ep::provider_of(spec) {
         return Ok(Runtime::OrtEp(p.to_string()));
     }
-    match RuntimeKind::from_str(spec, true) {
+    match RuntimeKind::parse(spec) {
         Ok(RuntimeKind::Cpu) => Err(VerifyError::Usage(
             "--runtime cpu is the reference itself; name the runtime the model fails on (ort-ep:NAME, webgpu, openvino)".into(),
         )),
@@ -519,7 +518,7 @@ impl Bisector<'_> {
             Runtime::External(kind) => {
                 let mut w = Vec::new();
                 match run_external(
-                    *kind,
+                    kind,
                     &info,
                     std::slice::from_ref(&self.feed),
                     self.opts.optimization,

@@ -296,7 +296,7 @@ fn needs_other_runtime(b: &Block) -> Option<onnx_safeify::verify::RuntimeKind> {
 /// runtime tests fail, unless ONNX_SAFEIFY_ALLOW_MISSING_RUNTIMES=1 (scripts/test.sh sets it
 /// when scripts/setup-runtimes.sh could not install one): then the block is skipped, loudly.
 fn other_runtime_ready(kind: onnx_safeify::verify::RuntimeKind, at: &str) -> bool {
-    match onnx_safeify::verify::external::check_available(kind) {
+    match onnx_safeify::verify::external::check_available(&kind) {
         Ok(()) => true,
         Err(e) if std::env::var("ONNX_SAFEIFY_ALLOW_MISSING_RUNTIMES").as_deref() == Ok("1") => {
             // Straight to the process's stderr, which the test harness does not capture.

@@ -133,3 +133,100 @@ fn failures_are_classified() {
     assert_eq!(f.class, FailureClass::Timeout, "{f:?}");
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// `verify --runtime ort-ep:NAME` through the binary: exit code, stdout and stderr.
+fn verify_cli(a: &std::path::Path, b: &std::path::Path, runtime: &str) -> (i32, String, String) {
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_onnx-safeify"))
+        .args(["verify"])
+        .arg(a)
+        .arg(b)
+        .args(["--runtime", runtime, "--format", "json"])
+        .output()
+        .expect("onnx-safeify runs");
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn verify_runtime_ort_ep_cpu_passes_a_rewritten_corpus_model() {
+    let Some(corpus) = common::corpus() else {
+        return;
+    };
+    if common::venv_python().is_none() {
+        eprintln!("SKIPPED: no venv with onnxruntime");
+        return;
+    }
+    let d = tmp("verify_cls");
+    let orig = corpus.join("real/rapidocr_onnxruntime__ch_ppocr_mobile_v2.0_cls_infer.onnx");
+    let out = d.join("cls.rx580.onnx");
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_onnx-safeify"))
+        .arg(&orig)
+        .args(["--target", "rx580", "-o"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let (code, stdout, stderr) = verify_cli(&orig, &out, "ort-ep:CPUExecutionProvider");
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    let r: serde_json::Value = serde_json::from_str(&stdout).expect("a JSON report");
+    // Three runs: the original ran on the provider too, and the provider itself is exact
+    // against the in-process ONNX Runtime CPU (the same library, the same level).
+    let o = &r["original_on_runtime"];
+    assert_eq!(o["runtime"], "ort-ep:CPUExecutionProvider", "{r}");
+    assert_eq!(o["ran"], true, "{r}");
+    assert_eq!(o["differs"], false, "{r}");
+    let ext = &r["rewritten_runtime"];
+    assert_eq!(ext["runtime"], "ort-ep:CPUExecutionProvider", "{r}");
+    // Placement from ONNX Runtime's own record: every node on the CPU provider.
+    let providers = ext["placement"]["providers"].as_array().expect("placement");
+    assert_eq!(providers.len(), 1, "{r}");
+    assert_eq!(providers[0]["provider"], "CPUExecutionProvider");
+    assert!(providers[0]["nodes"].as_u64().unwrap() > 0, "{r}");
+    assert!(
+        ext["description"]
+            .as_str()
+            .unwrap()
+            .contains("session.record_ep_graph_assignment_info"),
+        "{r}"
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn verify_runtime_ort_ep_unknown_provider_names_the_available_ones() {
+    if common::venv_python().is_none() {
+        eprintln!("SKIPPED: no venv with onnxruntime");
+        return;
+    }
+    let s = common::sample();
+    let (code, stdout, stderr) = verify_cli(&s, &s, "ort-ep:NoSuchExecutionProvider");
+    assert_eq!(code, 2, "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("NoSuchExecutionProvider") && stderr.contains("CPUExecutionProvider"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[test]
+fn verify_runtime_malformed_spec_exits_2() {
+    let s = common::sample();
+    for bad in ["ort-ep:", "ort-ep:Bad Name", "ort-ep:a/b", "cuda"] {
+        let (code, stdout, stderr) = verify_cli(&s, &s, bad);
+        assert_eq!(code, 2, "{bad}: {stdout}\n{stderr}");
+        assert!(stderr.contains("--runtime"), "{bad}: {stderr}");
+        assert!(stderr.contains("ort-ep:"), "{bad}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{bad}: {stderr}");
+    }
+    // The library parser agrees.
+    use onnx_safeify::verify::RuntimeKind;
+    assert_eq!(
+        RuntimeKind::parse("ort-ep:CUDAExecutionProvider"),
+        Ok(RuntimeKind::OrtEp("CUDAExecutionProvider".into()))
+    );
+    assert_eq!(RuntimeKind::parse("OpenVINO"), Ok(RuntimeKind::Openvino));
+    assert!(RuntimeKind::parse("ort-ep:").is_err());
+}

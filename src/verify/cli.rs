@@ -79,20 +79,22 @@ pub struct VerifyArgs {
     /// Range of random float inputs, LO:HI (uniform in [LO, HI)).
     #[arg(long, value_name = "LO:HI", default_value = "-1:1")]
     pub float_range: String,
-    /// Where the rewritten model runs: ONNX Runtime CPU, onnxruntime-web's WebGPU provider
-    /// in headless Chromium, or OpenVINO's CPU plugin (f32). The original always runs on
-    /// ONNX Runtime CPU; on webgpu/openvino it runs there too when it can, and the rewrite is
-    /// judged against it there, within the larger of its bound and the runtime's own
-    /// difference from ONNX Runtime CPU (reported). webgpu and openvino need
-    /// scripts/setup-runtimes.sh.
-    #[arg(long, value_enum, default_value_t = RuntimeKind::Cpu)]
+    /// Where the rewritten model runs: cpu (ONNX Runtime CPU, in process), webgpu
+    /// (onnxruntime-web's WebGPU provider in headless Chromium), openvino (OpenVINO's CPU
+    /// plugin, f32) or ort-ep:NAME (ONNX Runtime execution provider NAME through the venv's
+    /// onnxruntime package, e.g. ort-ep:CUDAExecutionProvider, in a child process). The
+    /// original always runs on ONNX Runtime CPU; on another runtime it runs there too when
+    /// it can, and the rewrite is judged against it there, within the larger of its bound and
+    /// the runtime's own difference from ONNX Runtime CPU (reported). webgpu and openvino
+    /// need scripts/setup-runtimes.sh.
+    #[arg(long, value_name = "RUNTIME", value_parser = RuntimeKind::parse, default_value = "cpu")]
     pub runtime: RuntimeKind,
     /// With --runtime webgpu: how the CPU pins (node metadata layer_ann) reach onnxruntime-web:
     /// the session config session.layer_assignment_settings, or the WebGPU provider's
     /// forceCpuNodeNames option listing the annotated nodes.
     #[arg(long, value_enum, default_value_t = WebgpuPins::LayerAssignment)]
     pub webgpu_pins: WebgpuPins,
-    /// Seconds a webgpu / openvino run of one model may take (all runs together) before it
+    /// Seconds a webgpu / openvino / ort-ep run of one model may take (all runs together) before it
     /// is stopped.
     #[arg(long, value_name = "SECS", default_value_t = 300)]
     pub timeout: u64,
@@ -134,7 +136,7 @@ impl VerifyArgs {
                 Some(_) => None,
                 None => Some(OptLevel::Disable),
             },
-            runtime: self.runtime,
+            runtime: self.runtime.clone(),
             webgpu_pins: self.webgpu_pins,
             runtime_timeout: std::time::Duration::from_secs(self.timeout),
         })

@@ -17,6 +17,8 @@ use std::time::{Duration, Instant};
 use clap::ValueEnum;
 use serde::Serialize;
 
+use super::ort_ep::{run_ort_ep, FailureClass, OrtEpRequest};
+
 use super::discover::default_venv;
 use super::error::{one_line, VerifyError};
 use super::model::{read_model_proto, ModelInfo, LAYER_ANN_KEY};
@@ -40,9 +42,9 @@ pub const FORCE_CPU_OPTION: &str = "webgpu.forceCpuNodeNames";
 /// The OpenVINO helper, run with the venv's Python.
 const OPENVINO_SCRIPT: &str = include_str!("../../tools/openvino/run.py");
 
-/// Where the rewritten model runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum, Serialize)]
-#[serde(rename_all = "lowercase")]
+/// Where the rewritten model runs. Written on the command line as `cpu`, `webgpu`,
+/// `openvino` or `ort-ep:NAME` (see [`RuntimeKind::parse`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum RuntimeKind {
     /// ONNX Runtime's CPU provider, in this process (like the original).
     #[default]
@@ -51,15 +53,63 @@ pub enum RuntimeKind {
     Webgpu,
     /// OpenVINO's CPU plugin (f32 inference precision), through its Python API.
     Openvino,
+    /// An ONNX Runtime execution provider (`CPUExecutionProvider`, `CUDAExecutionProvider`,
+    /// ...) through the venv's onnxruntime Python package, in a child process
+    /// ([`super::ort_ep`]). Holds the provider's name, as given after `ort-ep:`.
+    OrtEp(String),
 }
 
 impl RuntimeKind {
-    pub fn name(self) -> &'static str {
+    /// The spelling of the command line: `cpu`, `webgpu`, `openvino`, `ort-ep:NAME`.
+    pub fn name(&self) -> String {
         match self {
-            RuntimeKind::Cpu => "cpu",
-            RuntimeKind::Webgpu => "webgpu",
-            RuntimeKind::Openvino => "openvino",
+            RuntimeKind::Cpu => "cpu".into(),
+            RuntimeKind::Webgpu => "webgpu".into(),
+            RuntimeKind::Openvino => "openvino".into(),
+            RuntimeKind::OrtEp(p) => format!("{}{p}", super::ort_ep::PREFIX),
         }
+    }
+
+    /// Parses `cpu`, `webgpu`, `openvino` (any case) or `ort-ep:NAME`, NAME an execution
+    /// provider's name (letters, digits and `_`). The error says what is accepted.
+    pub fn parse(spec: &str) -> Result<RuntimeKind, String> {
+        let s = spec.trim();
+        if let Some(rest) = s.strip_prefix(super::ort_ep::PREFIX) {
+            return match super::ort_ep::provider_of(s) {
+                Some(p) => Ok(RuntimeKind::OrtEp(p.to_string())),
+                None => Err(format!(
+                    "after ort-ep: give an ONNX Runtime execution provider's name (letters, digits, _), e.g. ort-ep:CPUExecutionProvider or ort-ep:CUDAExecutionProvider; got '{rest}'"
+                )),
+            };
+        }
+        match s.to_ascii_lowercase().as_str() {
+            "cpu" => Ok(RuntimeKind::Cpu),
+            "webgpu" => Ok(RuntimeKind::Webgpu),
+            "openvino" => Ok(RuntimeKind::Openvino),
+            _ => Err(
+                "expected cpu, webgpu, openvino or ort-ep:NAME (an ONNX Runtime execution provider, e.g. ort-ep:CPUExecutionProvider)"
+                    .into(),
+            ),
+        }
+    }
+}
+
+impl std::str::FromStr for RuntimeKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        RuntimeKind::parse(s)
+    }
+}
+
+impl std::fmt::Display for RuntimeKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.name())
+    }
+}
+
+impl Serialize for RuntimeKind {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.name())
     }
 }
 
@@ -101,7 +151,7 @@ pub struct ExternalRun {
 
 /// Runs `model` on `kind` once per feed. `timeout` bounds the whole helper process.
 pub fn run_external(
-    kind: RuntimeKind,
+    kind: &RuntimeKind,
     model: &ModelInfo,
     feeds: &[Vec<(String, HostTensor)>],
     optimization: OptLevel,
@@ -117,7 +167,11 @@ pub fn run_external(
         }
         RuntimeKind::Webgpu => find_webgpu()?,
         RuntimeKind::Openvino => find_openvino()?,
+        RuntimeKind::OrtEp(provider) => {
+            return run_on_ort_ep(provider, model, feeds, optimization, timeout)
+        }
     };
+    let kind = kind.clone();
     let path = &model.path;
     let abs = std::fs::canonicalize(path).map_err(|e| VerifyError::model(path, e.to_string()))?;
     let work = WorkDir::create()?;
@@ -201,7 +255,7 @@ pub fn run_external(
                 "config": {"INFERENCE_PRECISION_HINT": "f32"},
             })
         }
-        RuntimeKind::Cpu => unreachable!("handled above"),
+        RuntimeKind::Cpu | RuntimeKind::OrtEp(_) => unreachable!("handled above"),
     };
     std::fs::write(work.path.join("request.json"), request.to_string())
         .map_err(|e| VerifyError::data(&work.path, format!("cannot write request.json: {e}")))?;
@@ -219,7 +273,7 @@ pub fn run_external(
     for (k, v) in &helper.env {
         cmd.env(k, v);
     }
-    let status = run_bounded(cmd, &work.path, timeout, kind)?;
+    let status = run_bounded(cmd, &work.path, timeout, &kind)?;
 
     let result_path = work.path.join("result.json");
     let text = match std::fs::read_to_string(&result_path) {
@@ -257,7 +311,7 @@ pub fn run_external(
             .get("error")
             .and_then(|v| v.as_str())
             .unwrap_or("no message");
-        let message = one_line(&format!("{} ({stage}): {error}", describe_short(kind)));
+        let message = one_line(&format!("{} ({stage}): {error}", describe_short(&kind)));
         // (Session and run errors name the runtime themselves: the Session/Run variants
         // say "ONNX Runtime", which is the in-process reference.)
         return Err(match stage {
@@ -340,8 +394,8 @@ pub fn run_external(
     }
     Ok(ExternalRun {
         info: ExternalInfo {
+            description: describe(&kind, &result),
             runtime: kind,
-            description: describe(kind, &result),
             settings,
             placement,
             run_seconds,
@@ -350,12 +404,112 @@ pub fn run_external(
     })
 }
 
+/// `run_external` on an ONNX Runtime execution provider: one child process for all feeds
+/// ([`run_ort_ep`]); the model's own runtime settings (metadata, `layer_ann`) go to the
+/// session. A failure on the provider (no session, run error, device removed, timeout,
+/// crash) is an error naming its class and stage.
+fn run_on_ort_ep(
+    provider: &str,
+    model: &ModelInfo,
+    feeds: &[Vec<(String, HostTensor)>],
+    optimization: OptLevel,
+    timeout: Duration,
+) -> Result<ExternalRun, VerifyError> {
+    let path = &model.path;
+    // Only the inputs the model declares, in its order.
+    let mut ordered = Vec::with_capacity(feeds.len());
+    for feed in feeds {
+        let mut f = Vec::with_capacity(model.inputs.len());
+        for spec in &model.inputs {
+            let Some((_, t)) = feed.iter().find(|(n, _)| n == &spec.name) else {
+                return Err(VerifyError::input(
+                    path,
+                    &spec.name,
+                    "no value was provided for this input",
+                ));
+            };
+            f.push((spec.name.clone(), t.clone()));
+        }
+        ordered.push(f);
+    }
+    let outputs: Vec<String> = model.outputs.iter().map(|o| o.name.clone()).collect();
+    let out = run_ort_ep(&OrtEpRequest {
+        model: path,
+        provider,
+        optimization,
+        session: Vec::new(),
+        outputs: Some(outputs),
+        feeds: &ordered,
+        timeout,
+    })?;
+    let name = RuntimeKind::OrtEp(provider.to_string()).name();
+    let outputs = match out.result {
+        Ok(o) => o,
+        Err(f) => {
+            let what = format!("{name} ({}, {}): {}", f.class.label(), f.stage, f.message);
+            return Err(match (f.class, f.stage.as_str()) {
+                (FailureClass::NoSession, "import" | "provider" | "request") => {
+                    VerifyError::RuntimeNotFound(what)
+                }
+                (FailureClass::NoSession, _) => {
+                    VerifyError::model(path, format!("{name} cannot load the model: {what}"))
+                }
+                (FailureClass::Timeout, _) => VerifyError::Run {
+                    path: path.clone(),
+                    message: format!("{what} (--timeout)"),
+                },
+                _ => VerifyError::model(path, format!("{name} failed to run the model: {what}")),
+            });
+        }
+    };
+    let mut placement = out.placement;
+    if let Some(p) = placement.as_mut() {
+        // Every node is on the CPU provider when that is the provider under test: no list.
+        if provider == CPU_PROVIDER {
+            p.cpu_nodes.clear();
+        }
+    }
+    let mut description = out.description;
+    if let Some(src) = &out.placement_source {
+        description.push_str(&format!("; placement from {src}"));
+    }
+    Ok(ExternalRun {
+        info: ExternalInfo {
+            runtime: RuntimeKind::OrtEp(provider.to_string()),
+            description,
+            settings: out.settings,
+            placement,
+            run_seconds: out.run_seconds,
+        },
+        outputs,
+    })
+}
+
 /// Whether `kind` can run here: `Ok` when everything it needs is installed, else the error
 /// `verify` would give (it names scripts/setup-runtimes.sh). Runs nothing but, for
-/// `openvino`, `python -c "import openvino"`.
-pub fn check_available(kind: RuntimeKind) -> Result<(), VerifyError> {
+/// `openvino` and `ort-ep:NAME`, `python -c "import openvino"` / `import onnxruntime`.
+pub fn check_available(kind: &RuntimeKind) -> Result<(), VerifyError> {
     match kind {
         RuntimeKind::Cpu => Ok(()),
+        RuntimeKind::OrtEp(_) => {
+            let py = super::ort_ep::find_python()?;
+            let ok = Command::new(&py)
+                .args(["-c", "import onnxruntime"])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            if ok {
+                Ok(())
+            } else {
+                Err(VerifyError::RuntimeNotFound(format!(
+                    "--runtime {} needs the onnxruntime package in {}",
+                    kind.name(),
+                    py.display()
+                )))
+            }
+        }
         RuntimeKind::Webgpu => find_webgpu().map(|_| ()),
         RuntimeKind::Openvino => {
             let h = find_openvino()?;
@@ -387,15 +541,16 @@ fn web_opt_level(o: OptLevel) -> &'static str {
     }
 }
 
-fn describe_short(kind: RuntimeKind) -> &'static str {
+fn describe_short(kind: &RuntimeKind) -> &'static str {
     match kind {
         RuntimeKind::Webgpu => "onnxruntime-web WebGPU",
         RuntimeKind::Openvino => "OpenVINO CPU",
         RuntimeKind::Cpu => "ONNX Runtime CPU",
+        RuntimeKind::OrtEp(_) => "ONNX Runtime execution provider",
     }
 }
 
-fn describe(kind: RuntimeKind, result: &serde_json::Value) -> String {
+fn describe(kind: &RuntimeKind, result: &serde_json::Value) -> String {
     let s = |v: Option<&serde_json::Value>| v.and_then(|v| v.as_str()).unwrap_or("?").to_string();
     match kind {
         RuntimeKind::Webgpu => {
@@ -429,6 +584,7 @@ fn describe(kind: RuntimeKind, result: &serde_json::Value) -> String {
             s(result.get("inference_precision")),
         ),
         RuntimeKind::Cpu => "ONNX Runtime CPU".into(),
+        RuntimeKind::OrtEp(p) => format!("ONNX Runtime {p}"),
     }
 }
 
@@ -463,7 +619,7 @@ struct Helper {
     env: Vec<(String, PathBuf)>,
 }
 
-fn missing(kind: RuntimeKind, what: &str) -> VerifyError {
+fn missing(kind: &RuntimeKind, what: &str) -> VerifyError {
     VerifyError::RuntimeNotFound(format!(
         "--runtime {} needs {what}; run {SETUP_SCRIPT} (it installs Chromium, the web harness in tools/webgpu and OpenVINO into the test venv)",
         kind.name()
@@ -494,12 +650,12 @@ pub fn harness_dir() -> PathBuf {
 fn find_webgpu() -> Result<Helper, VerifyError> {
     let kind = RuntimeKind::Webgpu;
     let node =
-        find_program(NODE_ENV, "node").ok_or_else(|| missing(kind, "Node.js (node on PATH)"))?;
+        find_program(NODE_ENV, "node").ok_or_else(|| missing(&kind, "Node.js (node on PATH)"))?;
     let dir = harness_dir();
     let script = dir.join("run.mjs");
     if !script.is_file() {
         return Err(missing(
-            kind,
+            &kind,
             &format!("the web harness {} (set {HARNESS_ENV})", script.display()),
         ));
     }
@@ -511,14 +667,14 @@ fn find_webgpu() -> Result<Helper, VerifyError> {
             .is_file()
         {
             return Err(missing(
-                kind,
+                &kind,
                 &format!("{pkg} in {}/node_modules (npm ci)", dir.display()),
             ));
         }
     }
     let chromium = find_program(CHROMIUM_ENV, "chromium").ok_or_else(|| {
         missing(
-            kind,
+            &kind,
             &format!("Chromium (chromium on PATH, or {CHROMIUM_ENV})"),
         )
     })?;
@@ -536,7 +692,7 @@ fn find_openvino() -> Result<Helper, VerifyError> {
         .find(|p| p.is_file())
         .ok_or_else(|| {
             missing(
-                RuntimeKind::Openvino,
+                &RuntimeKind::Openvino,
                 &format!("the Python venv {} with openvino", venv.display()),
             )
         })?;
@@ -686,7 +842,7 @@ fn run_bounded(
     mut cmd: Command,
     work: &Path,
     timeout: Duration,
-    kind: RuntimeKind,
+    kind: &RuntimeKind,
 ) -> Result<String, VerifyError> {
     let file = |name: &str| {
         std::fs::File::create(work.join(name))

@@ -400,12 +400,18 @@ pub fn verify_models(
     } else {
         Vec::new()
     };
+    // The level the reference runs at, for an ONNX Runtime provider (the same arithmetic the
+    // class is defined at); the level asked for on the other runtimes.
+    let external_opt = match opts.runtime {
+        RuntimeKind::OrtEp(_) => session.optimization,
+        _ => opts.session.optimization,
+    };
     let mut external_run = if external {
         let ext = external::run_external(
-            opts.runtime,
+            &opts.runtime,
             rewr.info(),
             &feeds,
-            opts.session.optimization,
+            external_opt,
             opts.webgpu_pins,
             opts.runtime_timeout,
             &mut warnings,
@@ -431,7 +437,7 @@ pub fn verify_models(
     let mut original_external: Option<Vec<HashMap<String, HostTensor>>> = None;
     if external {
         let mut o = OriginalOnRuntime {
-            runtime: opts.runtime,
+            runtime: opts.runtime.clone(),
             ran: false,
             error: None,
             differs: false,
@@ -446,10 +452,10 @@ pub fn verify_models(
                 ))
             }
             Target::Single(info) => match external::run_external(
-                opts.runtime,
+                &opts.runtime,
                 info,
                 &feeds,
-                opts.session.optimization,
+                external_opt,
                 opts.webgpu_pins,
                 opts.runtime_timeout,
                 &mut warnings,

@@ -15,7 +15,7 @@ pub const ALLOW_MISSING: &str = "ONNX_SAFEIFY_ALLOW_MISSING_RUNTIMES";
 /// True when `kind` is installed. When it is not: panics, unless ALLOW_MISSING=1, then prints
 /// a loud skip message and returns false.
 pub fn ready(kind: RuntimeKind) -> bool {
-    match check_available(kind) {
+    match check_available(&kind) {
         Ok(()) => true,
         Err(e) => {
             if std::env::var(ALLOW_MISSING).as_deref() == Ok("1") {

@@ -245,6 +245,8 @@ pub const REGISTRY: &[(&str, &str, Decompose, Exactness)] = &[
     ),
     (MS_DOMAIN, "QLinearConcat", quant::qlinear_concat, EXACT),
     (MS_DOMAIN, "QLinearConv", quant::qlinear_conv_ms, EXACT),
+    ("", "QLinearConv", quant::qlinear_conv, EXACT),
+    ("", "QLinearMatMul", quant::qlinear_matmul, EXACT),
     (MS_DOMAIN, "QGemm", quant::qgemm, EXACT),
     (
         MS_DOMAIN,

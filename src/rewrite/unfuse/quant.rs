@@ -1100,6 +1100,190 @@ pub fn qlinear_conv_ms(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch, U
     rw.finish(&[(0, y)])
 }
 
+/// The weight zero point of a standard QLinearConv as one value for `ConvInteger` (ONNX
+/// Runtime's ConvInteger takes a per-tensor zero point only): `None` when omitted, else a
+/// rank-0 constant of its own type. A per-channel zero point whose values are all equal (the
+/// symmetric int8 weights of ONNX Runtime's quantizer: all 0) is that value; one whose values
+/// differ is refused.
+fn uniform_zero_point(rw: &mut Rw, i: usize) -> Result<Option<PValue>, Unsupported> {
+    let Some(id) = rw.input_id(i) else {
+        return Ok(None);
+    };
+    let Some(t) = crate::rewrite::consts::const_tensor(rw.g, id) else {
+        return unsupported(format!(
+            "the weight zero point (input {i}) is not a constant (ConvInteger takes one per-tensor zero point)"
+        ));
+    };
+    let dt = match t.data_type {
+        Some(d @ (dtype::UINT8 | dtype::INT8)) => d,
+        _ => {
+            return unsupported(format!(
+                "the weight zero point (input {i}) is not uint8/int8"
+            ))
+        }
+    };
+    let vals: Vec<i32> = match &t.raw_data {
+        Some(b) => b
+            .iter()
+            .map(|&x| {
+                if dt == dtype::INT8 {
+                    x as i8 as i32
+                } else {
+                    x as i32
+                }
+            })
+            .collect(),
+        None => t.int32_data.clone(),
+    };
+    let Some(&first) = vals.first() else {
+        return unsupported(format!("the weight zero point (input {i}) is empty"));
+    };
+    if vals.iter().any(|&v| v != first) {
+        return unsupported(format!(
+            "per-channel weight zero points that differ (input {i}): ONNX Runtime's ConvInteger takes one zero point"
+        ));
+    }
+    if t.dims.is_empty() {
+        return Ok(rw.input(i));
+    }
+    Ok(Some(bytes_scalar(rw, "w_zero_point", dt, first)))
+}
+
+/// The requantization of ONNX Runtime's QLinearConv / QLinearMatMul kernels
+/// (`MlasRequantizeOutput`): `acc` (int32, bias included) times the float32 scale
+/// `x_scale * w_scale / y_scale` (in that order, per channel), rounded half to even, plus the
+/// zero point, saturated: `Cast(Clip(Round(Cast(acc) * scale) + y_zp))` (below opset 11,
+/// `QuantizeLinear(Cast(acc) * scale, 1, y_zp)`). `shape` reshapes the
+/// per-channel scale so it broadcasts over the output's channel axis (`None`: the last axis).
+fn requantize(
+    rw: &mut Rw,
+    acc: PValue,
+    scales: (usize, usize, usize),
+    y_zp: usize,
+    shape: Option<&[i64]>,
+) -> Result<PValue, Unsupported> {
+    let (xs, ws, ys) = scales;
+    let x_s = need_f32(rw, xs, "x_scale")?;
+    per_tensor(rw, xs, "x_scale")?;
+    let w_s = need_f32(rw, ws, "w_scale")?;
+    let y_s = need_f32(rw, ys, "y_scale")?;
+    per_tensor(rw, ys, "y_scale")?;
+    per_tensor(rw, y_zp, "y_zero_point")?;
+    let m = rw.op("Mul", &[x_s, w_s], &[]);
+    let mut scale = rw.op("Div", &[m, y_s], &[]);
+    if let Some(shape) = shape {
+        scale = rw.reshape(scale, shape)?;
+    }
+    let f = rw.cast(acc, dtype::FLOAT);
+    let y = rw.op("Mul", &[f, scale], &[]);
+    let dt = match rw.input(y_zp) {
+        Some(_) => quant_dtype(rw, y_zp)?,
+        None => dtype::UINT8,
+    };
+    if rw.opset < 11 {
+        let one = rw.scalar("one", dtype::FLOAT, 1.0);
+        let z = match rw.input(y_zp) {
+            Some(z) => z,
+            None => zero_of(rw, dt),
+        };
+        return Ok(rw.op("QuantizeLinear", &[y, one, z], &[]));
+    }
+    // From opset 11 the rounding is written out (Round is half to even, as the kernel's):
+    // OpenVINO 2026.4.1's CPU plugin fails to compile QuantizeLinear after a per-channel
+    // Multiply of a Cast int32 when a decomposed QLinearMul reads the result ("Model
+    // references undeclared parameters"). Clamping after the zero point is the kernel's
+    // clamp-then-round: the bounds are integers.
+    let r = rw.op("Round", &[y], &[]);
+    let with_zp = match rw.input(y_zp) {
+        None => r,
+        Some(z) => {
+            let zf = match const_zp(rw, y_zp) {
+                Some(v) => rw.scalar("y_zero_point_f", dtype::FLOAT, v as f64),
+                None => rw.cast(z, dtype::FLOAT),
+            };
+            rw.op("Add", &[r, zf], &[])
+        }
+    };
+    let (lo, hi) = range_of(dt);
+    let c = rw.clip(with_zp, lo as f32, hi as f32, dtype::FLOAT);
+    Ok(rw.cast(c, dt))
+}
+
+/// Standard QLinearConv `(x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp, B?)` as ONNX
+/// Runtime's kernel computes it: the int32 accumulator by `ConvInteger` (x's zero point, one
+/// weight zero point), plus the int32 bias, requantized per output channel (see
+/// [`requantize`]). For OpenVINO, whose ONNX front end refuses per-channel weight scales and
+/// zero points on QLinearConv (or, when M equals C/group, applies them along the wrong axis).
+pub fn qlinear_conv(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch, Unsupported> {
+    const CONV: &[&str] = &[
+        "auto_pad",
+        "dilations",
+        "group",
+        "kernel_shape",
+        "pads",
+        "strides",
+    ];
+    let mut rw = Rw::new(ctx, g, n);
+    rw.only_attrs(CONV)?;
+    need_opset10(&rw)?;
+    if rw.node.inputs.len() < 8 {
+        return unsupported("QLinearConv needs at least 8 inputs");
+    }
+    let x = rw.need(0, "x")?;
+    quant_dtype(&rw, 0)?;
+    per_tensor(&rw, 2, "x_zero_point")?;
+    let w = rw.need(3, "w")?;
+    quant_dtype(&rw, 3)?;
+    let r = rw.rank(0, "the channel axis of the output")?;
+    if r < 3 {
+        return unsupported(format!("input of rank {r}"));
+    }
+    let w_zp = uniform_zero_point(&mut rw, 5)?;
+    let attrs = rw.copy_attrs(CONV);
+    let x_zp = rw.input(2);
+    let mut acc = rw.op_opt("ConvInteger", &[Some(x), Some(w), x_zp, w_zp], attrs);
+    let mut shape = vec![1i64, -1];
+    shape.resize(r, 1);
+    if let Some(b) = rw.input(8) {
+        match rw.in_facts(8).dtype {
+            Some(dtype::INT32) => {}
+            _ => return unsupported("QLinearConv's B is not known to be int32"),
+        }
+        let b = rw.reshape(b, &shape)?;
+        acc = rw.op("Add", &[acc, b], &[]);
+    }
+    let y = requantize(&mut rw, acc, (1, 4, 6), 7, Some(&shape))?;
+    rw.finish(&[(0, y)])
+}
+
+/// Standard QLinearMatMul `(a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp)` as ONNX
+/// Runtime's kernel computes it: `MatMulInteger` (per-column B zero points are its own), then
+/// the per-column requantization of [`requantize`]. For OpenVINO, whose ONNX front end takes
+/// only per-tensor scales and zero points on QLinearMatMul.
+pub fn qlinear_matmul(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch, Unsupported> {
+    let mut rw = Rw::new(ctx, g, n);
+    rw.only_attrs(&[])?;
+    need_opset10(&rw)?;
+    if rw.node.inputs.len() < 8 {
+        return unsupported("QLinearMatMul needs 8 inputs");
+    }
+    let a = rw.need(0, "a")?;
+    let b = rw.need(3, "b")?;
+    quant_dtype(&rw, 0)?;
+    quant_dtype(&rw, 3)?;
+    per_tensor(&rw, 2, "a_zero_point")?;
+    b_scale_ok(&rw, 4)?;
+    match rw.in_facts(5).rank() {
+        Some(0 | 1) => {}
+        _ if rw.input(5).is_none() => {}
+        _ => return unsupported("b_zero_point (input 5) is not per-tensor or per-column"),
+    }
+    let (a_zp, b_zp) = (rw.input(2), rw.input(5));
+    let acc = rw.op_opt("MatMulInteger", &[Some(a), Some(b), a_zp, b_zp], vec![]);
+    let y = requantize(&mut rw, acc, (1, 4, 6), 7, None)?;
+    rw.finish(&[(0, y)])
+}
+
 /// Float32 input `i` (a scale or a float bias).
 fn need_f32(rw: &Rw, i: usize, what: &str) -> Result<PValue, Unsupported> {
     let v = rw.need(i, what)?;
