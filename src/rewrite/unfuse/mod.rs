@@ -81,9 +81,11 @@ pub type Decompose = fn(&UnfuseCtx, &Graph, NodeId) -> Result<Patch, Unsupported
 const EXACT: Exactness = Exactness::Exact;
 const ROUNDING: Exactness = Exactness::Rounding;
 /// `DynamicQuantizeLSTM` as a float LSTM: the weights are dequantized, the activations are not
-/// quantized per step as the kernel does; measured at 5e-3 of the logits' scale on a shipped
-/// OCR model.
-const DQ_LSTM_BOUND: f64 = 2e-2;
+/// quantized per step as the kernel does. Measured at 5e-3 of the logits' scale on a shipped
+/// OCR model; `tools/fuzz_decomp.py` (random weights up to about 4 in magnitude, inputs up to
+/// about 10, up to 5 steps) measured up to 0.12 of an output's scale (99th percentile 0.09),
+/// past the 2e-2 stated before: the bound is set above what was measured.
+const DQ_LSTM_BOUND: f64 = 0.25;
 
 /// Every decomposition, by (domain, op_type), with its exactness class (see
 /// [`crate::rewrite::exactness`]). `""` is the default ONNX domain.
