@@ -165,6 +165,31 @@ fn a_short_fuzz_of_every_family_meets_the_declared_classes() {
     assert_clean(&rows, &families);
 }
 
+/// The other decompositions (issue 39, item 5): GELUs, layer norms, FusedConv/NhwcMaxPool,
+/// FusedGemm, FusedMatMul, RotaryEmbedding, GroupQueryAttention, (Q)EmbedLayerNormalization,
+/// MatMulNBits, DynamicQuantizeLSTM (approximate: its stated bound), HardSwish/Mish/
+/// GroupNormalization and ONNX Runtime's own NCHWc regions.
+#[test]
+fn a_short_fuzz_of_the_other_decompositions_meets_their_classes() {
+    let Some(py) = venv() else { return };
+    let families = [
+        "GeluGroup",
+        "LayerNormGroup",
+        "FusedConvGroup",
+        "FusedGemm",
+        "FusedMatMulGroup",
+        "RotaryEmbedding",
+        "GroupQueryAttention",
+        "EmbedLayerNormGroup",
+        "MatMulNBits",
+        "DynamicQuantizeLSTM",
+        "ActNormGroup",
+        "NchwcRegion",
+    ];
+    let rows = fuzz(&py, &families, 20, 39);
+    assert_clean(&rows, &families);
+}
+
 /// QLinearSigmoid and QLinearLeakyRelu become a Gather over a 256-entry table built at compile
 /// time with the kernel's arithmetic; half of the fuzzed instances hold every one of the 256
 /// codes, each with its own scales, zero points (and alpha).

@@ -16,10 +16,28 @@ use super::{UnfuseCtx, Unsupported};
 /// the product. (ONNX Runtime's `MatMulComputeHelper` and the onnxscript reference
 /// implementation `fused_matmul_rule_sets_test.py` apply the batch permutation first.)
 /// TransposeMatMul is the same operator under its older name.
+///
+/// Refused (the node stays on ONNX Runtime): `transA` with a 1-D B. ONNX Runtime's CPU kernel
+/// (1.32) does not transpose A then: it reads A's `[..., K, M]` buffer as `[..., M, K]`
+/// (`Y = reshape(A, [..., M, K]) @ B`), not what the operator documents; found by
+/// `tools/fuzz_decomp.py` (kept in `tests/data/fuzz_regressions/decomp`).
 pub fn fused_matmul(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch, Unsupported> {
     let mut rw = Rw::new(ctx, g, n);
     rw.only_attrs(&["alpha", "transA", "transB", "transBatchA", "transBatchB"])?;
     let alpha = rw.attr_f("alpha", 1.0);
+    if rw.attr_i("transA", 0) != 0 {
+        match rw.in_facts(1).rank() {
+            Some(1) => {
+                return unsupported(
+                    "transA with a 1-D B (ONNX Runtime's kernel does not transpose A then)",
+                )
+            }
+            Some(_) => {}
+            None => return unsupported(
+                "transA with a B of unknown rank (ONNX Runtime does not transpose A for a 1-D B)",
+            ),
+        }
+    }
     let a = operand(&mut rw, 0, "transA", "transBatchA")?;
     let b = operand(&mut rw, 1, "transB", "transBatchB")?;
     let mut y = rw.op("MatMul", &[a, b], &[]);

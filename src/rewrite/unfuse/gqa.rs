@@ -336,6 +336,15 @@ pub fn group_query_attention(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Pa
     }
     // Which key rows each query row attends: j < L, and j >= L - W with a window.
     let valid = attended(&mut rw, &len, &rows, window, causal, mask_rank);
+    // A query row whose window holds no key (the padding rows of a shorter entry of a
+    // batched first prompt, with a local window) comes out as zeros from ONNX Runtime's
+    // kernel (it skips the softmax of an empty window); found by `tools/fuzz_decomp.py`.
+    let empty_rows_to_zero = if window > 0 && causal {
+        let v = rw.cast(valid, dtype::FLOAT);
+        Some(rw.reduce("ReduceMax", v, &[-1], true))
+    } else {
+        None
+    };
     let lowest = rw.scalar("masked", dtype::FLOAT, f32::MIN as f64);
     scores = rw.op("Where", &[valid, scores, lowest], &[]);
     let extra = if smooth {
@@ -369,6 +378,10 @@ pub fn group_query_attention(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Pa
             let axis = rw.ints("axis", &[-1]);
             rw.op("Slice", &[p, zero, c, axis], &[])
         }
+    };
+    let probs = match empty_rows_to_zero {
+        Some(any) => rw.op("Mul", &[probs, any], &[]),
+        None => probs,
     };
     let o = rw.op("MatMul", &[probs, vg], &[]);
     let o = if grouped {
@@ -579,25 +592,31 @@ fn attended(
     rank: usize,
 ) -> PValue {
     let t_col = rw.unsqueeze(len.total_b, &[1]);
-    // [B, S], or [B, 1] for every row alike.
-    let limit = if causal {
+    // [B, 1, (1,) S, 1]
+    let axes: Vec<i64> = if rank == 5 { vec![1, 2, 4] } else { vec![1, 3] };
+    // [B, S], or [B, 1] for every row alike; `upto` is the causal length before the clip
+    // to the entry's total: the window starts `W` before it (for the padding rows of a
+    // shorter batch entry, past its last key: an empty window; see `empty_rows_to_zero`).
+    let (limit, upto) = if causal {
         let s_range = range(rw, len.s);
         let s_row = rw.unsqueeze(s_range, &[0]);
         let p_col = rw.unsqueeze(len.past_b, &[1]);
         let one = i64_scalar(rw, "one", 1);
         let abs = rw.op("Add", &[p_col, s_row], &[]);
         let upto = rw.op("Add", &[abs, one], &[]);
-        rw.op("Min", &[upto, t_col], &[])
+        (rw.op("Min", &[upto, t_col], &[]), Some(upto))
     } else {
-        t_col
+        (t_col, None)
     };
-    // [B, 1, (1,) S, 1]
-    let axes: Vec<i64> = if rank == 5 { vec![1, 2, 4] } else { vec![1, 3] };
     let l = rw.unsqueeze(limit, &axes);
     let mut valid = rw.op("Less", &[rows.j, l], &[]);
     if window > 0 {
         let w = i64_scalar(rw, "window", window);
-        let lo = rw.op("Sub", &[l, w], &[]);
+        let start = match upto {
+            Some(u) => rw.unsqueeze(u, &axes),
+            None => l,
+        };
+        let lo = rw.op("Sub", &[start, w], &[]);
         let below = rw.op("Less", &[rows.j, lo], &[]);
         let inside = rw.op("Not", &[below], &[]);
         valid = rw.op("And", &[valid, inside], &[]);

@@ -101,9 +101,13 @@ pub type Decompose = fn(&UnfuseCtx, &Graph, NodeId) -> Result<Patch, Unsupported
 const EXACT: Exactness = Exactness::Exact;
 const ROUNDING: Exactness = Exactness::Rounding;
 /// `DynamicQuantizeLSTM` as a float LSTM: the weights are dequantized, the activations are not
-/// quantized per step as the kernel does; measured at 5e-3 of the logits' scale on a shipped
-/// OCR model.
-const DQ_LSTM_BOUND: f64 = 2e-2;
+/// quantized per step as the kernel does. Measured at 5e-3 of the logits' scale on a shipped
+/// OCR model; `tools/fuzz_decomp.py` (random weights up to about 4 in magnitude, inputs up to
+/// about 10, up to 5 steps) measured 0.006 (median), 0.09 (99th percentile) of an output's
+/// scale, past the 2e-2 stated before. It is not a guarantee: 19 of 8373 fuzzed instances
+/// missed 0.25, all LSTMs driven into saturation by those weights (0.28-0.56 of the scale
+/// of outputs between 1e-3 and 1, and up to 2 where an output collapses below 1e-9).
+const DQ_LSTM_BOUND: f64 = 0.25;
 
 /// Every decomposition, by (domain, op_type), with its exactness class (see
 /// [`crate::rewrite::exactness`]). `""` is the default ONNX domain.
