@@ -107,7 +107,7 @@ impl Default for BisectOptions {
 }
 
 /// How a prefix fails on the runtime.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum FailKind {
     NoSession,
@@ -205,12 +205,12 @@ pub struct BisectReport {
 }
 
 /// Where the prefixes run.
-enum Runtime {
+pub(crate) enum Runtime {
     OrtEp(String),
     External(RuntimeKind),
 }
 
-fn parse_runtime(spec: &str) -> Result<Runtime, VerifyError> {
+pub(crate) fn parse_runtime(spec: &str) -> Result<Runtime, VerifyError> {
     if let Some(p) = ort_ep::provider_of(spec) {
         return Ok(Runtime::OrtEp(p.to_string()));
     }
@@ -226,10 +226,10 @@ fn parse_runtime(spec: &str) -> Result<Runtime, VerifyError> {
 }
 
 /// A fresh temporary folder, removed on drop.
-struct TempDir(PathBuf);
+pub(crate) struct TempDir(pub PathBuf);
 
 impl TempDir {
-    fn create() -> Result<TempDir, VerifyError> {
+    pub(crate) fn create() -> Result<TempDir, VerifyError> {
         let base = std::env::temp_dir();
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -436,9 +436,12 @@ fn link_external_data(model: &ModelProto, from: &Path, to: &Path) {
     }
 }
 
-struct Outcome {
-    failure: Option<(FailKind, String)>,
-    reference: Result<HashMap<String, HostTensor>, String>,
+/// How a run on the runtime went, against ONNX Runtime CPU.
+pub(crate) struct Outcome {
+    /// `None`: it ran and agrees (or the reference itself failed and the runtime ran).
+    pub failure: Option<(FailKind, String)>,
+    /// ONNX Runtime CPU's outputs, or its error.
+    pub reference: Result<HashMap<String, HostTensor>, String>,
 }
 
 struct Bisector<'a> {
@@ -475,134 +478,174 @@ impl Bisector<'_> {
         let path = self.work.0.join(format!("prefix_{k}.onnx"));
         std::fs::write(&path, cut.encode_to_vec())
             .map_err(|e| VerifyError::data(&path, format!("cannot write the cut model: {e}")))?;
-        let info = model_info_from_proto(&path, &cut)?;
-
-        // The reference, in this process.
-        let discovery = Discovery::from_env();
-        let rt = runtime::runtime(&discovery)?;
-        let settings = SessionSettings {
-            optimization: self.opts.optimization,
-            ..Default::default()
-        };
-        let reference = match ModelSession::open(rt, &info, &settings) {
-            Err(e) => Err(one_line(&e.to_string())),
-            Ok((mut s, _)) => {
-                let feed = &self.feed;
-                s.run(|n| feed.iter().find(|(k, _)| k == n).map(|(_, t)| t))
-                    .map(|v| v.into_iter().collect::<HashMap<_, _>>())
-                    .map_err(|e| one_line(&e.to_string()))
-            }
-        };
-
-        // The runtime, in a child process.
         self.runs += 1;
-        let actual: Result<HashMap<String, HostTensor>, (FailKind, String)> = match &self.runtime {
-            Runtime::OrtEp(provider) => {
-                let feeds = vec![self.feed.clone()];
-                let out = ort_ep::run_ort_ep(&OrtEpRequest {
-                    model: &path,
-                    provider,
-                    optimization: self.opts.optimization,
-                    session: Vec::new(),
-                    outputs: Some(outputs.clone()),
-                    feeds: &feeds,
-                    timeout: self.opts.timeout,
-                })?;
-                match out.result {
-                    Ok(mut runs) => Ok(runs.pop().unwrap_or_default()),
-                    Err(f) => Err((
-                        FailKind::from_class(f.class),
-                        format!("{} ({}): {}", f.class.label(), f.stage, f.message),
-                    )),
-                }
-            }
-            Runtime::External(kind) => {
-                let mut w = Vec::new();
-                match run_external(
-                    *kind,
-                    &info,
-                    std::slice::from_ref(&self.feed),
-                    self.opts.optimization,
-                    WebgpuPins::LayerAssignment,
-                    self.opts.timeout,
-                    &mut w,
-                ) {
-                    Ok(mut ext) => Ok(ext.outputs.pop().unwrap_or_default()),
-                    Err(
-                        e @ (VerifyError::RuntimeNotFound(_) | VerifyError::RuntimeLoad { .. }),
-                    ) => return Err(e),
-                    Err(e) => {
-                        let text = one_line(&e.to_string());
-                        let kind = if text.contains("did not finish within") {
-                            FailKind::Timeout
-                        } else if text.contains("without a result") {
-                            FailKind::Crash
-                        } else if text.contains("cannot load the model") {
-                            FailKind::NoSession
-                        } else {
-                            FailKind::RunError
-                        };
-                        Err((kind, text))
-                    }
-                }
-            }
-        };
-        let failure = match (&actual, &reference) {
-            (Err(f), _) => Some(f.clone()),
-            (Ok(_), Err(_)) => None,
-            (Ok(a), Ok(r)) => {
-                let judge = Judge::tolerance(self.opts.tolerance);
-                let mut found = None;
-                for name in &outputs {
-                    let Some(b) = r.get(name) else { continue };
-                    let Some(x) = a.get(name) else {
-                        found = Some((
-                            FailKind::WrongShape,
-                            format!("value '{name}' was not produced"),
-                        ));
-                        break;
-                    };
-                    let c = compare::compare_with(name, b, x, judge);
-                    match c.status {
-                        Status::Ok => {}
-                        Status::ShapeMismatch | Status::DtypeMismatch | Status::Missing => {
-                            found = Some((
-                                FailKind::WrongShape,
-                                format!(
-                                    "value '{name}': {} {} on ONNX Runtime CPU, {} {} here",
-                                    c.dtype,
-                                    fmt_shape(&c.shape),
-                                    c.actual_dtype.clone().unwrap_or_default(),
-                                    c.actual_shape.as_deref().map(fmt_shape).unwrap_or_default()
-                                ),
-                            ));
-                            break;
-                        }
-                        Status::Mismatch => {
-                            found = Some((
-                                FailKind::WrongValues,
-                                format!(
-                                    "value '{name}': {} of {} elements differ from ONNX Runtime CPU, largest difference {:e}",
-                                    c.mismatched,
-                                    c.elements,
-                                    c.max_abs_err.unwrap_or(f64::NAN)
-                                ),
-                            ));
-                            break;
-                        }
-                    }
-                }
-                found
-            }
-        };
-        if let (Ok(_), Err(e)) = (&actual, &reference) {
+        let (outcome, _) = run_pair(&PairRun {
+            runtime: &self.runtime,
+            path: &path,
+            proto: &cut,
+            outputs: &outputs,
+            feed: &self.feed,
+            tolerance: self.opts.tolerance,
+            optimization: self.opts.optimization,
+            timeout: self.opts.timeout,
+        })?;
+        if let (None, Err(e)) = (&outcome.failure, &outcome.reference) {
             self.warnings.push(format!(
                 "the first {k} nodes run on {} but not on ONNX Runtime CPU ({e}); counted as passing",
                 self.opts.runtime
             ));
         }
-        Ok((Outcome { failure, reference }, outputs))
+        Ok((outcome, outputs))
     }
+}
+
+/// One model to run on a runtime and on ONNX Runtime CPU ([`run_pair`]).
+pub(crate) struct PairRun<'a> {
+    pub runtime: &'a Runtime,
+    /// The model file (written).
+    pub path: &'a Path,
+    pub proto: &'a ModelProto,
+    /// Values to fetch and compare.
+    pub outputs: &'a [String],
+    pub feed: &'a [(String, HostTensor)],
+    pub tolerance: Tolerance,
+    pub optimization: OptLevel,
+    pub timeout: Duration,
+}
+
+/// Runs a model on the runtime (a child process bounded by the timeout) and on ONNX Runtime
+/// CPU (in this process), and classifies the runtime's result against the reference. Also
+/// returns the runtime's one-line description (versions, device) when a run reported one.
+/// `Err`: the run could not be attempted (runtime not installed, unwritable folder).
+pub(crate) fn run_pair(pr: &PairRun) -> Result<(Outcome, Option<String>), VerifyError> {
+    let r = pr;
+    let path = r.path;
+    let outputs = r.outputs;
+    let tolerance = r.tolerance;
+    let info = model_info_from_proto(path, r.proto)?;
+    // The reference, in this process.
+    let discovery = Discovery::from_env();
+    let rt = runtime::runtime(&discovery)?;
+    let settings = SessionSettings {
+        optimization: r.optimization,
+        ..Default::default()
+    };
+    let reference = match ModelSession::open(rt, &info, &settings) {
+        Err(e) => Err(one_line(&e.to_string())),
+        Ok((mut s, _)) => {
+            let feed = r.feed;
+            s.run(|n| feed.iter().find(|(k, _)| k == n).map(|(_, t)| t))
+                .map(|v| v.into_iter().collect::<HashMap<_, _>>())
+                .map_err(|e| one_line(&e.to_string()))
+        }
+    };
+
+    // The runtime, in a child process.
+    let mut description: Option<String> = None;
+    let actual: Result<HashMap<String, HostTensor>, (FailKind, String)> = match r.runtime {
+        Runtime::OrtEp(provider) => {
+            let feeds = vec![r.feed.to_vec()];
+            let out = ort_ep::run_ort_ep(&OrtEpRequest {
+                model: path,
+                provider,
+                optimization: r.optimization,
+                session: Vec::new(),
+                outputs: Some(outputs.to_vec()),
+                feeds: &feeds,
+                timeout: r.timeout,
+            })?;
+            description = Some(out.description.clone());
+            match out.result {
+                Ok(mut runs) => Ok(runs.pop().unwrap_or_default()),
+                Err(f) => Err((
+                    FailKind::from_class(f.class),
+                    format!("{} ({}): {}", f.class.label(), f.stage, f.message),
+                )),
+            }
+        }
+        Runtime::External(kind) => {
+            let mut w = Vec::new();
+            match run_external(
+                *kind,
+                &info,
+                std::slice::from_ref(&r.feed.to_vec()),
+                r.optimization,
+                WebgpuPins::LayerAssignment,
+                r.timeout,
+                &mut w,
+            ) {
+                Ok(mut ext) => {
+                    description = Some(ext.info.description.clone());
+                    Ok(ext.outputs.pop().unwrap_or_default())
+                }
+                Err(e @ (VerifyError::RuntimeNotFound(_) | VerifyError::RuntimeLoad { .. })) => {
+                    return Err(e)
+                }
+                Err(e) => {
+                    let text = one_line(&e.to_string());
+                    let kind = if text.contains("did not finish within") {
+                        FailKind::Timeout
+                    } else if text.contains("without a result") {
+                        FailKind::Crash
+                    } else if text.contains("cannot load the model") {
+                        FailKind::NoSession
+                    } else {
+                        FailKind::RunError
+                    };
+                    Err((kind, text))
+                }
+            }
+        }
+    };
+    let failure = match (&actual, &reference) {
+        (Err(f), _) => Some(f.clone()),
+        (Ok(_), Err(_)) => None,
+        (Ok(a), Ok(r)) => {
+            let judge = Judge::tolerance(tolerance);
+            let mut found = None;
+            for name in outputs {
+                let Some(b) = r.get(name) else { continue };
+                let Some(x) = a.get(name) else {
+                    found = Some((
+                        FailKind::WrongShape,
+                        format!("value '{name}' was not produced"),
+                    ));
+                    break;
+                };
+                let c = compare::compare_with(name, b, x, judge);
+                match c.status {
+                    Status::Ok => {}
+                    Status::ShapeMismatch | Status::DtypeMismatch | Status::Missing => {
+                        found = Some((
+                            FailKind::WrongShape,
+                            format!(
+                                "value '{name}': {} {} on ONNX Runtime CPU, {} {} here",
+                                c.dtype,
+                                fmt_shape(&c.shape),
+                                c.actual_dtype.clone().unwrap_or_default(),
+                                c.actual_shape.as_deref().map(fmt_shape).unwrap_or_default()
+                            ),
+                        ));
+                        break;
+                    }
+                    Status::Mismatch => {
+                        found = Some((
+                            FailKind::WrongValues,
+                            format!(
+                                "value '{name}': {} of {} elements differ from ONNX Runtime CPU, largest difference {:e}",
+                                c.mismatched,
+                                c.elements,
+                                c.max_abs_err.unwrap_or(f64::NAN)
+                            ),
+                        ));
+                        break;
+                    }
+                }
+            }
+            found
+        }
+    };
+    Ok((Outcome { failure, reference }, description))
 }
 
 /// Bisects `model` on `opts.runtime`. `Ok` carries the report whether or not a culprit was
