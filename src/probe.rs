@@ -1422,6 +1422,90 @@ mod tests {
         assert_eq!(gist("plain text"), "plain text");
     }
 
+    /// Rule learning end to end without a GPU runtime: results that say the antialias Resize
+    /// cases and the empty ReduceMax failed give two rules, narrow enough to leave out the
+    /// passing neighbours (the empty ReduceSum among them), accepted by the compiler, and
+    /// their compiled cases pass when run again (on the CPU provider).
+    #[test]
+    fn learns_checked_rules_from_results() {
+        if python().is_err() {
+            eprintln!("SKIPPED: no venv with onnx and onnxruntime");
+            return;
+        }
+        let work = TempDir::create().unwrap();
+        let only: Vec<String> = ["resize", "reducemax", "reducesum"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let cases = generate(&work.0, &only, None).unwrap();
+        assert_eq!(cases.len(), 14);
+        let results: Vec<CaseResult> = cases
+            .iter()
+            .map(|c| {
+                let fail = c.name.ends_with("_antialias") || c.name == "reduce_max_empty";
+                CaseResult {
+                    case: c.name.clone(),
+                    op: c.op.clone(),
+                    domain: c.domain.clone(),
+                    family: c.family.clone(),
+                    runtime: "ort-ep:CPUExecutionProvider".into(),
+                    status: if fail { "fail" } else { "pass" }.into(),
+                    class: fail.then_some(FailKind::RunError),
+                    message: fail.then(|| "Status Message: not implemented here".to_string()),
+                    reference_error: None,
+                    runtime_description: None,
+                    seconds: 0.0,
+                }
+            })
+            .collect();
+        let opts = ProbeOptions {
+            runtime: "ort-ep:CPUExecutionProvider".into(),
+            only,
+            jobs: 1,
+            results: None,
+            timeout: Duration::from_secs(120),
+            node_tests: None,
+            progress: false,
+        };
+        let mut warnings = Vec::new();
+        let rt = Runtime::OrtEp("CPUExecutionProvider".into());
+        let rules = learn(
+            &rt,
+            &opts,
+            "none",
+            None,
+            &cases,
+            &results,
+            &work.0,
+            &mut warnings,
+        )
+        .unwrap();
+        assert_eq!(rules.len(), 2, "{rules:#?}");
+        let resize = rules.iter().find(|r| r.ops == ["Resize"]).unwrap();
+        assert_eq!(
+            resize.match_yaml,
+            r#"{op: Resize, domain: "", attr: {antialias: 1}}"#
+        );
+        assert_eq!(resize.cases.len(), 2);
+        let reduce = rules.iter().find(|r| r.ops == ["ReduceMax"]).unwrap();
+        assert!(
+            reduce.match_yaml.contains("dims: [_, 0"),
+            "{}",
+            reduce.match_yaml
+        );
+        for r in &rules {
+            assert!(r.written && r.fixed == Some(true), "{r:#?}");
+            assert!(
+                r.why.ends_with("(run error): not implemented here"),
+                "{}",
+                r.why
+            );
+        }
+        assert!(warnings.is_empty(), "{warnings:?}");
+        let y = target_yaml(&opts.runtime, None, "none", &rules);
+        assert!(y.contains("extends: none\nrules:\n  - id: "), "{y}");
+    }
+
     #[test]
     fn nearest_targets() {
         assert_eq!(nearest_builtin("webgpu"), "webgpu");
