@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::bisect::{parse_runtime, run_pair, FailKind, PairRun, Runtime, TempDir};
-use crate::proto::{AttributeProto, ModelProto};
+use crate::proto::{AttributeProto, ModelProto, NodeProto};
 use crate::verify::compare::Tolerance;
 use crate::verify::error::{one_line, VerifyError};
 use crate::verify::inputs::{self, SetKind};
@@ -387,7 +387,7 @@ fn run_case(runtime: &Runtime, name: &str, case: &Case, timeout: Duration) -> Ca
 
 /// An attribute value, as the rule language writes it.
 #[derive(Debug, Clone, PartialEq)]
-enum AttrVal {
+pub(crate) enum AttrVal {
     Int(i64),
     Ints(Vec<i64>),
     Str(String),
@@ -411,15 +411,15 @@ impl AttrVal {
 
 /// What the rule language can say about a case's node under test.
 #[derive(Debug, Clone, Default)]
-struct Features {
-    attrs: BTreeMap<String, AttrVal>,
+pub(crate) struct Features {
+    pub(crate) attrs: BTreeMap<String, AttrVal>,
     /// Element type of each input slot (None: absent or unknown).
-    dtypes: Vec<Option<String>>,
+    pub(crate) dtypes: Vec<Option<String>>,
     /// Static dims of each input slot.
-    dims: Vec<Option<Vec<i64>>>,
+    pub(crate) dims: Vec<Option<Vec<i64>>>,
 }
 
-fn attr_val(a: &AttributeProto) -> Option<AttrVal> {
+pub(crate) fn attr_val(a: &AttributeProto) -> Option<AttrVal> {
     if let Some(s) = &a.s {
         return Some(AttrVal::Str(String::from_utf8_lossy(s).into_owned()));
     }
@@ -447,6 +447,13 @@ fn features(model: &Path) -> Features {
     let Some(node) = node else {
         return Features::default();
     };
+    node_features(g, node)
+}
+
+/// What the rule language can say about `node` of graph `g`: its attributes, and the element
+/// type and static dims of each input where the graph records them (initializers, graph
+/// inputs, `value_info`).
+pub(crate) fn node_features(g: &crate::proto::GraphProto, node: &NodeProto) -> Features {
     let mut f = Features::default();
     for a in &node.attribute {
         if let (Some(n), Some(v)) = (a.name.as_deref(), attr_val(a)) {
@@ -499,7 +506,7 @@ fn features(model: &Path) -> Features {
 
 /// One condition of a learned `match`.
 #[derive(Debug, Clone, PartialEq)]
-enum Cond {
+pub(crate) enum Cond {
     /// Some input is float16.
     AnyFloat16,
     Attr(String, AttrVal),
@@ -509,7 +516,7 @@ enum Cond {
 }
 
 impl Cond {
-    fn holds(&self, f: &Features) -> bool {
+    pub(crate) fn holds(&self, f: &Features) -> bool {
         match self {
             Cond::AnyFloat16 => f.dtypes.iter().any(|d| d.as_deref() == Some("float16")),
             Cond::Attr(n, v) => f.attrs.get(n) == Some(v),
@@ -523,7 +530,7 @@ impl Cond {
     }
 
     /// Words for `why`.
-    fn words(&self) -> String {
+    pub(crate) fn words(&self) -> String {
         match self {
             Cond::AnyFloat16 => "with float16 inputs".into(),
             Cond::Attr(n, v) => format!("with {n}={}", v.yaml()),
@@ -534,7 +541,7 @@ impl Cond {
 }
 
 /// The `match` map of a rule (flow YAML).
-fn match_yaml(ops: &[String], domain: &str, conds: &[Cond]) -> String {
+pub(crate) fn match_yaml(ops: &[String], domain: &str, conds: &[Cond]) -> String {
     let q = |s: &str| serde_json::Value::String(s.to_string()).to_string();
     let op = if ops.len() == 1 {
         ops[0].clone()
@@ -615,7 +622,7 @@ fn shared_conds(failing: &[&Features]) -> Vec<Cond> {
 
 /// The fewest shared conditions that leave out every passing case (greedy); `Err` with the
 /// passing cases still matched when they cannot all be left out.
-fn separate(failing: &[&Features], passing: &[(&str, &Features)]) -> (Vec<Cond>, Vec<String>) {
+pub(crate) fn separate(failing: &[&Features], passing: &[(&str, &Features)]) -> (Vec<Cond>, Vec<String>) {
     let cands = shared_conds(failing);
     let mut chosen: Vec<Cond> = Vec::new();
     let matched = |chosen: &[Cond]| -> Vec<usize> {
