@@ -106,7 +106,7 @@ impl Default for BisectOptions {
 }
 
 /// How a prefix fails on the runtime.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum FailKind {
     NoSession,
@@ -204,12 +204,12 @@ pub struct BisectReport {
 }
 
 /// Where the prefixes run.
-enum Runtime {
+pub(crate) enum Runtime {
     OrtEp(String),
     External(RuntimeKind),
 }
 
-fn parse_runtime(spec: &str) -> Result<Runtime, VerifyError> {
+pub(crate) fn parse_runtime(spec: &str) -> Result<Runtime, VerifyError> {
     if let Some(p) = ort_ep::provider_of(spec) {
         return Ok(Runtime::OrtEp(p.to_string()));
     }
@@ -225,10 +225,10 @@ fn parse_runtime(spec: &str) -> Result<Runtime, VerifyError> {
 }
 
 /// A fresh temporary folder, removed on drop.
-struct TempDir(PathBuf);
+pub(crate) struct TempDir(pub PathBuf);
 
 impl TempDir {
-    fn create() -> Result<TempDir, VerifyError> {
+    pub(crate) fn create() -> Result<TempDir, VerifyError> {
         let base = std::env::temp_dir();
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -435,9 +435,12 @@ fn link_external_data(model: &ModelProto, from: &Path, to: &Path) {
     }
 }
 
-struct Outcome {
-    failure: Option<(FailKind, String)>,
-    reference: Result<HashMap<String, HostTensor>, String>,
+/// How a run on the runtime went, against ONNX Runtime CPU.
+pub(crate) struct Outcome {
+    /// `None`: it ran and agrees (or the reference itself failed and the runtime ran).
+    pub failure: Option<(FailKind, String)>,
+    /// ONNX Runtime CPU's outputs, or its error.
+    pub reference: Result<HashMap<String, HostTensor>, String>,
 }
 
 struct Bisector<'a> {
@@ -474,134 +477,174 @@ impl Bisector<'_> {
         let path = self.work.0.join(format!("prefix_{k}.onnx"));
         std::fs::write(&path, cut.encode_to_vec())
             .map_err(|e| VerifyError::data(&path, format!("cannot write the cut model: {e}")))?;
-        let info = model_info_from_proto(&path, &cut)?;
-
-        // The reference, in this process.
-        let discovery = Discovery::from_env();
-        let rt = runtime::runtime(&discovery)?;
-        let settings = SessionSettings {
-            optimization: self.opts.optimization,
-            ..Default::default()
-        };
-        let reference = match ModelSession::open(rt, &info, &settings) {
-            Err(e) => Err(one_line(&e.to_string())),
-            Ok((mut s, _)) => {
-                let feed = &self.feed;
-                s.run(|n| feed.iter().find(|(k, _)| k == n).map(|(_, t)| t))
-                    .map(|v| v.into_iter().collect::<HashMap<_, _>>())
-                    .map_err(|e| one_line(&e.to_string()))
-            }
-        };
-
-        // The runtime, in a child process.
         self.runs += 1;
-        let actual: Result<HashMap<String, HostTensor>, (FailKind, String)> = match &self.runtime {
-            Runtime::OrtEp(provider) => {
-                let feeds = vec![self.feed.clone()];
-                let out = ort_ep::run_ort_ep(&OrtEpRequest {
-                    model: &path,
-                    provider,
-                    optimization: self.opts.optimization,
-                    session: Vec::new(),
-                    outputs: Some(outputs.clone()),
-                    feeds: &feeds,
-                    timeout: self.opts.timeout,
-                })?;
-                match out.result {
-                    Ok(mut runs) => Ok(runs.pop().unwrap_or_default()),
-                    Err(f) => Err((
-                        FailKind::from_class(f.class),
-                        format!("{} ({}): {}", f.class.label(), f.stage, f.message),
-                    )),
-                }
-            }
-            Runtime::External(kind) => {
-                let mut w = Vec::new();
-                match run_external(
-                    kind,
-                    &info,
-                    std::slice::from_ref(&self.feed),
-                    self.opts.optimization,
-                    WebgpuPins::LayerAssignment,
-                    self.opts.timeout,
-                    &mut w,
-                ) {
-                    Ok(mut ext) => Ok(ext.outputs.pop().unwrap_or_default()),
-                    Err(
-                        e @ (VerifyError::RuntimeNotFound(_) | VerifyError::RuntimeLoad { .. }),
-                    ) => return Err(e),
-                    Err(e) => {
-                        let text = one_line(&e.to_string());
-                        let kind = if text.contains("did not finish within") {
-                            FailKind::Timeout
-                        } else if text.contains("without a result") {
-                            FailKind::Crash
-                        } else if text.contains("cannot load the model") {
-                            FailKind::NoSession
-                        } else {
-                            FailKind::RunError
-                        };
-                        Err((kind, text))
-                    }
-                }
-            }
-        };
-        let failure = match (&actual, &reference) {
-            (Err(f), _) => Some(f.clone()),
-            (Ok(_), Err(_)) => None,
-            (Ok(a), Ok(r)) => {
-                let judge = Judge::tolerance(self.opts.tolerance);
-                let mut found = None;
-                for name in &outputs {
-                    let Some(b) = r.get(name) else { continue };
-                    let Some(x) = a.get(name) else {
-                        found = Some((
-                            FailKind::WrongShape,
-                            format!("value '{name}' was not produced"),
-                        ));
-                        break;
-                    };
-                    let c = compare::compare_with(name, b, x, judge);
-                    match c.status {
-                        Status::Ok => {}
-                        Status::ShapeMismatch | Status::DtypeMismatch | Status::Missing => {
-                            found = Some((
-                                FailKind::WrongShape,
-                                format!(
-                                    "value '{name}': {} {} on ONNX Runtime CPU, {} {} here",
-                                    c.dtype,
-                                    fmt_shape(&c.shape),
-                                    c.actual_dtype.clone().unwrap_or_default(),
-                                    c.actual_shape.as_deref().map(fmt_shape).unwrap_or_default()
-                                ),
-                            ));
-                            break;
-                        }
-                        Status::Mismatch => {
-                            found = Some((
-                                FailKind::WrongValues,
-                                format!(
-                                    "value '{name}': {} of {} elements differ from ONNX Runtime CPU, largest difference {:e}",
-                                    c.mismatched,
-                                    c.elements,
-                                    c.max_abs_err.unwrap_or(f64::NAN)
-                                ),
-                            ));
-                            break;
-                        }
-                    }
-                }
-                found
-            }
-        };
-        if let (Ok(_), Err(e)) = (&actual, &reference) {
+        let (outcome, _) = run_pair(&PairRun {
+            runtime: &self.runtime,
+            path: &path,
+            proto: &cut,
+            outputs: &outputs,
+            feed: &self.feed,
+            tolerance: self.opts.tolerance,
+            optimization: self.opts.optimization,
+            timeout: self.opts.timeout,
+        })?;
+        if let (None, Err(e)) = (&outcome.failure, &outcome.reference) {
             self.warnings.push(format!(
                 "the first {k} nodes run on {} but not on ONNX Runtime CPU ({e}); counted as passing",
                 self.opts.runtime
             ));
         }
-        Ok((Outcome { failure, reference }, outputs))
+        Ok((outcome, outputs))
     }
+}
+
+/// One model to run on a runtime and on ONNX Runtime CPU ([`run_pair`]).
+pub(crate) struct PairRun<'a> {
+    pub runtime: &'a Runtime,
+    /// The model file (written).
+    pub path: &'a Path,
+    pub proto: &'a ModelProto,
+    /// Values to fetch and compare.
+    pub outputs: &'a [String],
+    pub feed: &'a [(String, HostTensor)],
+    pub tolerance: Tolerance,
+    pub optimization: OptLevel,
+    pub timeout: Duration,
+}
+
+/// Runs a model on the runtime (a child process bounded by the timeout) and on ONNX Runtime
+/// CPU (in this process), and classifies the runtime's result against the reference. Also
+/// returns the runtime's one-line description (versions, device) when a run reported one.
+/// `Err`: the run could not be attempted (runtime not installed, unwritable folder).
+pub(crate) fn run_pair(pr: &PairRun) -> Result<(Outcome, Option<String>), VerifyError> {
+    let r = pr;
+    let path = r.path;
+    let outputs = r.outputs;
+    let tolerance = r.tolerance;
+    let info = model_info_from_proto(path, r.proto)?;
+    // The reference, in this process.
+    let discovery = Discovery::from_env();
+    let rt = runtime::runtime(&discovery)?;
+    let settings = SessionSettings {
+        optimization: r.optimization,
+        ..Default::default()
+    };
+    let reference = match ModelSession::open(rt, &info, &settings) {
+        Err(e) => Err(one_line(&e.to_string())),
+        Ok((mut s, _)) => {
+            let feed = r.feed;
+            s.run(|n| feed.iter().find(|(k, _)| k == n).map(|(_, t)| t))
+                .map(|v| v.into_iter().collect::<HashMap<_, _>>())
+                .map_err(|e| one_line(&e.to_string()))
+        }
+    };
+
+    // The runtime, in a child process.
+    let mut description: Option<String> = None;
+    let actual: Result<HashMap<String, HostTensor>, (FailKind, String)> = match r.runtime {
+        Runtime::OrtEp(provider) => {
+            let feeds = vec![r.feed.to_vec()];
+            let out = ort_ep::run_ort_ep(&OrtEpRequest {
+                model: path,
+                provider,
+                optimization: r.optimization,
+                session: Vec::new(),
+                outputs: Some(outputs.to_vec()),
+                feeds: &feeds,
+                timeout: r.timeout,
+            })?;
+            description = Some(out.description.clone());
+            match out.result {
+                Ok(mut runs) => Ok(runs.pop().unwrap_or_default()),
+                Err(f) => Err((
+                    FailKind::from_class(f.class),
+                    format!("{} ({}): {}", f.class.label(), f.stage, f.message),
+                )),
+            }
+        }
+        Runtime::External(kind) => {
+            let mut w = Vec::new();
+            match run_external(
+                kind,
+                &info,
+                std::slice::from_ref(&r.feed.to_vec()),
+                r.optimization,
+                WebgpuPins::LayerAssignment,
+                r.timeout,
+                &mut w,
+            ) {
+                Ok(mut ext) => {
+                    description = Some(ext.info.description.clone());
+                    Ok(ext.outputs.pop().unwrap_or_default())
+                }
+                Err(e @ (VerifyError::RuntimeNotFound(_) | VerifyError::RuntimeLoad { .. })) => {
+                    return Err(e)
+                }
+                Err(e) => {
+                    let text = one_line(&e.to_string());
+                    let kind = if text.contains("did not finish within") {
+                        FailKind::Timeout
+                    } else if text.contains("without a result") {
+                        FailKind::Crash
+                    } else if text.contains("cannot load the model") {
+                        FailKind::NoSession
+                    } else {
+                        FailKind::RunError
+                    };
+                    Err((kind, text))
+                }
+            }
+        }
+    };
+    let failure = match (&actual, &reference) {
+        (Err(f), _) => Some(f.clone()),
+        (Ok(_), Err(_)) => None,
+        (Ok(a), Ok(r)) => {
+            let judge = Judge::tolerance(tolerance);
+            let mut found = None;
+            for name in outputs {
+                let Some(b) = r.get(name) else { continue };
+                let Some(x) = a.get(name) else {
+                    found = Some((
+                        FailKind::WrongShape,
+                        format!("value '{name}' was not produced"),
+                    ));
+                    break;
+                };
+                let c = compare::compare_with(name, b, x, judge);
+                match c.status {
+                    Status::Ok => {}
+                    Status::ShapeMismatch | Status::DtypeMismatch | Status::Missing => {
+                        found = Some((
+                            FailKind::WrongShape,
+                            format!(
+                                "value '{name}': {} {} on ONNX Runtime CPU, {} {} here",
+                                c.dtype,
+                                fmt_shape(&c.shape),
+                                c.actual_dtype.clone().unwrap_or_default(),
+                                c.actual_shape.as_deref().map(fmt_shape).unwrap_or_default()
+                            ),
+                        ));
+                        break;
+                    }
+                    Status::Mismatch => {
+                        found = Some((
+                            FailKind::WrongValues,
+                            format!(
+                                "value '{name}': {} of {} elements differ from ONNX Runtime CPU, largest difference {:e}",
+                                c.mismatched,
+                                c.elements,
+                                c.max_abs_err.unwrap_or(f64::NAN)
+                            ),
+                        ));
+                        break;
+                    }
+                }
+            }
+            found
+        }
+    };
+    Ok((Outcome { failure, reference }, description))
 }
 
 /// Bisects `model` on `opts.runtime`. `Ok` carries the report whether or not a culprit was
@@ -778,13 +821,6 @@ pub fn bisect(model: &Path, opts: &BisectOptions) -> Result<BisectReport, Verify
     let attributes: Vec<String> = node.attribute.iter().map(attr_text).collect();
     let op = node.op_type.clone().unwrap_or_default();
     let domain = node.domain.clone().unwrap_or_default();
-    let first_dtype = node
-        .input
-        .first()
-        .filter(|i| !i.is_empty())
-        .map(|i| shape_of(i))
-        .and_then(|s| s.split('[').next().map(str::to_string))
-        .filter(|s| s != "?" && !s.is_empty());
     let culprit = Culprit {
         index: hi - 1,
         name: node.name.clone().unwrap_or_default(),
@@ -796,13 +832,52 @@ pub fn bisect(model: &Path, opts: &BisectOptions) -> Result<BisectReport, Verify
         message: fail.1.clone(),
         reference_error: fail_ref,
     };
-    report.rule_yaml = Some(rule_yaml(
-        &culprit,
-        node,
-        first_dtype.as_deref(),
-        opts,
-        model,
-    ));
+    let culprit_dtypes: Vec<Option<String>> = node
+        .input
+        .iter()
+        .map(|i| {
+            Some(shape_of(i))
+                .filter(|_| !i.is_empty())
+                .and_then(|s| s.split('[').next().map(str::to_string))
+                .filter(|s| s != "?" && !s.is_empty())
+        })
+        .collect();
+    let (conds, still) = narrow_conds(g, b.order[hi - 1], &culprit_dtypes);
+    if !still.is_empty() {
+        b.warnings.push(format!(
+            "no condition on attributes, input types or dims leaves out {} other {} node(s) ({}): the rule pins them too",
+            still.len(),
+            op,
+            still.join(", ")
+        ));
+    }
+    let yaml = rule_yaml(&culprit, &conds, opts, model);
+    // The compiler's check: the rule fires on the culprit and on no other node.
+    let rules_path = b.work.0.join("bisect-rule.yaml");
+    let base = opts
+        .target
+        .clone()
+        .unwrap_or_else(|| crate::probe::nearest_builtin(&opts.runtime).to_string());
+    let id = format!("bisect-{}-on-cpu", op.to_ascii_lowercase());
+    let fired = std::fs::write(&rules_path, &yaml)
+        .map_err(|e| e.to_string())
+        .and_then(|_| rule_fires_on(&bisected, &base, &rules_path, &id));
+    match fired {
+        Ok(nodes) => {
+            let extra: Vec<&String> = nodes.iter().filter(|n| **n != culprit.name).collect();
+            if !extra.is_empty() && still.is_empty() {
+                b.warnings.push(format!(
+                    "the compiler finds the rule on {} other node(s) too: {}",
+                    extra.len(),
+                    extra.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+                ));
+            }
+        }
+        Err(e) => b
+            .warnings
+            .push(format!("the suggested rule does not compile: {}", scrub_paths(&e))),
+    }
+    report.rule_yaml = Some(yaml);
     report.culprit = Some(culprit);
     report.runs = b.runs;
     report.steps = steps;
@@ -840,40 +915,89 @@ fn attr_text(a: &crate::proto::AttributeProto) -> String {
     format!("{name}={v}")
 }
 
-/// The narrowest rule matching the culprit: its op and domain, its string attributes (a mode),
-/// and its first input's element type; the action pins it to the CPU.
+/// Removes file paths from a runtime's message (the temporary files bisect runs): an absolute
+/// path is replaced by its file name.
+pub(crate) fn scrub_paths(message: &str) -> String {
+    message
+        .split(' ')
+        .map(|w| {
+            let core = w.trim_matches(|c: char| "'\"`()[],:;".contains(c));
+            if core.starts_with('/') && core[1..].contains('/') {
+                let base = core.rsplit('/').next().unwrap_or("");
+                w.replace(core, base)
+            } else {
+                w.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The narrowest rule for the culprit: its op and domain, then the fewest conditions on its
+/// attributes and input types and dims (probe's separation) that leave out every other node of
+/// the graph with that op. Returns the conditions and the other nodes it still matches.
+pub(crate) fn narrow_conds(
+    g: &crate::proto::GraphProto,
+    culprit: usize,
+    culprit_dtypes: &[Option<String>],
+) -> (Vec<crate::probe::Cond>, Vec<String>) {
+    let node = &g.node[culprit];
+    let mut bad = crate::probe::node_features(g, node);
+    for (slot, d) in culprit_dtypes.iter().enumerate() {
+        if let (Some(d), Some(x)) = (d, bad.dtypes.get_mut(slot)) {
+            if x.is_none() {
+                *x = Some(d.clone());
+            }
+        }
+    }
+    let others: Vec<(String, crate::probe::Features)> = g
+        .node
+        .iter()
+        .enumerate()
+        .filter(|(i, n)| {
+            *i != culprit
+                && n.op_type == node.op_type
+                && n.domain.as_deref().unwrap_or("") == node.domain.as_deref().unwrap_or("")
+        })
+        .map(|(i, n)| {
+            let mut f = crate::probe::node_features(g, n);
+            // An input type the graph does not record may be the culprit's: assume it is, so
+            // that a type condition never seems to leave out a node it would match.
+            for (slot, d) in f.dtypes.iter_mut().enumerate() {
+                if d.is_none() {
+                    *d = bad.dtypes.get(slot).cloned().flatten();
+                }
+            }
+            (n.name.clone().unwrap_or_else(|| format!("#{i}")), f)
+        })
+        .collect();
+    let passing: Vec<(&str, &crate::probe::Features)> =
+        others.iter().map(|(n, f)| (n.as_str(), f)).collect();
+    crate::probe::separate(&[&bad], &passing)
+}
+
+/// The rules file for the culprit (see [`narrow_conds`]); the action pins it to the CPU.
 fn rule_yaml(
     c: &Culprit,
-    node: &NodeProto,
-    first_dtype: Option<&str>,
+    conds: &[crate::probe::Cond],
     opts: &BisectOptions,
     model: &Path,
 ) -> String {
     let q = |s: &str| serde_json::Value::String(s.to_string()).to_string();
-    let mut parts = vec![format!("op: {}", c.op), format!("domain: {}", q(&c.domain))];
-    let strings: Vec<String> = node
-        .attribute
-        .iter()
-        .filter_map(|a| {
-            let s = a.s.as_ref()?;
-            let name = a.name.as_deref()?;
-            Some(format!("{name}: {}", q(&String::from_utf8_lossy(s))))
-        })
-        .collect();
-    if !strings.is_empty() {
-        parts.push(format!("attr: {{{}}}", strings.join(", ")));
-    }
-    if let Some(dt) = first_dtype {
-        parts.push(format!("input: {{0: {{dtype: {dt}}}}}"));
-    }
+    let m = crate::probe::match_yaml(std::slice::from_ref(&c.op), &c.domain, conds);
     let id = format!("bisect-{}-on-cpu", c.op.to_ascii_lowercase());
+    let words: Vec<String> = conds.iter().map(|c| c.words()).collect();
+    let what = if words.is_empty() {
+        format!("{} node '{}'", c.op, c.name)
+    } else {
+        format!("{} node '{}' ({})", c.op, c.name, words.join(", "))
+    };
+    let msg = scrub_paths(&crate::probe::gist(&c.message));
     let why = format!(
-        "{} node '{}' fails on {} ({}): {}",
-        c.op,
-        c.name,
+        "{what} fails on {} ({}): {}",
         opts.runtime,
         c.class.label(),
-        c.message.chars().take(300).collect::<String>()
+        msg.chars().take(300).collect::<String>()
     );
     let evidence = format!(
         "onnx-safeify bisect {} --runtime {}",
@@ -884,11 +1008,44 @@ fn rule_yaml(
         opts.runtime
     );
     format!(
-        "# Suggested by onnx-safeify bisect; use with --rules FILE (with the target you compile for).\nrules:\n  - id: {id}\n    why: {}\n    evidence: [{}]\n    match: {{{}}}\n    action: cpu\n",
+        "# Suggested by onnx-safeify bisect; use with --rules FILE (with the target you compile for).\nrules:\n  - id: {id}\n    why: {}\n    evidence: [{}]\n    match: {m}\n    action: cpu\n",
         q(&why),
         q(&evidence),
-        parts.join(", ")
     )
+}
+
+/// Compiles `model` with `rules` over `base` (check only) and returns the nodes the rule `id`
+/// fires on.
+fn rule_fires_on(model: &Path, base: &str, rules: &Path, id: &str) -> Result<Vec<String>, String> {
+    let t = crate::compile::load_target(base, &[rules.to_path_buf()]).map_err(|e| e.to_string())?;
+    let mut doc = crate::load(model).map_err(|e| e.to_string())?;
+    let o = crate::compile::options(Vec::new()).map_err(|e| e.to_string())?;
+    let c = crate::compile::compile_document(&mut doc, &t, &o, true, model)
+        .map_err(|e| e.to_string())?;
+    let mut nodes: Vec<String> = c
+        .report
+        .applied
+        .iter()
+        .filter(|a| a.rule == id)
+        .map(|a| a.node.clone())
+        .chain(
+            c.report
+                .fallbacks
+                .iter()
+                .filter(|f| f.rule == id)
+                .map(|f| f.node.clone()),
+        )
+        .chain(
+            c.report
+                .remaining
+                .iter()
+                .filter(|f| f.rule == id)
+                .map(|f| f.node.clone()),
+        )
+        .collect();
+    nodes.sort();
+    nodes.dedup();
+    Ok(nodes)
 }
 
 /// The report as text.
@@ -1022,5 +1179,116 @@ mod tests {
         ));
         assert!(parse_runtime("cpu").is_err());
         assert!(parse_runtime("ort-ep:").is_err());
+    }
+}
+
+#[cfg(test)]
+mod narrow_tests {
+    use super::*;
+    use crate::proto::{AttributeProto, GraphProto, NodeProto};
+
+    fn attr_s(n: &str, v: &str) -> AttributeProto {
+        AttributeProto {
+            name: Some(n.into()),
+            s: Some(v.as_bytes().to_vec()),
+            ..Default::default()
+        }
+    }
+
+    fn attr_i(n: &str, v: i64) -> AttributeProto {
+        AttributeProto {
+            name: Some(n.into()),
+            i: Some(v),
+            ..Default::default()
+        }
+    }
+
+    fn resize(name: &str, attrs: Vec<AttributeProto>) -> NodeProto {
+        NodeProto {
+            name: Some(name.into()),
+            op_type: Some("Resize".into()),
+            input: vec![format!("{name}_in"), String::new(), "scales".into()],
+            output: vec![format!("{name}_out")],
+            attribute: attrs,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_rule_leaves_out_the_other_nodes_of_the_op() {
+        let g = GraphProto {
+            node: vec![
+                resize("up", vec![attr_s("mode", "linear")]),
+                resize("smooth", vec![attr_s("mode", "linear"), attr_i("antialias", 1)]),
+                resize("near", vec![attr_s("mode", "nearest")]),
+            ],
+            ..Default::default()
+        };
+        let dt = vec![Some("float32".to_string()), None, Some("float32".into())];
+        let (conds, still) = narrow_conds(&g, 1, &dt);
+        assert!(still.is_empty(), "{still:?}");
+        // One condition is enough: antialias=1 (mode=linear alone would take 'up' too).
+        assert_eq!(
+            conds,
+            vec![crate::probe::Cond::Attr(
+                "antialias".into(),
+                crate::probe::AttrVal::Int(1)
+            )]
+        );
+        let m = crate::probe::match_yaml(&["Resize".into()], "", &conds);
+        assert_eq!(m, "{op: Resize, domain: \"\", attr: {antialias: 1}}");
+        // The only Resize: the op alone is the narrowest rule.
+        let one = GraphProto {
+            node: vec![resize("smooth", vec![attr_s("mode", "linear")])],
+            ..Default::default()
+        };
+        let (conds, still) = narrow_conds(&one, 0, &dt);
+        assert!(conds.is_empty() && still.is_empty());
+        // Two identical nodes cannot be told apart: reported, not hidden.
+        let twins = GraphProto {
+            node: vec![
+                resize("a", vec![attr_s("mode", "linear")]),
+                resize("b", vec![attr_s("mode", "linear")]),
+            ],
+            ..Default::default()
+        };
+        let (_, still) = narrow_conds(&twins, 0, &dt);
+        assert_eq!(still, vec!["b".to_string()]);
+    }
+
+    #[test]
+    fn why_has_no_temporary_paths() {
+        let m = "/tmp/onnx-safeify-bisect-1-2-0/prefix_1.onnx: webgpu failed: Status Message: The antialias attribute of Resize operator is NOT implemented.";
+        let w = scrub_paths(&crate::probe::gist(m));
+        assert_eq!(
+            w,
+            "The antialias attribute of Resize operator is NOT implemented."
+        );
+        let w = scrub_paths(m);
+        assert!(!w.contains("/tmp"), "{w}");
+        assert!(w.starts_with("prefix_1.onnx: webgpu failed"), "{w}");
+        let c = Culprit {
+            index: 1,
+            name: "smooth".into(),
+            op: "Resize".into(),
+            domain: String::new(),
+            inputs: vec![],
+            attributes: vec![],
+            class: FailKind::RunError,
+            message: m.into(),
+            reference_error: None,
+        };
+        let opts = BisectOptions {
+            runtime: "webgpu".into(),
+            ..Default::default()
+        };
+        let conds = vec![crate::probe::Cond::Attr(
+            "antialias".into(),
+            crate::probe::AttrVal::Int(1),
+        )];
+        let y = rule_yaml(&c, &conds, &opts, Path::new("/tmp/x/seeded.onnx"));
+        assert!(!y.contains("/tmp"), "{y}");
+        assert!(y.contains("match: {op: Resize, domain: \"\", attr: {antialias: 1}}"), "{y}");
+        assert!(y.contains("with antialias=1"), "{y}");
     }
 }

@@ -60,6 +60,8 @@ enum Command {
     Doctor(DoctorArgs),
     /// Find the node where a model starts to fail on a runtime, and the rule that pins it.
     Bisect(onnx_safeify::bisect::BisectArgs),
+    /// Run a suite of small models on a runtime, compare with ONNX Runtime CPU, and write a target with a rule per failure.
+    Probe(onnx_safeify::probe::ProbeArgs),
     /// Print a shell completion script (bash, zsh, fish, powershell, elvish) to stdout.
     Completions {
         /// The shell.
@@ -270,6 +272,7 @@ where
         Some(Command::Verify(args)) => Ok(onnx_safeify::verify::run_cli(&args)),
         Some(Command::Doctor(a)) => doctor(&a),
         Some(Command::Bisect(a)) => Ok(onnx_safeify::bisect::run_cli(&a)),
+        Some(Command::Probe(a)) => Ok(onnx_safeify::probe::run_cli(&a)),
         Some(Command::Completions { shell }) => completions(shell),
         Some(Command::Man { subcommand }) => man(subcommand.as_deref()),
         None => compile(&cli.compile),

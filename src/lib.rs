@@ -135,6 +135,7 @@ pub mod io;
 pub mod ir;
 pub mod nchwc_probe;
 pub mod partition;
+pub mod probe;
 pub mod report;
 pub mod rewrite;
 pub mod rules;
