@@ -198,12 +198,12 @@ fn the_mutable_walker_hands_each_body_what_its_parent_computed() {
     );
 }
 
-/// x -> com.microsoft::QAttention (no decomposition) -> y.
+/// x -> com.microsoft::Inverse (no decomposition) -> y.
 fn undecomposable() -> onnx_safeify::Model {
     let g = GraphProto {
         name: Some("q".into()),
         node: vec![{
-            let mut n = node("QAttention", "qattn", &["x", "w", "s"], &["y"]);
+            let mut n = node("Inverse", "inv", &["x", "w", "s"], &["y"]);
             n.domain = Some("com.microsoft".into());
             n
         }],
@@ -240,16 +240,16 @@ fn a_refusal_is_a_value_with_a_cause() {
     let target = parse_target_str("t.yaml", UNFUSE_MS).unwrap();
     let sizes = Sizes::none();
     let cx = Cx::new(&m, &target, &sizes, "safeify_cpu");
-    let qattn = m.graph.order[0];
+    let inv = m.graph.order[0];
     let pass = pass_for("unfuse").unwrap();
-    assert_eq!(pass.pending(&cx, &target.rules[0], qattn), Pending::Fires);
-    let plans = pass.plan(&cx, 0, &[qattn]);
+    assert_eq!(pass.pending(&cx, &target.rules[0], inv), Pending::Fires);
+    let plans = pass.plan(&cx, 0, &[inv]);
     assert_eq!(plans.len(), 1);
     let refusal = plans[0].outcome.as_ref().unwrap_err();
     assert_eq!(refusal.cause, Cause::NoRewrite);
     assert!(refusal.reason.contains("no decomposition"), "{refusal}");
-    assert_eq!(plans[0].covers[0].name, "qattn");
-    assert_eq!(plans[0].covers[0].op, "com.microsoft::QAttention");
+    assert_eq!(plans[0].covers[0].name, "inv");
+    assert_eq!(plans[0].covers[0].op, "com.microsoft::Inverse");
 
     // The driver reports it once, as unsupported, and leaves the node as it was.
     let mut m = m;
@@ -257,15 +257,13 @@ fn a_refusal_is_a_value_with_a_cause() {
     assert!(report.applied.is_empty());
     assert_eq!(report.remaining.len(), 1, "{:?}", report.remaining);
     assert_eq!(report.remaining[0].kind, FindingKind::Unsupported);
-    assert_eq!(report.remaining[0].node, "qattn");
+    assert_eq!(report.remaining[0].node, "inv");
     assert_eq!(m.graph.node_count(), 1);
     // The same decomposition, asked directly, gives the same cause.
     let facts = onnx_safeify::infer::infer_model(&m, &Default::default());
     let ctx = unfuse::UnfuseCtx::new(17, "r", &facts);
     assert_eq!(
-        unfuse::unfuse_node(&ctx, &m.graph, qattn)
-            .unwrap_err()
-            .cause,
+        unfuse::unfuse_node(&ctx, &m.graph, inv).unwrap_err().cause,
         Cause::NoRewrite
     );
 }
@@ -331,9 +329,9 @@ fn a_node_that_cannot_be_rewritten_falls_back_to_the_cpu() {
             fb.to.as_str(),
             fb.rule.as_str()
         ),
-        ("qattn", "no-rewrite", "cpu", "unfuse-ms")
+        ("inv", "no-rewrite", "cpu", "unfuse-ms")
     );
-    assert_eq!(report.pinned, ["qattn"]);
+    assert_eq!(report.pinned, ["inv"]);
     let node = m.graph.node(m.graph.order[0]);
     assert_eq!(node.metadata("layer_ann"), Some("safeify_cpu"));
     assert_eq!(node.metadata("onnx_safeify.rule"), Some("unfuse-ms"));

@@ -21,16 +21,16 @@ use super::rw::{unsupported, Rw};
 use super::{UnfuseCtx, Unsupported};
 
 /// What one attention needs once Q, K, V are 3-D `[B, S, D]` tensors.
-struct Heads {
-    q: PValue,
-    k: PValue,
-    v: PValue,
-    num_heads: i64,
+pub(super) struct Heads {
+    pub(super) q: PValue,
+    pub(super) k: PValue,
+    pub(super) v: PValue,
+    pub(super) num_heads: i64,
     /// Hidden size of Q and K (for the default scale).
-    qk_hidden: Option<i64>,
+    pub(super) qk_hidden: Option<i64>,
 }
 
-fn check_heads(rw: &Rw) -> Result<i64, Unsupported> {
+pub(super) fn check_heads(rw: &Rw) -> Result<i64, Unsupported> {
     match rw.attr("num_heads").and_then(|a| a.i()) {
         Some(n) if n > 0 => Ok(n),
         _ => unsupported("num_heads is required"),
@@ -80,7 +80,7 @@ fn arange_i32(rw: &mut Rw, hint: &str, n: i64) -> PValue {
 /// * 2-D `[B, T]` and 3-D `[B, S, T]`: kept where the mask is > 0.
 ///
 /// The 4-D Megatron mask has no CPU kernel; other forms are refused.
-fn key_mask(rw: &mut Rw, i: usize, t: Option<i64>) -> Result<PValue, Unsupported> {
+pub(super) fn key_mask(rw: &mut Rw, i: usize, t: Option<i64>) -> Result<PValue, Unsupported> {
     let m = rw.need(i, "mask")?;
     if rw.in_facts(i).dtype != Some(dtype::INT32) {
         return unsupported("the mask is not int32");
@@ -128,6 +128,15 @@ fn key_mask(rw: &mut Rw, i: usize, t: Option<i64>) -> Result<PValue, Unsupported
     }
 }
 
+/// Whether mask input `i` is the 2-D "dummy" mask `[B, 1]` or `[1, 1]` that ONNX Runtime's
+/// Attention and QAttention kernels ignore (`MASK_2D_DUMMY`: measured, a mask of zeros of that
+/// shape leaves the output as without a mask). Only a static second dimension of 1 is told
+/// apart; a dynamic one is read as `[B, T]`.
+pub(super) fn dummy_mask(rw: &Rw, i: usize) -> bool {
+    let f = rw.in_facts(i);
+    f.rank() == Some(2) && f.dim(1) == Some(1)
+}
+
 fn int32_zero(rw: &mut Rw) -> PValue {
     let t = crate::proto::TensorProto {
         dims: vec![],
@@ -139,7 +148,7 @@ fn int32_zero(rw: &mut Rw) -> PValue {
 }
 
 /// The causal pattern `[S, T]` (key `j` kept for query `i` when `j <= i`) for a static length.
-fn causal_keep(rw: &mut Rw, s: Option<i64>) -> Result<PValue, Unsupported> {
+pub(super) fn causal_keep(rw: &mut Rw, s: Option<i64>) -> Result<PValue, Unsupported> {
     let Some(s) = s.filter(|&s| s > 0 && s <= 4096) else {
         return unsupported("unidirectional attention needs a static sequence length");
     };
@@ -150,14 +159,14 @@ fn causal_keep(rw: &mut Rw, s: Option<i64>) -> Result<PValue, Unsupported> {
 }
 
 /// What is added to, or masks, the scaled scores.
-struct Terms {
+pub(super) struct Terms {
     /// The attention bias (working type).
-    bias: Option<PValue>,
+    pub(super) bias: Option<PValue>,
     /// Keys kept by the padding mask (boolean, broadcast over `[B, N, S, T]`).
-    keep: Option<PValue>,
+    pub(super) keep: Option<PValue>,
     /// Keys kept by the causal mask (boolean `[S, T]`).
-    causal: Option<PValue>,
-    filter: f32,
+    pub(super) causal: Option<PValue>,
+    pub(super) filter: f32,
 }
 
 /// Multi-head scaled dot-product attention on 3-D Q, K, V in the working type; returns
@@ -166,7 +175,7 @@ struct Terms {
 /// `mask_filter_value` where the padding mask masks (three roundings, in that order), future
 /// keys set to -inf when causal (a row masked by padding alone still attends to its past and
 /// present keys), MLAS softmax, then `P V`.
-fn sdpa(
+pub(super) fn sdpa(
     rw: &mut Rw,
     h: Heads,
     scale: Option<f32>,
@@ -242,7 +251,7 @@ fn split_const(rw: &mut Rw, i: usize, sizes: [i64; 3], names: [&str; 3]) -> Opti
 }
 
 /// Split a value along its last axis with Slice.
-fn split_slices(rw: &mut Rw, x: PValue, sizes: [i64; 3]) -> [PValue; 3] {
+pub(super) fn split_slices(rw: &mut Rw, x: PValue, sizes: [i64; 3]) -> [PValue; 3] {
     let a = rw.slice(x, &[0], &[sizes[0]], &[-1]);
     let b = rw.slice(x, &[sizes[0]], &[sizes[0] + sizes[1]], &[-1]);
     let c = rw.slice(
@@ -348,7 +357,7 @@ pub fn attention(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch, Unsuppo
     let filter = rw.attr_f("mask_filter_value", -10000.0);
     let s = rw.in_facts(0).dim(1);
     let mut keep = None;
-    if rw.input(3).is_some() {
+    if rw.input(3).is_some() && !dummy_mask(&rw, 3) {
         keep = Some(key_mask(&mut rw, 3, s)?);
     }
     let mut causal = None;

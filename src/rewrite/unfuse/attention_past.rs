@@ -348,38 +348,79 @@ pub fn attention_with_past(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patc
     let q = proj(wq, bias.map(|b| b[0]));
     let k = proj(wk, bias.map(|b| b[1]));
     let v = proj(wv, bias.map(|b| b[2]));
-    let past_w = match rw.in_facts(4).dtype {
+    let packed = Packed {
+        past: (4, past),
+        mask: 3,
+        bias: Some(5),
+        heads,
+        qk_hidden: sizes[0],
+        work,
+        dt,
+    };
+    let (y, present) = packed_past_step(&mut rw, [q, k, v], packed)?;
+    rw.finish(&[(0, y), (1, present)])
+}
+
+/// Where the GPT-2 layout's state is, for [`packed_past_step`].
+pub(super) struct Packed {
+    /// The `past` input `[2, B, N, P, H]`: its index and value.
+    pub(super) past: (usize, PValue),
+    /// The index of the `mask_index` input (read when present).
+    pub(super) mask: usize,
+    /// The index of the `attention_bias` input, if the operator has one.
+    pub(super) bias: Option<usize>,
+    pub(super) heads: i64,
+    pub(super) qk_hidden: i64,
+    /// The working type and the element type of the output.
+    pub(super) work: i32,
+    pub(super) dt: i32,
+}
+
+/// The attention step of the packed-past layout (Attention, QAttention) once Q, K, V `[B, S,
+/// N*H]` are projected (working type): past keys and values gathered from `past`, [`core`],
+/// and `present = [K_all; V_all]`. Returns `(output, present)` in the element type `dt`.
+pub(super) fn packed_past_step(
+    rw: &mut Rw,
+    [q, k, v]: [PValue; 3],
+    st: Packed,
+) -> Result<(PValue, PValue), Unsupported> {
+    let (pi, past) = st.past;
+    let work = st.work;
+    let past_w = match rw.in_facts(pi).dtype {
         Some(t) if t != work => rw.cast(past, work),
         _ => past,
     };
-    let i0 = i64_scalar(&mut rw, "past_keys", 0);
-    let i1 = i64_scalar(&mut rw, "past_values", 1);
+    let i0 = i64_scalar(rw, "past_keys", 0);
+    let i1 = i64_scalar(rw, "past_values", 1);
     let ax0 = [("axis", AttrValue::Int(0))];
     let past_k = rw.op("Gather", &[past_w, i0], &ax0);
     let past_v = rw.op("Gather", &[past_w, i1], &ax0);
-    let st = Step {
+    let step = Step {
         q,
         k,
         v,
         past_k,
         past_v,
-        heads,
-        qk_hidden: Some(sizes[0]),
+        heads: st.heads,
+        qk_hidden: Some(st.qk_hidden),
         s_known: rw.in_facts(0).dim(1),
         causal: rw.attr_i("unidirectional", 0) != 0,
-        mask: rw.input(3).map(|_| 3),
-        bias: Some(5),
+        mask: rw
+            .input(st.mask)
+            .filter(|_| !super::attention::dummy_mask(rw, st.mask))
+            .map(|_| st.mask),
+        bias: st.bias,
         work,
     };
-    let (mut y, k_all, v_all) = core(&mut rw, st)?;
+    let (mut y, k_all, v_all) = core(rw, step)?;
     let ka = rw.unsqueeze(k_all, &[0]);
     let va = rw.unsqueeze(v_all, &[0]);
     let mut present = rw.op("Concat", &[ka, va], &ax0);
-    if work != dt {
-        y = rw.cast(y, dt);
-        present = rw.cast(present, dt);
+    if work != st.dt {
+        y = rw.cast(y, st.dt);
+        present = rw.cast(present, st.dt);
     }
-    rw.finish(&[(0, y), (1, present)])
+    Ok((y, present))
 }
 
 /// com.microsoft MultiHeadAttention with 3-D query/key/value and a BNSH `past_key` /

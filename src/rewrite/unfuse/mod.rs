@@ -28,6 +28,7 @@ pub mod layer_norm;
 pub mod matmul_nbits;
 pub mod nchwc;
 pub mod packed;
+pub mod qattention;
 pub mod quant;
 pub mod rotary;
 pub mod rw;
@@ -153,6 +154,7 @@ pub const REGISTRY: &[(&str, &str, Decompose, Exactness)] = &[
         ROUNDING,
     ),
     (MS_DOMAIN, "Attention", attention::attention, ROUNDING),
+    (MS_DOMAIN, "QAttention", qattention::qattention, ROUNDING),
     (
         MS_DOMAIN,
         "MultiHeadAttention",

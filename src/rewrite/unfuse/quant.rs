@@ -49,7 +49,7 @@ use super::{UnfuseCtx, Unsupported};
 use crate::rewrite::pass::{Cause, Refusal};
 
 /// Refuse below opset 10 (no QuantizeLinear/DequantizeLinear/MatMulInteger/QLinearConv).
-fn need_opset10(rw: &Rw) -> Result<(), Unsupported> {
+pub(super) fn need_opset10(rw: &Rw) -> Result<(), Unsupported> {
     if rw.opset < 10 {
         return Err(Refusal::new(
             Cause::Limit,
@@ -63,7 +63,7 @@ fn need_opset10(rw: &Rw) -> Result<(), Unsupported> {
 }
 
 /// The 8-bit element type of input `i` (uint8 or int8).
-fn quant_dtype(rw: &Rw, i: usize) -> Result<i32, Unsupported> {
+pub(super) fn quant_dtype(rw: &Rw, i: usize) -> Result<i32, Unsupported> {
     match rw.in_facts(i).dtype {
         Some(t @ (dtype::UINT8 | dtype::INT8)) => Ok(t),
         Some(t) => unsupported(format!(
@@ -79,7 +79,7 @@ fn quant_dtype(rw: &Rw, i: usize) -> Result<i32, Unsupported> {
 
 /// A scale or zero point that must be per-tensor: refuse a known shape with more than one
 /// element.
-fn per_tensor(rw: &Rw, i: usize, what: &str) -> Result<(), Unsupported> {
+pub(super) fn per_tensor(rw: &Rw, i: usize, what: &str) -> Result<(), Unsupported> {
     if let Some(shape) = rw.in_facts(i).shape {
         let known: Option<i64> = shape.iter().map(|d| d.known()).product();
         if shape.len() > 1 || known.is_some_and(|n| n != 1) {
@@ -1285,7 +1285,7 @@ pub fn qlinear_matmul(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch, Un
 }
 
 /// Float32 input `i` (a scale or a float bias).
-fn need_f32(rw: &Rw, i: usize, what: &str) -> Result<PValue, Unsupported> {
+pub(super) fn need_f32(rw: &Rw, i: usize, what: &str) -> Result<PValue, Unsupported> {
     let v = rw.need(i, what)?;
     match rw.in_facts(i).dtype {
         Some(dtype::FLOAT) => Ok(v),
@@ -1301,7 +1301,7 @@ fn need_f32(rw: &Rw, i: usize, what: &str) -> Result<PValue, Unsupported> {
 }
 
 /// A B scale: per-tensor, or per column (`[N]`, broadcast over the last axis of the product).
-fn b_scale_ok(rw: &Rw, i: usize) -> Result<(), Unsupported> {
+pub(super) fn b_scale_ok(rw: &Rw, i: usize) -> Result<(), Unsupported> {
     match rw.in_facts(i).rank() {
         Some(0 | 1) => Ok(()),
         Some(r) => unsupported(format!("B scale (input {i}) of rank {r}")),
