@@ -160,6 +160,7 @@ fn a_short_fuzz_of_every_family_meets_the_declared_classes() {
         "DynamicQuantizeMatMul",
         "Attention",
         "MultiHeadAttention",
+        "QAttention",
     ];
     let rows = fuzz(&py, &families, 25, 39);
     assert_clean(&rows, &families);

@@ -566,6 +566,70 @@ def gen_mha(g):
     return m, feeds
 
 
+def gen_qattention(g):
+    """QAttention: uint8 input (the CPU kernel's only input type), uint8/int8 weights, per-tensor
+    or per-column weight scales and zero points, every mask form the CPU kernel takes (the 2-D
+    dummy [B, 1] mask included), causal, and GPT-2 past state with the present output."""
+    B, S = int(g.r.integers(1, 3)), int(g.r.integers(1, 7))
+    heads = int(g.r.choice([1, 2, 4]))
+    hs = int(g.r.choice([2, 4, 8, 16]))
+    D = heads * hs
+    inp = int(g.r.choice([D, 8, 12]))
+    wdt = g.qdt()
+    attrs = {"num_heads": heads}
+    if g.r.random() < 0.3:
+        attrs["unidirectional"] = 1
+    if g.r.random() < 0.2:
+        attrs["mask_filter_value"] = float(g.r.choice([-10000.0, -1e9]))
+    if g.r.random() < 0.2:
+        attrs["scale"] = float(g.r.uniform(0.05, 1))
+    # Scales such that the projections are O(1) (accumulators of inp products of up to 255 * 128).
+    x_scale = g.scale(lo=-2.5, hi=-1.0)
+    per_col = g.r.random() < 0.4
+    w_scale = g.scale((3 * D,) if per_col else (), lo=-3.0, hi=-1.5) / np.float32(np.sqrt(inp))
+    inits = [numpy_helper.from_array(g.qrand([inp, 3 * D], wdt), "w"),
+             numpy_helper.from_array((g.r.standard_normal(3 * D) * 0.3).astype(np.float32), "b"),
+             const("xs", x_scale, F), const("ws", w_scale.astype(np.float32), F)]
+    ins = ["X", "w", "b", "xs", "ws"]
+    feeds = {"X": g.qrand([B, S, inp], U8)}
+    inputs = [vi("X", U8, [B, S, inp])]
+    past = g.r.random() < 0.25
+    P = int(g.r.integers(0, 5)) if past else 0
+    T = P + S
+    kind = str(g.r.choice(["none", "1d_len", "1d_end_start", "2d", "3d", "dummy"]))
+    if kind == "dummy":
+        m, shp = g.r.integers(0, 2, size=(B, 1)).astype(np.int32), [B, 1]
+    elif kind != "none":
+        m, shp = mask_index(g, kind, B, S, T)
+    if kind != "none":
+        ins.append("mask")
+        inputs.append(vi("mask", I32, shp))
+        feeds["mask"] = m
+    else:
+        ins.append("")
+    if g.r.random() < 0.6:
+        inits.append(const("xz", g.zp(U8), U8))
+        ins.append("xz")
+    else:
+        ins.append("")
+    if g.r.random() < 0.5:
+        inits.append(const("wz", g.zp(wdt, (3 * D,) if per_col and g.r.random() < 0.5 else ()), wdt))
+        ins.append("wz")
+    else:
+        ins.append("")
+    outs, out_vis = ["Y"], [vi("Y", F)]
+    if past:
+        ins.append("past")
+        inputs.append(vi("past", F, [2, B, heads, P, hs]))
+        feeds["past"] = g.floats([2, B, heads, P, hs], F, spread=1.0)
+        outs.append("present")
+        out_vis.append(vi("present", F))
+    while ins[-1] == "":
+        ins.pop()
+    m = make_model(ms("QAttention", ins, outs, **attrs), inputs, out_vis, inits)
+    return m, feeds
+
+
 # ---- decoder steps, diffusion UNets, fused MLPs (issue 34) ---------------------------------------
 # ONNX Runtime's CPU provider has no kernel for GemmFastGelu, BiasSplitGelu, GroupNorm and
 # SkipGroupNorm: BiasSplitGelu is judged against ONNX Runtime CPU running the unfused graph its
@@ -989,6 +1053,7 @@ FAMILIES = {
     "DynamicQuantizeMatMul": gen_dqmm,
     "Attention": gen_attention,
     "MultiHeadAttention": gen_mha,
+    "QAttention": gen_qattention,
     # Issue 34's decoder/diffusion/MLP ops (see REFERENCES for what each is judged against).
     "DecoderMaskedMultiHeadAttention": gen_dmmha,
     "GemmFastGelu": gen_gemm_fast_gelu,
