@@ -501,8 +501,13 @@ def gen_attention(g):
     feeds = {"X": g.floats([B, S, inp], dt, spread=float(g.r.choice([0.5, 1.0, 3.0])))}
     inputs = [vi("X", dt, [B, S, inp])]
     # (A 4-D mask has no CPU kernel: ONNX Runtime refuses it, so it is not drawn.)
-    kind = str(g.r.choice(["none", "1d_len", "1d_end_start", "2d", "3d"]))
-    if kind != "none":
+    kind = str(g.r.choice(["none", "1d_len", "1d_end_start", "2d", "3d", "dummy"]))
+    if kind == "dummy":
+        # [B, 1]: the 2-D "dummy" mask the kernel ignores, whatever it holds.
+        ins.append("mask")
+        inputs.append(vi("mask", I32, [B, 1]))
+        feeds["mask"] = g.r.integers(0, 2, size=(B, 1)).astype(np.int32)
+    elif kind != "none":
         m, shp = mask_index(g, kind, B, S, S)
         if kind == "4d":
             # The 4-D mask is [B, 1, max_sequence_length, max_sequence_length].
