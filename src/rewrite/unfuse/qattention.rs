@@ -22,7 +22,7 @@
 //! `past` input, below opset 10 (MatMulInteger; 11 with past state, for Range).
 
 use crate::ir::{Graph, NodeId};
-use crate::rewrite::{PValue, Patch};
+use crate::rewrite::Patch;
 use crate::tensor::dtype;
 
 use super::attention::{causal_keep, check_heads, dummy_mask, key_mask, sdpa, split_slices};
@@ -117,7 +117,8 @@ pub fn qattention(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch, Unsupp
     let w_zp = rw.input(7);
     if w_zp.is_some() {
         per_column_ok(&rw, 7, "weight_zero_point", 3 * hidden)?;
-        if rw.in_facts(7).dtype != rw.in_facts(1).dtype {
+        let (zt, wt) = (rw.in_facts(7).dtype, rw.in_facts(1).dtype);
+        if zt.is_some() && wt.is_some() && zt != wt {
             return unsupported("weight_zero_point's type is not the weight's");
         }
     }
@@ -182,6 +183,6 @@ pub fn qattention(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch, Unsupp
         num_heads: heads,
         qk_hidden: Some(hidden),
     };
-    let y: PValue = sdpa(&mut rw, h, scale, terms, dtype::FLOAT)?;
+    let y = sdpa(&mut rw, h, scale, terms, dtype::FLOAT)?;
     rw.finish(&[(0, y)])
 }
