@@ -335,11 +335,16 @@ pub fn group_query_attention(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Pa
         scores = rw.op("Add", &[scores, bias], &[]);
     }
     // Which key rows each query row attends: j < L, and j >= L - W with a window.
-    let valid = attended(&mut rw, &len, &rows, window, causal, mask_rank);
-    // A query row whose window holds no key (the padding rows of a shorter entry of a
-    // batched first prompt, with a local window) comes out as zeros from ONNX Runtime's
-    // kernel (it skips the softmax of an empty window); found by `tools/fuzz_decomp.py`.
-    let empty_rows_to_zero = if window > 0 && causal {
+    // Where a local window starts for the padding rows of a shorter entry of a batched first
+    // prompt (rows past the entry's total length) depends on ONNX Runtime 1.32's code path:
+    // its float32 kernel with a plain softmax and no softcap starts the window `W` before the
+    // row's unclipped causal length (a row whose window then holds no key comes out as zeros);
+    // float16, `softcap` and `smooth_softmax` start it `W` before the clipped length. Measured
+    // with `tools/fuzz_decomp.py` (cases kept in tests/data/fuzz_regressions/decomp).
+    let unclipped =
+        window > 0 && causal && dt == dtype::FLOAT && softcap == 0.0 && !smooth && sink.is_none();
+    let valid = attended(&mut rw, &len, &rows, window, causal, unclipped, mask_rank);
+    let empty_rows_to_zero = if unclipped {
         let v = rw.cast(valid, dtype::FLOAT);
         Some(rw.reduce("ReduceMax", v, &[-1], true))
     } else {
@@ -581,22 +586,22 @@ fn attention_bias(
 }
 
 /// The attended keys as a bool mask broadcastable to the scores `[B, .., S, C]` (rank
-/// `rank`): `j < L` and, with a window `W > 0`, `j >= L - W`, where
-/// `L = min(P_b + s + 1, T_b)`, or `L = T_b` without the causal mask.
+/// `rank`): `j < L` and, with a window `W > 0`, `j >= L - W` (`j >= U - W` when `unclipped`),
+/// where `U = P_b + s + 1` and `L = min(U, T_b)`, or `L = T_b` without the causal mask.
 fn attended(
     rw: &mut Rw,
     len: &Lengths,
     rows: &Rows,
     window: i64,
     causal: bool,
+    unclipped: bool,
     rank: usize,
 ) -> PValue {
     let t_col = rw.unsqueeze(len.total_b, &[1]);
     // [B, 1, (1,) S, 1]
     let axes: Vec<i64> = if rank == 5 { vec![1, 2, 4] } else { vec![1, 3] };
     // [B, S], or [B, 1] for every row alike; `upto` is the causal length before the clip
-    // to the entry's total: the window starts `W` before it (for the padding rows of a
-    // shorter batch entry, past its last key: an empty window; see `empty_rows_to_zero`).
+    // to the entry's total.
     let (limit, upto) = if causal {
         let s_range = range(rw, len.s);
         let s_row = rw.unsqueeze(s_range, &[0]);
@@ -613,8 +618,8 @@ fn attended(
     if window > 0 {
         let w = i64_scalar(rw, "window", window);
         let start = match upto {
-            Some(u) => rw.unsqueeze(u, &axes),
-            None => l,
+            Some(u) if unclipped => rw.unsqueeze(u, &axes),
+            _ => l,
         };
         let lo = rw.op("Sub", &[start, w], &[]);
         let below = rw.op("Less", &[rows.j, lo], &[]);
