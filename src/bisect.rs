@@ -869,13 +869,18 @@ pub fn bisect(model: &Path, opts: &BisectOptions) -> Result<BisectReport, Verify
                 b.warnings.push(format!(
                     "the compiler finds the rule on {} other node(s) too: {}",
                     extra.len(),
-                    extra.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+                    extra
+                        .iter()
+                        .map(|s| s.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 ));
             }
         }
-        Err(e) => b
-            .warnings
-            .push(format!("the suggested rule does not compile: {}", scrub_paths(&e))),
+        Err(e) => b.warnings.push(format!(
+            "the suggested rule does not compile: {}",
+            scrub_paths(&e)
+        )),
     }
     report.rule_yaml = Some(yaml);
     report.culprit = Some(culprit);
@@ -1190,7 +1195,7 @@ mod narrow_tests {
     fn attr_s(n: &str, v: &str) -> AttributeProto {
         AttributeProto {
             name: Some(n.into()),
-            s: Some(v.as_bytes().to_vec()),
+            s: Some(v.as_bytes().to_vec().into()),
             ..Default::default()
         }
     }
@@ -1219,7 +1224,10 @@ mod narrow_tests {
         let g = GraphProto {
             node: vec![
                 resize("up", vec![attr_s("mode", "linear")]),
-                resize("smooth", vec![attr_s("mode", "linear"), attr_i("antialias", 1)]),
+                resize(
+                    "smooth",
+                    vec![attr_s("mode", "linear"), attr_i("antialias", 1)],
+                ),
                 resize("near", vec![attr_s("mode", "nearest")]),
             ],
             ..Default::default()
@@ -1288,7 +1296,10 @@ mod narrow_tests {
         )];
         let y = rule_yaml(&c, &conds, &opts, Path::new("/tmp/x/seeded.onnx"));
         assert!(!y.contains("/tmp"), "{y}");
-        assert!(y.contains("match: {op: Resize, domain: \"\", attr: {antialias: 1}}"), "{y}");
+        assert!(
+            y.contains("match: {op: Resize, domain: \"\", attr: {antialias: 1}}"),
+            "{y}"
+        );
         assert!(y.contains("with antialias=1"), "{y}");
     }
 }
