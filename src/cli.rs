@@ -920,11 +920,25 @@ fn doctor(a: &DoctorArgs) -> Result<u8, Error> {
             std::fs::read(&a.log).map_err(|e| Error::io(&a.log, "cannot read the log", e))?;
         String::from_utf8_lossy(&bytes).into_owned()
     };
-    let doc = match &a.model {
+    let mut doc = match &a.model {
         Some(m) => Some(onnx_safeify::load(m)?),
         None => None,
     };
-    let ds = onnx_safeify::doctor::diagnose(&log, doc.as_ref().map(|d| &d.model));
+    let mut ds = onnx_safeify::doctor::diagnose(&log, doc.as_ref().map(|d| &d.model));
+    if let Some(doc) = doc.as_mut() {
+        onnx_safeify::doctor::cover(&mut ds, |t| {
+            let (Ok(target), Ok(opts)) = (
+                onnx_safeify::compile::load_target(t, &[]),
+                onnx_safeify::compile::options(Vec::new()),
+            ) else {
+                return Vec::new();
+            };
+            engine::check(&mut doc.model, &target, &opts)
+                .into_iter()
+                .map(|f| (f.node, f.rule, f.action))
+                .collect()
+        });
+    }
     match a.format {
         Format::Text => emit(&onnx_safeify::doctor::render_text_for(
             &ds,

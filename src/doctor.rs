@@ -151,13 +151,62 @@ pub struct Diagnosis {
     pub signature: &'static Signature,
     /// The log lines that matched (trimmed, at most five).
     pub lines: Vec<String>,
-    /// Nodes of the model involved: (name, op).
+    /// Nodes of the model involved: (name, op). When the log names a node the model has, that
+    /// node alone.
     pub nodes: Vec<(String, String)>,
+    /// Whether `nodes` is the node the log names (rather than every node of the implicated
+    /// kinds).
+    pub named: bool,
+    /// For the named node: the rules of the signature's targets that match it, as
+    /// (target, rule id, action); filled by the caller that can run the matcher ([`cover`]).
+    pub covered_by: Vec<(String, String, String)>,
+}
+
+/// The node names a runtime's log gives: ONNX Runtime's `Name:'X'` (the node it was running
+/// when the error was raised) and `node 'X'`, in the order they first appear.
+pub fn named_in_log(log: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for marker in ["Name:'", "Name: '", "node '"] {
+        let mut rest = log;
+        while let Some(i) = rest.find(marker) {
+            let after = &rest[i + marker.len()..];
+            let Some(end) = after.find('\'') else { break };
+            let name = &after[..end];
+            if !name.is_empty() && !name.contains('\n') && !out.iter().any(|n| n == name) {
+                out.push(name.to_string());
+            }
+            rest = &after[end..];
+        }
+    }
+    out
+}
+
+/// The rules that cover each diagnosis's named node: `check(target)` gives the findings of a
+/// target on the model (node, rule, action); the first target that has a finding on the node
+/// is kept, with every rule it applies there.
+pub fn cover(ds: &mut [Diagnosis], mut check: impl FnMut(&str) -> Vec<(String, String, String)>) {
+    for d in ds.iter_mut().filter(|d| d.named) {
+        let Some((node, _)) = d.nodes.first().cloned() else {
+            continue;
+        };
+        for t in d.signature.targets {
+            let hits: Vec<(String, String, String)> = check(t)
+                .into_iter()
+                .filter(|(n, _, _)| *n == node)
+                .map(|(_, rule, action)| (t.to_string(), rule, action))
+                .collect();
+            if !hits.is_empty() {
+                d.covered_by = hits;
+                break;
+            }
+        }
+    }
 }
 
 /// Diagnose a log. Signatures are tried in table order; each matches at most once.
 pub fn diagnose(log: &str, model: Option<&Model>) -> Vec<Diagnosis> {
     let lower: Vec<(String, &str)> = log.lines().map(|l| (l.to_ascii_lowercase(), l)).collect();
+    let named = named_in_log(log);
     let mut out = Vec::new();
     for sig in SIGNATURES {
         let lines: Vec<String> = lower
@@ -179,13 +228,31 @@ pub fn diagnose(log: &str, model: Option<&Model>) -> Vec<Diagnosis> {
         if lines.is_empty() {
             continue;
         }
-        let nodes = model
-            .map(|m| implicated(&m.graph, sig.implicates))
-            .unwrap_or_default();
+        // A node the log names and the model has is the one to look at: it alone.
+        let named_node = model.and_then(|m| {
+            let g = &m.graph;
+            named.iter().find_map(|want| {
+                g.order.iter().find_map(|&n| {
+                    let node = g.node(n);
+                    (node.name() == want.as_str()).then(|| (want.clone(), op_label(g, n)))
+                })
+            })
+        });
+        let (nodes, is_named) = match named_node {
+            Some(n) => (vec![n], true),
+            None => (
+                model
+                    .map(|m| implicated(&m.graph, sig.implicates))
+                    .unwrap_or_default(),
+                false,
+            ),
+        };
         out.push(Diagnosis {
             signature: sig,
             lines,
             nodes,
+            named: is_named,
+            covered_by: Vec::new(),
         });
     }
     out
@@ -230,17 +297,20 @@ fn implicated(g: &Graph, what: Implicates) -> Vec<(String, String)> {
             Implicates::None => false,
         };
         if hit {
-            out.push((
-                node.name().to_string(),
-                if node.domain().is_empty() {
-                    op.to_string()
-                } else {
-                    format!("{}::{op}", node.domain())
-                },
-            ));
+            out.push((node.name().to_string(), op_label(g, n)));
         }
     }
     out
+}
+
+/// A node's op as doctor prints it: `Conv`, or `com.microsoft::FusedConv`.
+fn op_label(g: &Graph, n: crate::ir::NodeId) -> String {
+    let node = g.node(n);
+    if node.domain().is_empty() {
+        node.op_type.to_string()
+    } else {
+        format!("{}::{}", node.domain(), node.op_type)
+    }
 }
 
 /// Render diagnoses as text; the `try:` lines name the model as `MODEL`.
@@ -283,10 +353,25 @@ pub fn render_text_for(ds: &[Diagnosis], model: Option<&str>) -> String {
         if !sig.targets.is_empty() {
             let _ = writeln!(s, "  targets:  {}", sig.targets.join(", "));
         }
+        if d.named {
+            if let Some((name, op)) = d.nodes.first() {
+                let _ = writeln!(s, "  node:     {name} ({op}), named in the log");
+            }
+            for (t, rule, action) in &d.covered_by {
+                let _ = writeln!(s, "  covered:  {t} rule {rule} ({action}) matches it");
+            }
+            if d.covered_by.is_empty() && !sig.targets.is_empty() {
+                let _ = writeln!(
+                    s,
+                    "  covered:  no rule of {} matches it",
+                    sig.targets.join(", ")
+                );
+            }
+        }
         if !sig.rules.is_empty() {
             let _ = writeln!(s, "  rules:    {}", sig.rules.join(", "));
         }
-        if !d.nodes.is_empty() {
+        if !d.nodes.is_empty() && !d.named {
             let _ = writeln!(s, "  nodes ({}):", d.nodes.len());
             for (name, op) in d.nodes.iter().take(20) {
                 let _ = writeln!(s, "    {name} ({op})");
@@ -315,7 +400,8 @@ fn shell_word(w: &str) -> String {
 }
 
 /// Render diagnoses as JSON: `{"diagnoses": [{"signature", "cause", "evidence", "targets",
-/// "rules", "log_lines", "nodes": [{"name", "op"}]}]}`.
+/// "rules", "log_lines", "nodes": [{"name", "op"}], "named_in_log", "covered_by": [{"target",
+/// "rule", "action"}]}]}`.
 pub fn render_json(ds: &[Diagnosis]) -> String {
     let list: Vec<serde_json::Value> = ds
         .iter()
@@ -328,6 +414,8 @@ pub fn render_json(ds: &[Diagnosis]) -> String {
                 "rules": d.signature.rules,
                 "log_lines": d.lines,
                 "nodes": d.nodes.iter().map(|(n, o)| serde_json::json!({"name": n, "op": o})).collect::<Vec<_>>(),
+                "named_in_log": d.named,
+                "covered_by": d.covered_by.iter().map(|(t, r, a)| serde_json::json!({"target": t, "rule": r, "action": a})).collect::<Vec<_>>(),
             })
         })
         .collect();

@@ -106,6 +106,46 @@ fn doctor_names_the_model_in_its_try_line() {
 }
 
 #[test]
+fn doctor_puts_the_node_the_log_names_first_with_the_rule_that_covers_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("named.log");
+    std::fs::write(
+        &log,
+        "2025-03-14 09:12:47.118 [E:onnxruntime:, sequential_executor.cc:516] Non-zero status \
+         code returned while running Conv node. Name:'backbone.block3.dw.conv' Status Message: \
+         887A0005 The GPU device instance has been suspended.\n",
+    )
+    .unwrap();
+    let log = log.to_str().unwrap();
+    let (code, out, err) = cli(&["doctor", log, "samples/ocr_tiny.onnx"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("  node:     backbone.block3.dw.conv (Conv), named in the log"),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "  covered:  rx580 rule split-depthwise (split {axis: channels, max: 64}) matches it"
+        ),
+        "{out}"
+    );
+    // The named node alone: not the list of every Conv.
+    assert!(!out.contains("nodes ("), "{out}");
+    let (code, json, _) = cli(&["doctor", log, "samples/ocr_tiny.onnx", "--format", "json"]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let d = &v["diagnoses"][0];
+    assert_eq!(d["named_in_log"], true, "{json}");
+    assert_eq!(d["nodes"].as_array().unwrap().len(), 1, "{json}");
+    assert_eq!(d["covered_by"][0]["target"], "rx580", "{json}");
+    // A name the model lacks (the runtime's fused partition) keeps the list of implicated nodes.
+    let other = repo().join("tests/data/logs/dxgi_device_removed.log");
+    let (_, out, _) = cli(&["doctor", other.to_str().unwrap(), "samples/ocr_tiny.onnx"]);
+    assert!(out.contains("nodes ("), "{out}");
+    assert!(!out.contains("named in the log"), "{out}");
+}
+
+#[test]
 fn compile_exits_1_when_a_node_is_denied() {
     let dir = tempfile::tempdir().unwrap();
     let rules = dir.path().join("deny.yaml");
