@@ -11,7 +11,9 @@
 #   tests of that runtime skip, each naming what is missing
 #   (ONNX_SAFEIFY_ALLOW_MISSING_RUNTIMES=1). Under CI (CI=true, as .ci/run sets) every
 #   runtime is required and a setup failure stops the run;
-# - runs `cargo test` (Rust crates come from crates.io through Cargo.lock).
+# - runs `cargo test` (Rust crates come from crates.io through Cargo.lock), without Cargo's
+#   incremental caches unless CARGO_INCREMENTAL is set (they would add about 0.7 GB to target/
+#   for a run that builds once).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CACHE="${ONNX_SAFEIFY_CACHE:-$HOME/.cache/onnx-safeify}"
@@ -35,4 +37,5 @@ elif [ "$RC" != 0 ]; then
 fi
 cd "$ROOT"
 echo "== cargo test"
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 cargo test --locked "$@"
