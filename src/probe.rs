@@ -622,7 +622,10 @@ fn shared_conds(failing: &[&Features]) -> Vec<Cond> {
 
 /// The fewest shared conditions that leave out every passing case (greedy); `Err` with the
 /// passing cases still matched when they cannot all be left out.
-pub(crate) fn separate(failing: &[&Features], passing: &[(&str, &Features)]) -> (Vec<Cond>, Vec<String>) {
+pub(crate) fn separate(
+    failing: &[&Features],
+    passing: &[(&str, &Features)],
+) -> (Vec<Cond>, Vec<String>) {
     let cands = shared_conds(failing);
     let mut chosen: Vec<Cond> = Vec::new();
     let matched = |chosen: &[Cond]| -> Vec<usize> {
