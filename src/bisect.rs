@@ -1190,7 +1190,7 @@ mod narrow_tests {
     fn attr_s(n: &str, v: &str) -> AttributeProto {
         AttributeProto {
             name: Some(n.into()),
-            s: Some(v.as_bytes().to_vec()),
+            s: Some(v.as_bytes().to_vec().into()),
             ..Default::default()
         }
     }
