@@ -483,9 +483,9 @@ fn compile(a: &CompileArgs) -> Result<u8, Error> {
     doc.weights = a.weights.into();
     let inline_before = onnx_safeify::inline_bytes(&doc.model);
     let input_size = onnx_safeify::input_size(&doc);
-    // The unpacked MatMulNBits form may read weights from external data up to what the size
-    // guard below lets the output grow by (so memory stays within it too), and no further than
-    // a model file protobuf can hold (the unpacked weights are written into it).
+    // The unpacked MatMulNBits form may unpack weights from external data up to what the size
+    // guard below lets the output grow by, and no further than a model file protobuf can hold
+    // (the unpacked weights are written into it, computed as they are written).
     const PROTOBUF_MAX: u64 = (1 << 31) - (16 << 20);
     opts.unpack_limit =
         growth_allowed(input_size, a.allow_growth).min(PROTOBUF_MAX.saturating_sub(inline_before));

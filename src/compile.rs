@@ -227,7 +227,9 @@ pub fn check_unknown_fields(doc: &Document, model: &Path) -> Result<()> {
 /// The name of the first tensor with external data, in the graphs and functions of `m`.
 fn first_external(m: &ModelProto) -> Option<String> {
     fn tensor(t: &TensorProto) -> Option<String> {
-        crate::io::external::is_external(t).then(|| t.name.clone().unwrap_or_default())
+        // (A computed payload is written inline.)
+        (crate::io::external::is_external(t) && !crate::io::computed::is_computed(t))
+            .then(|| t.name.clone().unwrap_or_default())
     }
     fn nodes(ns: &[crate::proto::NodeProto]) -> Option<String> {
         ns.iter().flat_map(|n| &n.attribute).find_map(|a| {

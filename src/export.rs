@@ -50,10 +50,20 @@ fn value_info(g: &Graph, v: ValueId, proto: &ValueInfoProto) -> ValueInfoProto {
 fn export_attribute(a: &Attribute) -> AttributeProto {
     let mut p = a.to_proto();
     if let Some(g) = a.g() {
-        p.g = Some(Box::new(export_graph(g)));
+        p.g = Some(Box::new(export_subgraph(g)));
     }
     if !a.graphs().is_empty() {
-        p.graphs = a.graphs().iter().map(export_graph).collect();
+        p.graphs = a.graphs().iter().map(export_subgraph).collect();
+    }
+    p
+}
+
+/// A subgraph's message: encoded whole, with any computed payload
+/// ([`crate::io::computed`]) in it.
+fn export_subgraph(g: &Graph) -> GraphProto {
+    let mut p = export_graph(g);
+    for t in &mut p.initializer {
+        crate::io::computed::materialize(t);
     }
     p
 }

@@ -77,6 +77,7 @@ pub fn import_model_split(
         training_info,
         functions,
         configuration,
+        computed: Default::default(),
     })
 }
 

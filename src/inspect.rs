@@ -222,7 +222,8 @@ pub fn summarize(m: &Model) -> Summary {
             s.initializers += 1;
             let b = tensor_bytes(i.tensor.view());
             s.initializer_bytes += b;
-            if crate::io::external::is_external(i.tensor.rest()) {
+            let r = i.tensor.rest();
+            if crate::io::external::is_external(r) && !crate::io::computed::is_computed(r) {
                 s.external_tensors += 1;
                 s.external_bytes += b;
             }

@@ -176,6 +176,7 @@ fn unfuse_file(src: &Path, dir: &Path, block: Option<i64>) -> Outcome {
             external: None,
             nchwc_block_size: block,
             unpack: None,
+            computed: None,
         },
         |n| unfuse::is_fused(n, opset),
     );
@@ -1258,6 +1259,7 @@ fn an_ambiguous_nchwc_block_size_leaves_the_region_whole() {
             external: None,
             nchwc_block_size: Some(8),
             unpack: None,
+            computed: None,
         },
         |n| n.domain() == unfuse::NCHWC_DOMAIN,
     );

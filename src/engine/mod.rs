@@ -59,8 +59,9 @@ pub struct Options {
     /// Bytes of float weights the unpacked MatMulNBits form may add by reading quantized
     /// weights from external data (given to [`compile_with`]), per batch of decompositions; 0
     /// (the default): external weights are not read, and such a node is refused. The command
-    /// line sets it to what `--allow-growth` lets the output grow by, so memory stays bounded
-    /// by what the size guard would let through.
+    /// line sets it to what `--allow-growth` lets the output grow by, so that the output
+    /// stays within what the size guard would let through (the weights are computed while it
+    /// is written, never held: see [`crate::io::computed`]).
     pub unpack_limit: u64,
 }
 
@@ -259,11 +260,13 @@ fn compile_graph(
     d.finish(model, settled)
 }
 
-/// The model's opsets and IR version around an empty graph: a body is compiled in it.
+/// The model's opsets and IR version around an empty graph: a body is compiled in it (its
+/// computed payloads are the model's).
 fn header_of(model: &Model) -> Model {
     Model {
         ir_version: model.ir_version,
         opset_import: model.opset_import.clone(),
+        computed: model.computed.clone(),
         ..Model::default()
     }
 }

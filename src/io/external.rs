@@ -26,6 +26,12 @@ pub fn is_external(t: &TensorProto) -> bool {
 
 /// Parse the `external_data` entries of a tensor (location required, offset/length optional).
 pub fn external_ref(t: &TensorProto) -> Result<ExternalRef> {
+    if crate::io::computed::is_computed(t) {
+        return Err(Error::new(
+            ErrorKind::ExternalData,
+            "the tensor's bytes are computed when the model is written (not readable before)",
+        ));
+    }
     let mut location = None;
     let mut offset = 0u64;
     let mut length = None;
@@ -224,6 +230,35 @@ impl ExternalData {
             .in_file(&path)),
         }
     }
+}
+
+/// Unmap from this process the pages that lie wholly inside `b`, a slice of a map of
+/// [`map_file`] (the bytes [`ExternalData::read`] returns), once they have been read: they stay
+/// in the page cache and are mapped again if read later, but stop counting in the process's
+/// resident memory. For a weight read once while it is written (the unpacked MatMulNBits
+/// form), so that the input's mapped pages do not pile up.
+pub fn release_mapped(b: &Bytes) {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: `sysconf` only reads a constant of the system.
+        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) })
+            .ok()
+            .filter(|p| p.is_power_of_two())
+            .unwrap_or(4096);
+        let (start, end) = (b.as_ptr() as usize, b.as_ptr() as usize + b.len());
+        let from = start.div_ceil(page) * page;
+        let to = end / page * page;
+        if to > from {
+            // SAFETY: [from, to) lies inside `b`, so inside the read-only shared file mapping
+            // `b` keeps alive. MADV_DONTNEED on such a mapping only drops this process's page
+            // table entries: a later read maps the file's (unchanged) pages again.
+            unsafe {
+                libc::madvise(from as *mut libc::c_void, to - from, libc::MADV_DONTNEED);
+            }
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = b;
 }
 
 /// Memory-map a whole file as `Bytes` (an empty file gives empty bytes; nothing is copied).

@@ -1,6 +1,7 @@
 //! The edges of the pipeline that touch the file system: `load` (memory map, zero-copy decode,
 //! external data confined to the model's folder) and `save` (streamed, atomic).
 
+pub mod computed;
 pub mod early;
 pub mod external;
 pub mod load;

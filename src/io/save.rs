@@ -13,6 +13,7 @@ use prost::encoding::{encode_key, encode_varint, WireType};
 use prost::Message;
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::io::computed;
 use crate::io::external::{external_ref, is_external, ExternalData};
 use crate::io::unknown::{dropped_error, varint_len, Carry, Found, Msg, Part};
 use crate::ir::TensorView;
@@ -300,7 +301,7 @@ pub fn save_model(
     {
         let mut offset = 0u64;
         for_each_tensor_mut(&mut proto, &mut |t| {
-            if !is_external(t) {
+            if !is_external(t) || computed::is_computed(t) {
                 return Ok(());
             }
             let ext = external.ok_or_else(|| {
@@ -423,7 +424,7 @@ fn shareable(proto: &mut ModelProto, ext: &ExternalData) -> Result<Option<Vec<(S
     let mut plain = true;
     // (The visit changes nothing.)
     for_each_tensor_mut(proto, &mut |t| {
-        if !is_external(t) || !plain {
+        if !is_external(t) || computed::is_computed(t) || !plain {
             return Ok(());
         }
         let r = external_ref(t)?;
@@ -645,7 +646,7 @@ fn write_model_streamed<W: PayloadWrite>(w: &mut W, src: &dyn GraphSource) -> st
         let nodes_len = src.nodes_len();
         let mut inits = 0usize;
         src.initializers(&mut |t, name| {
-            let l = named_len(t, name);
+            let l = named_len(t, Some(name));
             inits += prost::encoding::key_len(5) + varint_len(l as u64) + l;
         });
         (g, nodes_len + g.encoded_len() + inits)
@@ -666,7 +667,7 @@ fn write_model_streamed<W: PayloadWrite>(w: &mut W, src: &dyn GraphSource) -> st
         let mut result = Ok(());
         src.initializers(&mut |t, name| {
             if result.is_ok() {
-                result = put_len_key(w, 5, named_len(t, name))
+                result = put_len_key(w, 5, named_len(t, Some(name)))
                     .and_then(|_| write_tensor_as(w, &mut scratch, t, Some(name)));
             }
         });
@@ -1316,7 +1317,16 @@ fn plan_graph(g: &GraphProto, carry: &Carry, dropped: &mut Vec<Found>) -> Result
     let mut inits = HashMap::new();
     for (i, t) in g.initializer.iter().enumerate() {
         let view = TensorView::from(t);
-        if let Some(raw) = streamed_raw(view) {
+        if computed::is_computed(t) {
+            // A new tensor (no field of the input's is carried into it): written as
+            // `write_tensor` writes it, its marker passed through for the walk's count.
+            scratch.clear();
+            prost::encoding::message::encode(5, t, &mut scratch);
+            let mut out = Vec::new();
+            part.fields(&scratch, &mut out, dropped)?;
+            let l = tensor_len(t);
+            len += 1 + varint_len(l as u64) + l;
+        } else if let Some(raw) = streamed_raw(view) {
             let mut head = Vec::new();
             encode_tensor_head(view, t.name.as_deref(), &mut head);
             let mut tail = Vec::new();
@@ -1380,7 +1390,7 @@ pub fn write_model_planned<W: PayloadWrite>(
                 write_graph_planned(c, &mut scratch, g, gp)?;
             }
             None => {
-                put_len_key(c, 7, g.encoded_len())?;
+                put_len_key(c, 7, graph_len(g))?;
                 write_graph(c, &mut scratch, g)?;
             }
         }
@@ -1410,7 +1420,7 @@ fn write_graph<W: PayloadWrite>(
     }
     // initializer = 5
     for t in &g.initializer {
-        put_len_key(w, 5, t.encoded_len())?;
+        put_len_key(w, 5, tensor_len(t))?;
         write_tensor(w, scratch, t)?;
     }
     // doc_string = 10 and everything after.
@@ -1449,7 +1459,7 @@ fn write_graph_planned<W: PayloadWrite>(
                 w.write_all(tail)?;
             }
             _ => {
-                put_len_key(w, 5, t.encoded_len())?;
+                put_len_key(w, 5, tensor_len(t))?;
                 write_tensor(w, scratch, t)?;
             }
         }
@@ -1458,25 +1468,55 @@ fn write_graph_planned<W: PayloadWrite>(
 }
 
 /// The encoded length of `t` with `name` in its `name` field (8).
-fn named_len(t: TensorView<'_>, name: &str) -> usize {
+fn named_len(t: TensorView<'_>, name: Option<&str>) -> usize {
     use prost::encoding::{int32, int64, key_len};
     let len_field = |tag: u32, l: usize| key_len(tag) + varint_len(l as u64) + l;
     // Fields 1, 2, 8 and 9 of a tensor with these values.
-    let own = |dims: &[i64], data_type: Option<i32>, name: Option<&str>, raw: Option<&Bytes>| {
+    let own = |dims: &[i64], data_type: Option<i32>, name: Option<&str>, raw: Option<usize>| {
         int64::encoded_len_repeated(1, dims)
             + data_type.map_or(0, |d| int32::encoded_len(2, &d))
             + name.map_or(0, |n| len_field(8, n.len()))
-            + raw.map_or(0, |r| len_field(9, r.len()))
+            + raw.map_or(0, |r| len_field(9, r))
     };
+    // A computed payload's marker has no other field: the tensor with its bytes inline.
+    if let Some(p) = computed::get(t.rest) {
+        return own(t.dims, t.data_type, name, Some(p.len() as usize));
+    }
     // The rest's other fields: its encoding less those four (set only when the view reads a
     // whole message, whose rest is itself).
     let r = t.rest;
     let other = if t.has_rest() {
-        r.encoded_len() - own(&r.dims, r.data_type, r.name.as_deref(), r.raw_data.as_ref())
+        r.encoded_len()
+            - own(
+                &r.dims,
+                r.data_type,
+                r.name.as_deref(),
+                r.raw_data.as_ref().map(|b| b.len()),
+            )
     } else {
         0
     };
-    own(t.dims, t.data_type, Some(name), t.raw_data) + other
+    own(t.dims, t.data_type, name, t.raw_data.map(|b| b.len())) + other
+}
+
+/// The encoded length of a tensor as the savers write it (a computed payload inline).
+fn tensor_len(t: &TensorProto) -> usize {
+    if computed::is_computed(t) {
+        named_len(t.into(), t.name.as_deref())
+    } else {
+        t.encoded_len()
+    }
+}
+
+/// The encoded length of a graph as the savers write it (computed payloads inline).
+fn graph_len(g: &GraphProto) -> usize {
+    let field = |l: usize| 1 + varint_len(l as u64) + l;
+    g.initializer
+        .iter()
+        .filter(|t| computed::is_computed(t))
+        .fold(g.encoded_len(), |len, t| {
+            len - field(t.encoded_len()) + field(tensor_len(t))
+        })
 }
 
 fn write_tensor<W: PayloadWrite>(
@@ -1498,6 +1538,26 @@ fn write_tensor_as<W: PayloadWrite>(
 ) -> std::io::Result<()> {
     scratch.clear();
     encode_tensor_head(t, name, scratch);
+    if computed::is_computed(t.rest) {
+        // The marker's only other fields say where the bytes come from: the tensor is written
+        // with them inline, chunk by chunk.
+        let p = computed::get(t.rest).ok_or_else(|| computed::missing(t.rest))?;
+        encode_key(9, WireType::LengthDelimited, scratch);
+        encode_varint(p.len(), scratch);
+        w.write_all(scratch)?;
+        let mut written = 0u64;
+        p.write(&mut |c| {
+            written += c.len() as u64;
+            w.write_all(c)
+        })?;
+        if written != p.len() {
+            return Err(std::io::Error::other(format!(
+                "a computed payload wrote {written} bytes of {}",
+                p.len()
+            )));
+        }
+        return Ok(());
+    }
     if let Some(raw) = t.raw_data {
         encode_key(9, WireType::LengthDelimited, scratch);
         encode_varint(raw.len() as u64, scratch);
@@ -1571,7 +1631,7 @@ mod tests {
                 let mut out = Vec::new();
                 write_tensor_as(&mut out, &mut Vec::new(), view, Some("renamed")).unwrap();
                 assert_eq!(out, renamed.encode_to_vec());
-                assert_eq!(out.len(), named_len(view, "renamed"));
+                assert_eq!(out.len(), named_len(view, Some("renamed")));
             }
             assert_eq!(compact.to_proto("renamed"), renamed);
         }
@@ -1735,5 +1795,161 @@ mod tests {
         assert!(!w.out.is_empty());
         assert_eq!(w.reserved, Some(w.out.len() as u64));
         assert_eq!(ModelProto::decode(&w.out[..]).unwrap(), model);
+    }
+
+    /// A computed payload is written as the tensor with those bytes in `raw_data` would be
+    /// (its length too, as the streamed writer and the size guard count it); once its scope
+    /// is gone, writing the marker is an error, never the marker itself.
+    #[test]
+    fn a_computed_payload_is_written_as_its_bytes_inline() {
+        #[derive(Debug)]
+        struct Ramp(u64);
+        impl computed::Payload for Ramp {
+            fn len(&self) -> u64 {
+                self.0
+            }
+            fn write(
+                &self,
+                out: &mut dyn FnMut(&[u8]) -> std::io::Result<()>,
+            ) -> std::io::Result<()> {
+                let all: Vec<u8> = (0..self.0).map(|i| (i * 31 % 251) as u8).collect();
+                for c in all.chunks(1000) {
+                    out(c)?;
+                }
+                Ok(())
+            }
+        }
+        let scope = computed::Scope::default();
+        let mut markers = Vec::new();
+        for len in [10u64, STREAM_THRESHOLD as u64 + 5, 300_000] {
+            let mut marker = scope.tensor(&[len as i64], 2, std::sync::Arc::new(Ramp(len)));
+            marker.name = Some("w".to_string());
+            let small = TensorProto {
+                name: Some("s".to_string()),
+                dims: vec![1],
+                data_type: Some(1),
+                raw_data: Some(Bytes::from_static(&[0, 0, 128, 63])),
+                ..Default::default()
+            };
+            let model = |t: TensorProto| ModelProto {
+                ir_version: Some(8),
+                graph: Some(GraphProto {
+                    name: Some("g".to_string()),
+                    initializer: vec![small.clone(), t, small.clone()],
+                    ..Default::default()
+                }),
+                ..Default::default()
+            };
+            let mut inline = marker.clone();
+            computed::materialize(&mut inline);
+            assert_eq!(inline.raw_data.as_ref().map(|b| b.len() as u64), Some(len));
+            let want = model(inline.clone()).encode_to_vec();
+            let mut got = Vec::new();
+            write_model(&mut got, &model(marker.clone())).unwrap();
+            assert_eq!(got, want, "len {len}");
+            assert_eq!(tensor_len(&marker), inline.encoded_len());
+            assert_eq!(named_len((&marker).into(), Some("w")), inline.encoded_len());
+            let model = model(marker.clone());
+            assert_eq!(graph_len(model.graph.as_ref().unwrap()), {
+                let g = GraphProto {
+                    initializer: vec![small.clone(), inline, small.clone()],
+                    ..model.graph.clone().unwrap()
+                };
+                g.encoded_len()
+            });
+            markers.push(model);
+        }
+        drop(scope);
+        for m in &markers {
+            let e = write_model(&mut Vec::new(), m).unwrap_err();
+            assert!(e.to_string().contains("is gone"), "{e}");
+        }
+    }
+
+    /// With fields of the input to carry (an unknown field in the model, the graph and an
+    /// initializer), a computed payload is written as its bytes inline would be, and the
+    /// carried fields stay where they were.
+    #[test]
+    fn a_computed_payload_is_written_inline_among_carried_fields() {
+        use crate::io::unknown::scan;
+        #[derive(Debug)]
+        struct Fill(u64);
+        impl computed::Payload for Fill {
+            fn len(&self) -> u64 {
+                self.0
+            }
+            fn write(
+                &self,
+                out: &mut dyn FnMut(&[u8]) -> std::io::Result<()>,
+            ) -> std::io::Result<()> {
+                out(&vec![7u8; self.0 as usize])
+            }
+        }
+        let a = TensorProto {
+            name: Some("a".to_string()),
+            dims: vec![1],
+            data_type: Some(1),
+            raw_data: Some(Bytes::from_static(&[0, 0, 128, 63])),
+            ..Default::default()
+        };
+        let model = |inits: Vec<TensorProto>| ModelProto {
+            ir_version: Some(8),
+            graph: Some(GraphProto {
+                name: Some("g".to_string()),
+                initializer: inits,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let varint = |n: u64| {
+            let mut v = Vec::new();
+            encode_varint(n, &mut v);
+            v
+        };
+        // The input: `a` with an unknown field 99 (varint 5), the graph with 98, the model
+        // with 97, appended to their encodings.
+        let mut t = a.encode_to_vec();
+        t.extend([0x98, 0x06, 5]);
+        let mut g = GraphProto {
+            name: Some("g".to_string()),
+            ..Default::default()
+        }
+        .encode_to_vec();
+        g.push(0x2a);
+        g.extend(varint(t.len() as u64));
+        g.extend(&t);
+        g.extend([0x90, 0x06, 1]);
+        let mut input = ModelProto {
+            ir_version: Some(8),
+            ..Default::default()
+        }
+        .encode_to_vec();
+        input.push(0x3a);
+        input.extend(varint(g.len() as u64));
+        input.extend(&g);
+        input.extend([0x88, 0x06, 2]);
+        let carry = scan(&Bytes::from(input)).unwrap();
+        assert!(!carry.is_empty());
+        for len in [100u64, 200_000] {
+            let scope = computed::Scope::default();
+            let mut w = scope.tensor(&[len as i64], 2, std::sync::Arc::new(Fill(len)));
+            w.name = Some("w".to_string());
+            let mut inline = w.clone();
+            computed::materialize(&mut inline);
+            let write = |m: &ModelProto| {
+                let plan = Plan::new(m, &carry).unwrap();
+                let mut out = Vec::new();
+                write_model_planned(&mut out, m, &plan).unwrap();
+                out
+            };
+            let got = write(&model(vec![a.clone(), w]));
+            let want = write(&model(vec![a.clone(), inline]));
+            assert!(got == want, "len {len}");
+            // The carried fields are there: the output scans as carrying them.
+            assert_eq!(
+                scan(&Bytes::from(got)).unwrap().list().len(),
+                carry.list().len()
+            );
+        }
     }
 }

@@ -83,6 +83,23 @@ pub fn tensor_bytes(t: TensorView<'_>) -> u64 {
 pub fn payload_hash(t: TensorView<'_>) -> u64 {
     use prost::Message;
     let r = t.rest;
+    let fnv = |h: u64, bytes: &[u8]| {
+        bytes.iter().fold(h, |h, &b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+        })
+    };
+    if let Some(p) = crate::io::computed::get(r) {
+        // A computed payload hashes as the tensor with its bytes in raw_data (field 9), read a
+        // chunk at a time.
+        let mut head = vec![0x4a];
+        prost::encoding::encode_varint(p.len(), &mut head);
+        let mut h = fnv(0xcbf2_9ce4_8422_2325, &head);
+        let _ = p.write(&mut |c| {
+            h = fnv(h, c);
+            Ok(())
+        });
+        return h;
+    }
     let payload = TensorProto {
         float_data: r.float_data.clone(),
         int32_data: r.int32_data.clone(),
@@ -94,17 +111,14 @@ pub fn payload_hash(t: TensorView<'_>) -> u64 {
         external_data: r.external_data.clone(),
         ..Default::default()
     };
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in payload.encode_to_vec() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h
+    fnv(0xcbf2_9ce4_8422_2325, &payload.encode_to_vec())
 }
 
 fn tensor_summary(t: TensorView<'_>) -> String {
     let dims: Vec<String> = t.dims.iter().map(|d| d.to_string()).collect();
-    let ext = if crate::io::external::is_external(t.rest) {
+    let ext = if crate::io::computed::is_computed(t.rest) {
+        ", computed when written"
+    } else if crate::io::external::is_external(t.rest) {
         ", external"
     } else {
         ""

@@ -481,6 +481,10 @@ pub struct Model {
     /// Model-local functions, carried through untouched.
     pub functions: Vec<FunctionProto>,
     pub configuration: Vec<DeviceConfigurationProto>,
+    /// The payloads the rewrites left to compute when the model is written (the unpacked
+    /// MatMulNBits weights), for as long as the model or a clone of it lives
+    /// ([`crate::io::computed`]).
+    pub computed: crate::io::computed::Scope,
 }
 
 impl Model {

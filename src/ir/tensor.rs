@@ -74,9 +74,12 @@ impl Tensor {
     }
 
     /// The bytes of data the tensor carries in the model file itself (its payload and typed
-    /// lists; 0 for data kept in an external file).
+    /// lists, a computed payload's length; 0 for data kept in an external file).
     pub fn inline_len(&self) -> u64 {
         let r = self.rest();
+        if let Some(p) = crate::io::computed::get(r) {
+            return p.len();
+        }
         if crate::io::external::is_external(r) {
             return 0;
         }

@@ -49,12 +49,16 @@
 //!   `DequantizeLinear` without zero point (`code * scale`) plus the constant `-scale * zp`
 //!   per block, ONNX Runtime's own formula.
 //! * **unpacked** (older opsets, 2-bit weights before opset 25, a `g_idx` that is not the
-//!   identity grouping): the `[K, N]` weight is computed here and stored as an initializer of
-//!   the scales' type (float32, or float16 cast to float32 at run time). It is 8x (float32) or
-//!   4x (float16) the size of 4-bit weights: a 4096 x 4096 int4 weight (8 MiB packed) becomes
-//!   64 MiB of float32. A B in external data is read only through [`super::Unpack`], within
-//!   the bytes of float weights the compile may add (the output's size bound); past them the
-//!   node is refused (`limit`).
+//!   identity grouping): the `[K, N]` weight is an initializer of the scales' type (float32,
+//!   or float16 cast to float32 at run time). It is 8x (float32) or 4x (float16) the size of
+//!   4-bit weights: a 4096 x 4096 int4 weight (8 MiB packed) becomes 64 MiB of float32. Its
+//!   bytes are not computed here: the initializer is a computed payload
+//!   ([`crate::io::computed`]) that keeps B (a slice of the mapped file when external), the
+//!   scales and the zero points, and the weight is dequantized a few MiB of rows at a time
+//!   while the output is written, so memory stays flat whatever the model's size. A B in
+//!   external data is unpacked only through [`super::Unpack`], within the bytes of float
+//!   weights the compile may add (the output's size bound); past them the node is refused
+//!   (`limit`).
 //!
 //! Refused, with the reason: a B, scales or zero points that are not constants
 //! ([`Cause::NotConstant`]); external data the decomposition has to read but cannot (the
@@ -88,7 +92,7 @@ pub const FORM_KEY: &str = "onnx_safeify.matmul_nbits_form";
 pub const INT8_ACCURACY_BOUND: f64 = 2e-2;
 
 /// The largest unpacked weight (elements) the unpacked form writes: a larger one is refused
-/// (`Cause::Limit`) rather than materialized in memory.
+/// (`Cause::Limit`); at 2 or 4 bytes an element it would not fit in a model file anyway.
 const MAX_UNPACKED_ELEMENTS: u64 = 1 << 31;
 
 /// The node's attributes, checked.
@@ -731,8 +735,8 @@ fn unpacked_weight(rw: &mut Rw, ins: &Inputs) -> Result<(PValue, String), Unsupp
         ));
     }
     let elem = if ins.dt == dtype::FLOAT16 { 2 } else { 4 };
-    // B from external data: read (into memory) only within the bytes of float weights this
-    // batch may add.
+    // B from external data: unpacked only within the bytes of float weights this batch may add
+    // to the output.
     if is_external(ins.b.rest) && rw.ctx.external.is_none() {
         if let Some(u) = rw.ctx.unpack {
             let add = total * elem as u64;
@@ -758,55 +762,36 @@ fn unpacked_weight(rw: &mut Rw, ins: &Inputs) -> Result<(PValue, String), Unsupp
             u.spent.set(u.spent.get() + add);
         }
     }
+    // The packed bytes (a slice of the mapped file when external), the scales and the zero
+    // points are kept as they are; the `[K, N]` weight is computed from them while the output
+    // is written (see `Unpacked`), never whole in memory.
     let b = read_bytes(rw, &ins.b, 1, s.n * s.blocks * s.blob, "B")?;
     let count = s.n * s.blocks;
-    let sv = floats(
-        &read_bytes(rw, &ins.scales, elem, count * elem, "scales")?,
-        ins.dt,
-    );
-    enum Z {
-        Codes(Vec<u8>),
-        Floats(Vec<f32>),
-    }
-    let z = match &ins.zp {
-        Zp::Default => Z::Codes(vec![s.default_zero_point(); count]),
-        Zp::Packed(t) => {
-            let bytes = read_bytes(rw, t, 1, s.n * s.zp_row, "zero_points")?;
-            let mut v = Vec::with_capacity(count);
-            for r in 0..s.n {
-                for blk in 0..s.blocks {
-                    v.push(s.zero_point(&bytes, r, blk));
-                }
-            }
-            Z::Codes(v)
-        }
-        Zp::Float(t) => Z::Floats(floats(
-            &read_bytes(rw, t, elem, count * elem, "zero_points")?,
-            ins.dt,
-        )),
+    let scales = read_bytes(rw, &ins.scales, elem, count * elem, "scales")?;
+    let zp = match &ins.zp {
+        Zp::Default => UnpackedZp::Default,
+        Zp::Packed(t) => UnpackedZp::Packed(read_bytes(rw, t, 1, s.n * s.zp_row, "zero_points")?),
+        Zp::Float(t) => UnpackedZp::Float(read_bytes(rw, t, elem, count * elem, "zero_points")?),
     };
-    // w[k, n] = dequant(code of (n, k)) with block g_idx[k] (or k / block_size).
-    let mut out: Vec<u8> = Vec::with_capacity(s.k * s.n * elem);
-    for k in 0..s.k {
-        let (blk, j) = (k / s.block, k % s.block);
-        let group = ins.g_idx.as_ref().map_or(blk, |g| g[k]);
-        for r in 0..s.n {
-            let code = s.code(&b, r, blk, j);
-            let i = r * s.blocks + group;
-            let scale = sv[i];
-            let v = match &z {
-                Z::Codes(zp) => (code as i32 - zp[i] as i32) as f32 * scale,
-                Z::Floats(zp) => code as f32 * scale + (-scale * zp[i]),
-            };
-            if elem == 2 {
-                out.extend_from_slice(&f32_to_f16(v).to_le_bytes());
-            } else {
-                out.extend_from_slice(&v.to_le_bytes());
-            }
-        }
-    }
-    let bytes = out.len();
-    let t = raw_tensor(&[s.k as i64, s.n as i64], ins.dt, out.into());
+    let payload = Unpacked {
+        spec: s,
+        dt: ins.dt,
+        b_mapped: is_external(ins.b.rest) && !b.is_empty(),
+        b,
+        scales,
+        zp,
+        g_idx: ins.g_idx.clone(),
+    };
+    let bytes = crate::io::computed::Payload::len(&payload);
+    let dims = [s.k as i64, s.n as i64];
+    let t = match rw.ctx.computed {
+        Some(scope) => scope.tensor(&dims, ins.dt, std::sync::Arc::new(payload)),
+        // No model to keep the payload (a decomposition run on its own): computed now.
+        None => match crate::io::computed::bytes_of(&payload) {
+            Ok(b) => raw_tensor(&dims, ins.dt, b),
+            Err(e) => return unsupported(format!("cannot unpack B: {e}")),
+        },
+    };
     let mut w = rw.p.initializer("weight", t);
     if ins.dt == dtype::FLOAT16 {
         w = rw.cast(w, dtype::FLOAT);
@@ -826,6 +811,101 @@ fn unpacked_weight(rw: &mut Rw, ins: &Inputs) -> Result<(PValue, String), Unsupp
         s.n * s.blocks * s.blob
     );
     Ok((w, form))
+}
+
+/// The zero points of an unpacked weight, as stored.
+#[derive(Debug)]
+enum UnpackedZp {
+    Default,
+    /// Packed uint8, `[N, zp_row]`.
+    Packed(Bytes),
+    /// Of the scales' type, `[N, k_blocks]`.
+    Float(Bytes),
+}
+
+/// The unpacked `[K, N]` weight of a MatMulNBits, as a payload computed while the output is
+/// written ([`crate::io::computed`]): `w[k, n]` = the dequantized code of `(n, k)` with block
+/// `g_idx[k]` (or `k / block_size`), in the scales' type, rows of K in chunks of about 4 MiB.
+#[derive(Debug)]
+struct Unpacked {
+    spec: Spec,
+    dt: i32,
+    b: Bytes,
+    /// Whether `b` is a slice of a mapped external data file, whose pages are unmapped from
+    /// the process once the weight is written ([`crate::io::external::release_mapped`]).
+    b_mapped: bool,
+    scales: Bytes,
+    zp: UnpackedZp,
+    g_idx: Option<Vec<usize>>,
+}
+
+impl Unpacked {
+    fn elem(&self) -> usize {
+        if self.dt == dtype::FLOAT16 {
+            2
+        } else {
+            4
+        }
+    }
+
+    /// Element `i` of a float32 or float16 payload, as float32 (exact).
+    fn float_at(&self, bytes: &[u8], i: usize) -> f32 {
+        if self.dt == dtype::FLOAT16 {
+            f16_to_f32(u16::from_le_bytes([bytes[2 * i], bytes[2 * i + 1]]))
+        } else {
+            let c = &bytes[4 * i..4 * i + 4];
+            f32::from_le_bytes([c[0], c[1], c[2], c[3]])
+        }
+    }
+
+    /// Row `k` of the weight, appended to `out`.
+    fn row(&self, k: usize, out: &mut Vec<u8>) {
+        let s = &self.spec;
+        let (blk, j) = (k / s.block, k % s.block);
+        let group = self.g_idx.as_ref().map_or(blk, |g| g[k]);
+        for r in 0..s.n {
+            let code = s.code(&self.b, r, blk, j);
+            let i = r * s.blocks + group;
+            let scale = self.float_at(&self.scales, i);
+            let v = match &self.zp {
+                UnpackedZp::Default => (code as i32 - s.default_zero_point() as i32) as f32 * scale,
+                UnpackedZp::Packed(zp) => {
+                    (code as i32 - s.zero_point(zp, r, group) as i32) as f32 * scale
+                }
+                UnpackedZp::Float(zp) => code as f32 * scale + (-scale * self.float_at(zp, i)),
+            };
+            if self.dt == dtype::FLOAT16 {
+                out.extend_from_slice(&f32_to_f16(v).to_le_bytes());
+            } else {
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+    }
+}
+
+impl crate::io::computed::Payload for Unpacked {
+    fn len(&self) -> u64 {
+        (self.spec.k as u64) * (self.spec.n as u64) * self.elem() as u64
+    }
+
+    fn write(&self, out: &mut dyn FnMut(&[u8]) -> std::io::Result<()>) -> std::io::Result<()> {
+        let row = self.spec.n * self.elem();
+        let rows = ((4usize << 20) / row.max(1)).max(1);
+        let mut buf = Vec::with_capacity(rows * row);
+        let mut k = 0;
+        while k < self.spec.k {
+            buf.clear();
+            for kk in k..(k + rows).min(self.spec.k) {
+                self.row(kk, &mut buf);
+            }
+            out(&buf)?;
+            k += rows;
+        }
+        if self.b_mapped {
+            crate::io::external::release_mapped(&self.b);
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -870,5 +950,115 @@ mod tests {
         let zp = [0x21u8, 0x43];
         assert_eq!(s.zero_point(&zp, 0, 1), 2);
         assert_eq!(s.zero_point(&zp, 1, 0), 3);
+    }
+
+    /// The unpacked weight, written in chunks, is byte for byte the dequantization of each
+    /// element computed on its own (across several 4 MiB chunks; packed and float zero
+    /// points; float32 and float16; a g_idx).
+    #[test]
+    fn the_unpacked_payload_is_each_element_dequantized() {
+        use crate::io::computed::Payload;
+        // K = 300 (10 blocks of 32, the last one padded), N = 8192: 32 KiB rows of float32,
+        // 128 rows to a chunk, 3 chunks.
+        let (k, n, block, bits) = (300usize, 8192usize, 32usize, 4usize);
+        let blocks = k.div_ceil(block);
+        let s = Spec {
+            k,
+            n,
+            bits,
+            block,
+            blocks,
+            blob: block * bits / 8,
+            zp_row: (blocks * bits).div_ceil(8),
+            accuracy: 0,
+        };
+        let mut seed = 7u32;
+        let mut rnd = move || {
+            seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            (seed >> 8) as u8
+        };
+        let b: Vec<u8> = (0..n * blocks * s.blob).map(|_| rnd()).collect();
+        let zp: Vec<u8> = (0..n * s.zp_row).map(|_| rnd()).collect();
+        let sc: Vec<f32> = (0..n * blocks)
+            .map(|_| (rnd() as f32 - 128.0) / 64.0)
+            .collect();
+        let zf: Vec<f32> = (0..n * blocks).map(|_| rnd() as f32 / 16.0).collect();
+        let g: Vec<usize> = (0..k).map(|i| (i * 7) % blocks).collect();
+        let le32 =
+            |v: &[f32]| Bytes::from(v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>());
+        let le16 = |v: &[f32]| {
+            Bytes::from(
+                v.iter()
+                    .flat_map(|&x| f32_to_f16(x).to_le_bytes())
+                    .collect::<Vec<u8>>(),
+            )
+        };
+        for (dt, zpk, gi) in [
+            (dtype::FLOAT, 0, false),
+            (dtype::FLOAT, 1, false),
+            (dtype::FLOAT, 2, true),
+            (dtype::FLOAT16, 1, false),
+            (dtype::FLOAT16, 2, false),
+        ] {
+            let half = dt == dtype::FLOAT16;
+            let enc = |v: &[f32]| if half { le16(v) } else { le32(v) };
+            // The values as the model stores them (rounded to float16 for a float16 model).
+            let round = |x: f32| if half { f16_to_f32(f32_to_f16(x)) } else { x };
+            let p = Unpacked {
+                spec: s,
+                dt,
+                b: Bytes::from(b.clone()),
+                b_mapped: false,
+                scales: enc(&sc),
+                zp: match zpk {
+                    0 => UnpackedZp::Default,
+                    1 => UnpackedZp::Packed(Bytes::from(zp.clone())),
+                    _ => UnpackedZp::Float(enc(&zf)),
+                },
+                g_idx: gi.then(|| g.clone()),
+            };
+            let mut got = Vec::new();
+            let mut chunks = 0;
+            p.write(&mut |c| {
+                chunks += 1;
+                got.extend_from_slice(c);
+                Ok(())
+            })
+            .unwrap();
+            let elem = if half { 2 } else { 4 };
+            assert_eq!(got.len() as u64, p.len());
+            assert_eq!(chunks, k.div_ceil((4 << 20) / (n * elem)), "chunks");
+            assert!(chunks >= 2);
+            for kk in (0..k).step_by(13) {
+                for nn in (0..n).step_by(97) {
+                    let grp = if gi { g[kk] } else { kk / block };
+                    let (blk, j) = (kk / block, kk % block);
+                    let byte = b[(nn * blocks + blk) * s.blob + j / 2];
+                    let code = if j % 2 == 0 { byte & 15 } else { byte >> 4 };
+                    let i = nn * blocks + grp;
+                    let scale = round(sc[i]);
+                    let v = match zpk {
+                        0 => (code as f32 - 8.0) * scale,
+                        1 => {
+                            let z = zp[nn * s.zp_row + grp / 2];
+                            let z = if grp % 2 == 0 { z & 15 } else { z >> 4 };
+                            (code as f32 - z as f32) * scale
+                        }
+                        _ => code as f32 * scale + (-scale * round(zf[i])),
+                    };
+                    let at = (kk * n + nn) * elem;
+                    let want = if half {
+                        f32_to_f16(v).to_le_bytes().to_vec()
+                    } else {
+                        v.to_le_bytes().to_vec()
+                    };
+                    assert_eq!(
+                        &got[at..at + elem],
+                        &want[..],
+                        "k {kk} n {nn} dt {dt} zp {zpk}"
+                    );
+                }
+            }
+        }
     }
 }

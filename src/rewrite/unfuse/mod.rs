@@ -66,12 +66,16 @@ pub struct UnfuseCtx<'a> {
     pub nchwc_block_size: Option<i64>,
     /// External data the unpacked MatMulNBits form may read, within a bound (see [`Unpack`]).
     pub unpack: Option<Unpack<'a>>,
+    /// Where the unpacked MatMulNBits form registers the weights it leaves to compute while
+    /// the output is written (the model's, [`crate::io::computed`]); without it they are
+    /// computed into memory here.
+    pub computed: Option<&'a crate::io::computed::Scope>,
 }
 
 /// External data that only the unpacked MatMulNBits form reads (its weights, and the small
 /// scales and zero points of either form), and how many bytes of float weights the batch's
-/// decompositions may add from it: the weights are read into memory, so the bound keeps
-/// memory within what the output's size guard (`--allow-growth`) would let through.
+/// decompositions may add from it: the bound keeps the output within what its size guard
+/// (`--allow-growth`) would let through, and within what a model file can hold.
 #[derive(Clone, Copy)]
 pub struct Unpack<'a> {
     pub data: &'a ExternalData,
@@ -89,6 +93,7 @@ impl<'a> UnfuseCtx<'a> {
             external: None,
             nchwc_block_size: None,
             unpack: None,
+            computed: None,
         }
     }
 }
@@ -381,6 +386,8 @@ pub struct UnfuseOptions<'a> {
     /// External data for the unpacked MatMulNBits form only, and the bytes of float weights
     /// it may add per batch ([`Unpack`]).
     pub unpack: Option<(&'a ExternalData, u64)>,
+    /// See [`UnfuseCtx::computed`] (the `unfuse` pass gives the model's).
+    pub computed: Option<&'a crate::io::computed::Scope>,
 }
 
 /// Plans for the `selected` nodes of graph `g`, whose facts (before any change) are `facts`;
@@ -460,6 +467,7 @@ pub fn plan_graph(
             limit,
             spent: &spent,
         }),
+        computed: opts.computed,
     };
     // The region: every NCHWc node must decompose (in graph order, naming the first that
     // does not).
@@ -570,6 +578,7 @@ impl Pass for UnfusePass {
                 .external
                 .filter(|_| cx.unpack_limit > 0)
                 .map(|d| (d, cx.unpack_limit)),
+            computed: Some(&cx.model.computed),
         };
         let reinfer = |block: Option<i64>| {
             let io = InferOptions {
@@ -636,19 +645,23 @@ impl UnfuseReport {
 /// Decompose every node the filter selects, in the main graph and every body below it (the
 /// one walker over scopes, [`crate::ir::scope`]). Never panics: a selected node that cannot be
 /// decomposed is left as it was and listed with the reason. The plans are the `unfuse` pass's
-/// ([`plan_graph`]); the default-domain opset import is never changed.
+/// ([`plan_graph`]); the default-domain opset import is never changed. Unpacked weights are
+/// left to compute when the model is written, as the `unfuse` pass leaves them.
 pub fn unfuse_all(model: &mut Model, rule: &str, filter: impl Fn(&Node) -> bool) -> UnfuseReport {
+    let scope = model.computed.clone();
     unfuse_all_with(
         model,
         &UnfuseOptions {
             rule,
+            computed: Some(&scope),
             ..Default::default()
         },
         filter,
     )
 }
 
-/// [`unfuse_all`] with options (external data resolver, NCHWc block size).
+/// [`unfuse_all`] with options (external data resolver, NCHWc block size, where unpacked
+/// weights are registered: `computed: None` computes them into memory).
 pub fn unfuse_all_with(
     model: &mut Model,
     opts: &UnfuseOptions,
