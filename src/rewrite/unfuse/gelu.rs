@@ -54,9 +54,10 @@ pub(super) fn gelu_tanh(rw: &mut Rw, x: PValue, dt: i32) -> PValue {
     rw.op("Mul", &[hx, t1], &[])
 }
 
-/// ONNX Runtime's GELU kernels take float32 only; for float16 (bfloat16) it inserts a Cast to
-/// float32 on each input and one back on the output. The decomposition does the same: inputs
-/// are cast to float32, the formula runs in float32, the result is rounded once.
+/// ONNX Runtime's GELU kernels take float32 only. For bfloat16 the decomposition casts the
+/// inputs to float32, runs the float32 formula and rounds once (ONNX Runtime 1.32 has no CPU
+/// kernel for any of them in bfloat16, so there is nothing to mirror). Float16 is handled by the
+/// `*_f16` functions below, which mirror what ONNX Runtime actually runs there.
 fn in_float(rw: &mut Rw, v: PValue, dt: i32) -> PValue {
     if matches!(dt, dtype::FLOAT16 | dtype::BFLOAT16) {
         rw.cast(v, dtype::FLOAT)
@@ -83,12 +84,115 @@ fn back(rw: &mut Rw, y: PValue, dt: i32) -> PValue {
     }
 }
 
+// ---- float16: what ONNX Runtime 1.32 runs on CPU ------------------------------------------
+//
+// ONNX Runtime 1.32 registers no float16 CPU kernel for com.microsoft Gelu, FastGelu or ONNX
+// Gelu-20. For such a node it inlines the operator's schema function body (contrib_defs.cc for
+// Gelu and FastGelu, the ONNX function body for Gelu-20), whose constants are made with the
+// input's type (float16 for the contrib ops); InsertCastTransformer then casts every float16
+// value to float32 around the float-only nodes, and RemoveDuplicateCastTransformer drops the
+// float16 round trips between them ("InsertedPrecisionFreeCast_*" in the optimized model). So
+// the body runs entirely in float32, node by node in its own order, with the contrib constants
+// rounded to float16 first, and the output is rounded once. Checked bit for bit against ONNX
+// Runtime over every finite float16 input (and 200,000 random X + bias pairs for FastGelu).
+
+/// A float32 constant holding `v` rounded to float16 (a float16 constant of the function body
+/// after its inserted Cast to float32).
+fn f16_const(rw: &mut Rw, hint: &str, v: f64) -> PValue {
+    let h = super::rw::f32_to_f16(v as f32);
+    rw.scalar(
+        hint,
+        dtype::FLOAT,
+        crate::verify::dtype::f16_to_f32(h) as f64,
+    )
+}
+
+/// com.microsoft Gelu's function body in float32 with float16 constants:
+/// `phi = (erf(C * x) + 1) * 0.5`, `y = x * phi`, C = M_SQRT1_2 rounded to float16 (0.70703).
+fn gelu_ms_f16(rw: &mut Rw, x: PValue) -> Result<PValue, Unsupported> {
+    if rw.opset < 9 {
+        return unsupported(format!(
+            "Erf needs opset >= 9; the model imports {}",
+            rw.opset
+        ));
+    }
+    let xf = rw.cast(x, dtype::FLOAT);
+    let c = f16_const(rw, "inv_sqrt2_f16", std::f64::consts::FRAC_1_SQRT_2);
+    let one = rw.scalar("one", dtype::FLOAT, 1.0);
+    let half = rw.scalar("half", dtype::FLOAT, 0.5);
+    let cx = rw.op("Mul", &[c, xf], &[]);
+    let e = rw.op("Erf", &[cx], &[]);
+    let e1 = rw.op("Add", &[e, one], &[]);
+    let phi = rw.op("Mul", &[e1, half], &[]);
+    let y = rw.op("Mul", &[xf, phi], &[]);
+    Ok(rw.cast(y, dtype::FLOAT16))
+}
+
+/// FastGelu's function body in float32 with float16 constants, on `xb = x (+ bias)` (the bias
+/// added in float32, not rounded): `t = tanh(xb * (B + C * (xb * xb)))`, `y = 0.5 * (xb * (1 +
+/// t))`, B = sqrt(2/pi) and C = 0.044715 * sqrt(2/pi) rounded to float16 (0.79785, 0.035675).
+fn fast_gelu_f16(rw: &mut Rw, xb: PValue) -> PValue {
+    let b = f16_const(rw, "sqrt_2_over_pi_f16", SQRT_2_OVER_PI);
+    let c = f16_const(rw, "cubic_f16", GELU_TANH_CUBIC);
+    let one = rw.scalar("one", dtype::FLOAT, 1.0);
+    let half = rw.scalar("half", dtype::FLOAT, 0.5);
+    let t1 = rw.op("Mul", &[xb, xb], &[]);
+    let t2 = rw.op("Mul", &[c, t1], &[]);
+    let t3 = rw.op("Add", &[b, t2], &[]);
+    let t4 = rw.op("Mul", &[xb, t3], &[]);
+    let t5 = rw.op("Tanh", &[t4], &[]);
+    let t6 = rw.op("Add", &[one, t5], &[]);
+    let t7 = rw.op("Mul", &[xb, t6], &[]);
+    let y = rw.op("Mul", &[half, t7], &[]);
+    rw.cast(y, dtype::FLOAT16)
+}
+
+/// ONNX Gelu-20's function body in float32 (its constants are float32 there):
+/// approximate="none": `y = (0.5 * x) * (1 + erf(x / sqrt(2)))`;
+/// approximate="tanh": `y = (0.5 * x) * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3)))`, with
+/// `x^3` by Pow and sqrt(2/pi) the float32 square root of float32 2/pi, as the body's Sqrt.
+fn gelu_onnx_f16(rw: &mut Rw, x: PValue, tanh: bool) -> Result<PValue, Unsupported> {
+    if !tanh && rw.opset < 9 {
+        return unsupported(format!(
+            "Erf needs opset >= 9; the model imports {}",
+            rw.opset
+        ));
+    }
+    let xf = rw.cast(x, dtype::FLOAT);
+    let half = rw.scalar("half", dtype::FLOAT, 0.5);
+    let one = rw.scalar("one", dtype::FLOAT, 1.0);
+    let mx = rw.op("Mul", &[half, xf], &[]);
+    let phi = if tanh {
+        let three = rw.scalar("three", dtype::FLOAT, 3.0);
+        let c0 = rw.scalar("c0", dtype::FLOAT, 0.044715);
+        let k = ((2.0 / std::f64::consts::PI) as f32).sqrt();
+        let k = rw.scalar("sqrt_2_over_pi", dtype::FLOAT, k as f64);
+        let x3 = rw.op("Pow", &[xf, three], &[]);
+        let x3c = rw.op("Mul", &[c0, x3], &[]);
+        let s = rw.op("Add", &[xf, x3c], &[]);
+        let ti = rw.op("Mul", &[k, s], &[]);
+        let t = rw.op("Tanh", &[ti], &[]);
+        rw.op("Add", &[one, t], &[])
+    } else {
+        let sqrt2 = rw.scalar("sqrt2", dtype::FLOAT, (2.0f32).sqrt() as f64);
+        let xs = rw.op("Div", &[xf, sqrt2], &[]);
+        let e = rw.op("Erf", &[xs], &[]);
+        rw.op("Add", &[one, e], &[])
+    };
+    let y = rw.op("Mul", &[mx, phi], &[]);
+    Ok(rw.cast(y, dtype::FLOAT16))
+}
+
 /// com.microsoft Gelu (ContribOperators.md, Gelu: Gaussian Error Linear Unit).
 pub fn gelu_ms(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch, Unsupported> {
     let mut rw = Rw::new(ctx, g, n);
     rw.only_attrs(&[])?;
     let x = rw.need(0, "X")?;
     let dt = rw.float_dtype(0)?;
+    if dt == dtype::FLOAT16 {
+        let y = gelu_ms_f16(&mut rw, x)?;
+        return rw.finish(&[(0, y)]);
+    }
     let xf = in_float(&mut rw, x, dt);
     let y = gelu_erf(&mut rw, xf, compute_dtype(dt))?;
     let y = back(&mut rw, y, dt);
@@ -126,6 +230,10 @@ pub fn fast_gelu(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch, Unsuppo
         }
         None => xf,
     };
+    if dt == dtype::FLOAT16 {
+        let y = fast_gelu_f16(&mut rw, xb);
+        return rw.finish(&[(0, y)]);
+    }
     let y = gelu_tanh(&mut rw, xb, compute_dtype(dt));
     let y = back(&mut rw, y, dt);
     rw.finish(&[(0, y)])
@@ -160,6 +268,10 @@ pub fn gelu_onnx(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch, Unsuppo
         .unwrap_or_else(|| "none".to_string());
     if !matches!(approximate.as_str(), "none" | "tanh") {
         return unsupported(format!("approximate='{approximate}'"));
+    }
+    if dt == dtype::FLOAT16 {
+        let y = gelu_onnx_f16(&mut rw, x, approximate == "tanh")?;
+        return rw.finish(&[(0, y)]);
     }
     let xf = in_float(&mut rw, x, dt);
     let y = if approximate == "tanh" {

@@ -24,9 +24,21 @@
 //!   `position_ids`, at `position_ids[0, 0] + s` for a first prompt (`S == total`) and
 //!   `position_ids[b, s]` otherwise; without `do_rotary` the kernel ignores `position_ids`.
 //!
-//! float16: the kernel rotates in float and stores the rotated Q/K as float16, then converts
-//! Q, K, V to float and computes scores, softmax and the weighted sum in float, rounding the
-//! output once; the decomposition does the same casts.
+//! float16: the kernel rotates in float and stores the rotated Q/K as float16 (its present_key
+//! matches float32 rotation rounded once, bit for bit), then converts Q, K, V to float and
+//! computes scores, softmax and the weighted sum in float, rounding the output once; the
+//! decomposition does the same casts, and builds the present caches in float so that ONNX
+//! Runtime's cast removal cannot skip the rounding of the rotated keys (see below).
+//!
+//! float32: ONNX Runtime 1.32 takes a flash-attention path (`ApplyAttentionFlash`, MLAS
+//! `flashattn_gqa.cpp`) whenever total_sequence_length > 1 and there is no softcap,
+//! smooth_softmax, head_sink or qk output (unless ORT_GQA_DISABLE_FLASH_ATTENTION is set): a
+//! GEMV decode kernel for one new token, a tiled online softmax otherwise, with unnormalized
+//! exponentials times V divided by the sum at the end, and block sizes from the L2 cache size
+//! and the thread count. Its sums run in another order than Softmax and MatMul, so where the
+//! exponentials amplify a score's last bits the outputs can differ by slightly more than
+//! 1e-5 of scale (two fuzz cases at 1.3e-5 and 1.4e-5, which agree to 4e-8 with the flash
+//! path disabled). The decomposition keeps the plain softmax.
 
 use crate::ir::{Graph, NodeId};
 use crate::rewrite::{AttrValue, PValue, Patch};
@@ -285,11 +297,6 @@ pub fn group_query_attention(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Pa
         kh = rotate_in_float(&mut rw, kh, c, s, dt, rot, 4)?;
     }
 
-    // The present caches.
-    let rows = present_rows(&mut rw, &len);
-    let present_k = present(&mut rw, kh, past.map(|p| p.0), &len, &rows, dt)?;
-    let present_v = present(&mut rw, vh, past.map(|p| p.1), &len, &rows, dt)?;
-
     // Attention in float.
     let to_f = |rw: &mut Rw, x: PValue| {
         if dt == dtype::FLOAT {
@@ -298,9 +305,25 @@ pub fn group_query_attention(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Pa
             rw.cast(x, dtype::FLOAT)
         }
     };
+    // The present caches, built in float from the float16 values (exact) and rounded back for
+    // the outputs. Built in float16, their Pad/Where (no float16 CPU kernel in ONNX Runtime)
+    // get Casts inserted around them, and ONNX Runtime's RemoveDuplicateCastTransformer (which
+    // runs even with graph optimizations off) then fuses the rotation's float -> float16 Cast
+    // with the inserted float16 -> float one: the attention would read the unrounded rotated
+    // keys (float16 outputs 1e-3 to 5e-3 of scale off, found by `tools/fuzz_decomp.py`). The
+    // explicit float16 -> float Casts here are kept by ONNX Runtime, as the query's always were.
+    let rows = present_rows(&mut rw, &len);
+    let kf = to_f(&mut rw, kh);
+    let vf = to_f(&mut rw, vh);
+    let past_f = past.map(|(pk, pv)| (to_f(&mut rw, pk), to_f(&mut rw, pv)));
+    let kf32 = present(&mut rw, kf, past_f.map(|p| p.0), &len, &rows, dtype::FLOAT)?;
+    let vf32 = present(&mut rw, vf, past_f.map(|p| p.1), &len, &rows, dtype::FLOAT)?;
+    let (present_k, present_v) = if dt == dtype::FLOAT {
+        (kf32, vf32)
+    } else {
+        (rw.cast(kf32, dt), rw.cast(vf32, dt))
+    };
     let qf32 = to_f(&mut rw, qh);
-    let kf32 = to_f(&mut rw, present_k);
-    let vf32 = to_f(&mut rw, present_v);
     let group = heads / kv_heads;
     // Grouped: Q [B, Nkv, g, S, H] against K/V [B, Nkv, 1, C, H]; plain heads stay 4-D.
     let grouped = group > 1;

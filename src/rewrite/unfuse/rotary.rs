@@ -11,7 +11,14 @@
 //!
 //! and channels `rotary_dim..head_size` pass through. Positions are `position_ids[b, s]`, or
 //! `position_ids[0] + s` for a 1-element `position_ids`. float16/bfloat16 are rotated in float
-//! and rounded once, as the kernel converts each row to float (MLAS `RotaryEmbedOneRow`).
+//! and rounded once, as the kernel converts each row to float (MLAS `RotaryEmbedOneRow`;
+//! bit for bit on ONNX Runtime 1.32, standalone and inside GroupQueryAttention, both layouts).
+//! float32 on x86-64 differs in the last bit: the kernel fuses the multiply-adds,
+//! `fma(x1, c, -(x2 s))` and `fma(x1, s, x2 c)` (bit for bit on ONNX Runtime 1.32, both
+//! layouts); the decomposition rounds every product (at most 1 ulp per element, inside
+//! `rounding` here; inside GroupQueryAttention the softmax can amplify it to a little over
+//! 1e-5 of scale, two fuzz cases at 1.1e-5 and 1.9e-5). Mirroring it would take float64
+//! arithmetic in every float32 rotation, which is not done.
 //! The `scale` attribute is not read by the CPU kernel (checked on ONNX Runtime 1.32: a
 //! `scale` of 0.5 gives the same output), so it is ignored here too.
 //!

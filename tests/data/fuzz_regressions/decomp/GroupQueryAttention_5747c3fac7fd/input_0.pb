@@ -1,0 +1,2 @@
+
+BqJ 7HFÿ@,ÂsEþDiFF?^BÍIöEA'F´AAóC

@@ -1,0 +1,2 @@
+
+BkJ %EÅCÄApAgD ?¬³wGÏ=óDŸE]ApE#E|D‹D
