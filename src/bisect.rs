@@ -1066,7 +1066,7 @@ pub fn report_text(r: &BisectReport) -> String {
             if st.failed { "FAIL" } else { "ok" },
             st.message
                 .as_deref()
-                .map(|m| format!(" - {m}"))
+                .map(|m| format!(" - {}", scrub_paths(m)))
                 .unwrap_or_default(),
             st.seconds
         ));
@@ -1092,7 +1092,8 @@ pub fn report_text(r: &BisectReport) -> String {
             for a in &c.attributes {
                 s.push_str(&format!("  attr   {a}\n"));
             }
-            s.push_str(&format!("  error  {}\n", c.message));
+            // (The temporary files it ran are gone: their names only.)
+            s.push_str(&format!("  error  {}\n", scrub_paths(&c.message)));
             if let Some(e) = &c.reference_error {
                 s.push_str(&format!(
                     "  note   ONNX Runtime CPU fails on the same nodes too ({e}): the model itself does not run, this is not a hazard of the runtime\n"
