@@ -563,6 +563,21 @@ fn compile(a: &CompileArgs) -> Result<u8, Error> {
                 .output
                 .clone()
                 .unwrap_or_else(|| default_output(model, &slug, "manifest.yaml"));
+            // The manifest is YAML: a `.onnx` name would hand tools a text file to load.
+            let is_onnx = manifest
+                .extension()
+                .is_some_and(|e| e.eq_ignore_ascii_case("onnx"));
+            if is_onnx {
+                return Err(Error::new(
+                    ErrorKind::Usage,
+                    format!(
+                        "--cpu-subgraphs partition writes a YAML manifest at -o (the segments \
+                         beside it): '{}' is an .onnx name; give a .yaml one, e.g. '{}'",
+                        manifest.display(),
+                        manifest.with_extension("yaml").display()
+                    ),
+                ));
+            }
             let g = &doc.model.graph;
             let ann = opts.annotation.clone();
             let is_cpu = |n| g.node(n).metadata("layer_ann") == Some(ann.as_str());

@@ -146,6 +146,42 @@ fn doctor_puts_the_node_the_log_names_first_with_the_rule_that_covers_it() {
 }
 
 #[test]
+fn partition_refuses_an_onnx_name_for_its_yaml_manifest() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("part.onnx");
+    let (code, _, err) = cli(&[
+        sample().to_str().unwrap(),
+        "--target",
+        "rx580",
+        "--cpu-subgraphs",
+        "partition",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("YAML manifest") && err.contains("part.yaml"),
+        "{err}"
+    );
+    // Nothing written.
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    let yaml = dir.path().join("part.yaml");
+    let (code, _, err) = cli(&[
+        sample().to_str().unwrap(),
+        "--target",
+        "rx580",
+        "--cpu-subgraphs",
+        "partition",
+        "-o",
+        yaml.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(std::fs::read_to_string(&yaml)
+        .unwrap()
+        .contains("segments:"));
+}
+
+#[test]
 fn compile_exits_1_when_a_node_is_denied() {
     let dir = tempfile::tempdir().unwrap();
     let rules = dir.path().join("deny.yaml");
