@@ -183,17 +183,12 @@ pub fn run_cli(args: &VerifyArgs) -> u8 {
     }
     let result = std::panic::catch_unwind(|| verify_models(&args.original, &args.rewritten, &opts));
     match result {
-        Ok(Ok(report)) => {
-            match args.format {
-                OutputFormat::Text => print!("{}", report.to_text()),
-                OutputFormat::Json => println!("{}", report.to_json()),
-            }
-            if report.passed() {
-                EXIT_PASS
-            } else {
-                EXIT_MISMATCH
-            }
-        }
+        Ok(Ok(report)) => print_report(
+            args.format,
+            || report.to_text(),
+            || report.to_json(),
+            report.passed(),
+        ),
         Ok(Err(e)) => {
             eprintln!("error: {e}");
             EXIT_ERROR
@@ -215,23 +210,36 @@ pub fn run_cli(args: &VerifyArgs) -> u8 {
     }
 }
 
+/// Prints a report in `format` (text as is, JSON with a newline) and returns its exit code.
+fn print_report(
+    format: OutputFormat,
+    text: impl FnOnce() -> String,
+    json: impl FnOnce() -> String,
+    passed: bool,
+) -> u8 {
+    match format {
+        OutputFormat::Text => print!("{}", text()),
+        OutputFormat::Json => println!("{}", json()),
+    }
+    if passed {
+        EXIT_PASS
+    } else {
+        EXIT_MISMATCH
+    }
+}
+
 /// `verify DIR DIR` on two onnxruntime-genai folders: a prefill and a decode step.
 fn run_genai(args: &VerifyArgs, opts: &VerifyOptions) -> u8 {
     let result = std::panic::catch_unwind(|| {
         super::genai::verify_genai(&args.original, &args.rewritten, opts)
     });
     match result {
-        Ok(Ok(report)) => {
-            match args.format {
-                OutputFormat::Text => print!("{}", report.to_text()),
-                OutputFormat::Json => println!("{}", report.to_json()),
-            }
-            if report.passed() {
-                EXIT_PASS
-            } else {
-                EXIT_MISMATCH
-            }
-        }
+        Ok(Ok(report)) => print_report(
+            args.format,
+            || report.to_text(),
+            || report.to_json(),
+            report.passed(),
+        ),
         Ok(Err(e)) => {
             eprintln!("error: {e}");
             EXIT_ERROR

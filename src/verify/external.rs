@@ -485,6 +485,17 @@ fn run_on_ort_ep(
     })
 }
 
+/// Whether `python -c "import MODULE"` succeeds with the interpreter `python`.
+fn python_imports(python: &std::path::Path, module: &str) -> bool {
+    Command::new(python)
+        .args(["-c", &format!("import {module}")])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
 /// Whether `kind` can run here: `Ok` when everything it needs is installed, else the error
 /// `verify` would give (it names scripts/setup-runtimes.sh). Runs nothing but, for
 /// `openvino` and `ort-ep:NAME`, `python -c "import openvino"` / `import onnxruntime`.
@@ -493,14 +504,7 @@ pub fn check_available(kind: &RuntimeKind) -> Result<(), VerifyError> {
         RuntimeKind::Cpu => Ok(()),
         RuntimeKind::OrtEp(_) => {
             let py = super::ort_ep::find_python()?;
-            let ok = Command::new(&py)
-                .args(["-c", "import onnxruntime"])
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success());
-            if ok {
+            if python_imports(&py, "onnxruntime") {
                 Ok(())
             } else {
                 Err(VerifyError::RuntimeNotFound(format!(
@@ -513,14 +517,7 @@ pub fn check_available(kind: &RuntimeKind) -> Result<(), VerifyError> {
         RuntimeKind::Webgpu => find_webgpu().map(|_| ()),
         RuntimeKind::Openvino => {
             let h = find_openvino()?;
-            let ok = Command::new(&h.program)
-                .args(["-c", "import openvino"])
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success());
-            if ok {
+            if python_imports(&h.program, "openvino") {
                 Ok(())
             } else {
                 Err(missing(

@@ -1060,19 +1060,21 @@ pub fn qlinear_concat(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch, Un
     rw.finish(&[(0, q)])
 }
 
+/// The attributes of ONNX Conv (and QLinearConv).
+const CONV_ATTRS: &[&str] = &[
+    "auto_pad",
+    "dilations",
+    "group",
+    "kernel_shape",
+    "pads",
+    "strides",
+];
+
 /// com.microsoft QLinearConv: ONNX QLinearConv, with `channels_last` meaning NHWC input and
 /// output (the weights stay `[M, C/group, k...]`).
 pub fn qlinear_conv_ms(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch, Unsupported> {
-    const CONV: &[&str] = &[
-        "auto_pad",
-        "dilations",
-        "group",
-        "kernel_shape",
-        "pads",
-        "strides",
-    ];
     let mut rw = Rw::new(ctx, g, n);
-    let mut known = CONV.to_vec();
+    let mut known = CONV_ATTRS.to_vec();
     known.push("channels_last");
     rw.only_attrs(&known)?;
     need_opset10(&rw)?;
@@ -1081,7 +1083,7 @@ pub fn qlinear_conv_ms(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch, U
     if ins.len() < 8 {
         return unsupported("QLinearConv needs at least 8 inputs");
     }
-    let attrs = rw.copy_attrs(CONV);
+    let attrs = rw.copy_attrs(CONV_ATTRS);
     if !last {
         let y = rw.op_opt("QLinearConv", &ins, attrs);
         return rw.finish(&[(0, y)]);
@@ -1213,16 +1215,8 @@ fn requantize(
 /// [`requantize`]). For OpenVINO, whose ONNX front end refuses per-channel weight scales and
 /// zero points on QLinearConv (or, when M equals C/group, applies them along the wrong axis).
 pub fn qlinear_conv(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch, Unsupported> {
-    const CONV: &[&str] = &[
-        "auto_pad",
-        "dilations",
-        "group",
-        "kernel_shape",
-        "pads",
-        "strides",
-    ];
     let mut rw = Rw::new(ctx, g, n);
-    rw.only_attrs(CONV)?;
+    rw.only_attrs(CONV_ATTRS)?;
     need_opset10(&rw)?;
     if rw.node.inputs.len() < 8 {
         return unsupported("QLinearConv needs at least 8 inputs");
@@ -1237,7 +1231,7 @@ pub fn qlinear_conv(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch, Unsu
         return unsupported(format!("input of rank {r}"));
     }
     let w_zp = uniform_zero_point(&mut rw, 5)?;
-    let attrs = rw.copy_attrs(CONV);
+    let attrs = rw.copy_attrs(CONV_ATTRS);
     let x_zp = rw.input(2);
     let mut acc = rw.op_opt("ConvInteger", &[Some(x), Some(w), x_zp, w_zp], attrs);
     let mut shape = vec![1i64, -1];
