@@ -734,6 +734,13 @@ impl<'a> Matcher<'a> {
                         })
                     }
                 },
+                (TensorCheck::RankKnown(want), Some(v)) => {
+                    let known = self.facts().shape(v).is_some();
+                    out(bool_t(known == *want), &|| match self.facts().shape(v) {
+                        Some(s) => format!("{what} rank is known ({})", s.len()),
+                        None => format!("{what} rank is not known"),
+                    })
+                }
                 (TensorCheck::Const(c), Some(v)) => {
                     let is = self.facts().is_constant(v);
                     out(bool_t(is == *c), &|| {

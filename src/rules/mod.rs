@@ -76,7 +76,8 @@
 //! defaults not applied).
 //!
 //! **TENSOR-TEST**: `present: bool`, `dtype: int64 | [float16, float]`, `rank: NUM`,
-//! `dims: [...]`, `static: bool` (all dims known numbers), `const: bool` (known constant —
+//! `dims: [...]`, `static: bool` (all dims known numbers), `rank_known: bool` (the analysis
+//! knows the number of dims), `const: bool` (known constant —
 //! `false` means "not known to be constant"), `initializer: bool`. Any test other than
 //! `present` is false on an absent input. `dims` items: `_` (anything), `...` (any number of
 //! dims, once), a NUM (a known dim satisfying it), `dynamic` (not a known number),

@@ -94,6 +94,7 @@ pub(crate) const TENSOR_KEYS: &[&str] = &[
     "rank",
     "dims",
     "static",
+    "rank_known",
     "const",
     "initializer",
 ];
@@ -582,6 +583,7 @@ impl<'a> P<'a> {
                 "rank" => self.num_test(v, &w).map(TensorCheck::Rank),
                 "dims" => self.dims(v, &w).map(TensorCheck::Dims),
                 "static" => self.boolean(v, &w).map(TensorCheck::Static),
+                "rank_known" => self.boolean(v, &w).map(TensorCheck::RankKnown),
                 "const" => self.boolean(v, &w).map(TensorCheck::Const),
                 _ => self.boolean(v, &w).map(TensorCheck::Initializer),
             };

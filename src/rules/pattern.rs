@@ -212,6 +212,8 @@ pub enum TensorCheck {
     Rank(NumTest),
     Dims(Vec<DimPat>),
     Static(bool),
+    /// Whether the analysis knows the value's rank (`rank_known`).
+    RankKnown(bool),
     Const(bool),
     Initializer(bool),
 }
