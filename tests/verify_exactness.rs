@@ -501,7 +501,7 @@ mod openvino {
     /// com.microsoft CDist, which ONNX Runtime runs and OpenVINO's ONNX front end does not
     /// convert; the rewrite computes the same squared distances with standard ops.
     #[test]
-    fn an_original_the_runtime_refuses_is_judged_against_onnx_runtime_cpu() {
+    fn an_original_the_runtime_refuses_is_judged_on_onnx_runtime_cpu() {
         if !runtime_available() || !runtimes_support::ready(RuntimeKind::Openvino) {
             return;
         }
@@ -548,25 +548,43 @@ mod openvino {
                 int_init("ax2", &[2]),
             ],
         );
-        let p = pair(orig, with_class(rewritten, "approximate:1e-4"));
+        let p = pair(orig.clone(), with_class(rewritten, "approximate:1e-4"));
         let (c, j, err) = json(&p.a, &p.b, &["--runtime", "openvino"]);
         assert_eq!(c, 0, "{j:#}{err}");
         let o = &j["original_on_runtime"];
         assert_eq!(o["ran"], false, "{o:#}");
         let why = o["error"].as_str().unwrap();
         assert!(why.contains("OpenVINO"), "{why}");
-        assert!(j["runs"][0].get("runtime_vs_cpu").is_none(), "{j:#}");
-        // The runtime's own difference is unknown: the class bound is held to at least the
-        // default tolerance there.
-        let o = &j["runs"][0]["outputs"][0];
-        assert_eq!(o["judged_by"], "approximate:1e-4", "{o:#}");
-        assert_eq!(o["tolerance_floor"]["atol"].as_f64(), Some(1e-5), "{o:#}");
+        // The rewrite is judged on ONNX Runtime CPU at its class (no tolerance floor), and
+        // OpenVINO's own difference is measured on the rewritten model.
+        assert_eq!(o["measured_on"], "rewritten", "{o:#}");
+        assert_eq!(o["differences"][0]["output"], "y", "{o:#}");
+        let run = &j["runs"][0];
+        let judged = &run["outputs"][0];
+        assert_eq!(judged["judged_by"], "approximate:1e-4", "{judged:#}");
+        assert!(judged.get("tolerance_floor").is_none(), "{judged:#}");
+        assert_eq!(judged["status"], "ok", "{judged:#}");
+        assert_eq!(run["runtime_vs_cpu"][0]["name"], "y", "{run:#}");
+        assert_eq!(run["against_cpu"][0]["name"], "y", "{run:#}");
         let (c, t) = text(&p.a, &p.b, &["--runtime", "openvino"]);
         assert_eq!(c, 0, "{t}");
         assert!(t.contains("original:  could not run on openvino: "), "{t}");
         assert!(
-            t.contains("judged against the original on ONNX Runtime CPU"),
+            t.contains("rewritten vs original, both on ONNX Runtime CPU (judged"),
             "{t}"
         );
+        assert!(
+            t.contains("rewritten on openvino vs rewritten on ONNX Runtime CPU"),
+            "{t}"
+        );
+
+        // A rewrite that fails there as the original does: the error says it is the
+        // runtime's own limit, not the rewrite's.
+        let same = pair(orig.clone(), with_class(orig, "exact"));
+        let (c, t) = text(&same.a, &same.b, &["--runtime", "openvino"]);
+        assert_eq!(c, 2, "{t}");
+        assert!(t.contains("openvino cannot load the model"), "{t}");
+        assert!(t.contains("the original fails on openvino too"), "{t}");
+        assert!(t.contains("own limit, not the rewrite's"), "{t}");
     }
 }

@@ -407,7 +407,7 @@ pub fn verify_models(
         _ => opts.session.optimization,
     };
     let mut external_run = if external {
-        let ext = external::run_external(
+        let ext = match external::run_external(
             &opts.runtime,
             rewr.info(),
             &feeds,
@@ -415,7 +415,24 @@ pub fn verify_models(
             opts.webgpu_pins,
             opts.runtime_timeout,
             &mut warnings,
-        )?;
+        ) {
+            Ok(ext) => ext,
+            Err(e @ (VerifyError::RuntimeNotFound(_) | VerifyError::RuntimeLoad { .. })) => {
+                return Err(e)
+            }
+            // The rewritten model does not load or run there: say whose limit that is by
+            // trying the original there too.
+            Err(e) => {
+                return Err(blame_runtime_failure(
+                    e,
+                    &orig,
+                    &opts.runtime,
+                    &feeds,
+                    external_opt,
+                    opts,
+                ))
+            }
+        };
         sessions.push(SessionInfo {
             role: "rewritten".into(),
             model: rewr.info().path.display().to_string(),
@@ -442,6 +459,7 @@ pub fn verify_models(
             error: None,
             differs: false,
             differences: Vec::new(),
+            measured_on: None,
         };
         match &orig {
             Target::Chain(_) => {
@@ -474,8 +492,40 @@ pub fn verify_models(
                 Err(e) => o.error = Some(error::one_line(&e.to_string())),
             },
         }
+        if o.ran {
+            o.measured_on = Some("original");
+        }
         original_on_runtime = Some(o);
     }
+    // When the original does not run there, the rewritten model runs on ONNX Runtime CPU too:
+    // the rewrite is judged there (against the original, at its class), and the runtime's own
+    // difference is measured on the rewritten model (on the runtime against ONNX Runtime CPU).
+    let mut rewr_on_cpu_runner = match original_on_runtime.as_mut() {
+        Some(o) if !o.ran => {
+            match Runner::open(
+                rt,
+                &rewr,
+                "rewritten",
+                &session,
+                &mut sessions,
+                &mut warnings,
+            ) {
+                Ok(r) => {
+                    o.measured_on = Some("rewritten");
+                    Some(r)
+                }
+                Err(e) => {
+                    warnings.push(format!(
+                        "the rewritten model does not load on ONNX Runtime CPU either ({}): judged on {} against the original on ONNX Runtime CPU",
+                        error::one_line(&e.to_string()),
+                        opts.runtime.name()
+                    ));
+                    None
+                }
+            }
+        }
+        _ => None,
+    };
     let mut reports = Vec::with_capacity(runs);
     let mut weak: Vec<String> = Vec::new();
     for (run, (feed, seed)) in all_feeds.into_iter().enumerate() {
@@ -496,6 +546,10 @@ pub fn verify_models(
             (None, Some(ext)) => std::mem::take(&mut ext.outputs[run]),
             (None, None) => unreachable!("one of the two runs the rewritten model"),
         };
+        let rewritten_on_cpu = match rewr_on_cpu_runner.as_mut() {
+            Some(r) => Some(r.run(&feed).map_err(hint)?),
+            None => None,
+        };
         let on_runtime: Option<HashMap<String, HostTensor>> = original_external
             .as_mut()
             .and_then(|o| o.get_mut(run))
@@ -504,6 +558,7 @@ pub fn verify_models(
         // On another runtime whose own difference cannot be measured (the original does not
         // run there), a class bound (defined on ONNX Runtime CPU) is held to at least the
         // tolerance.
+        let class_judge = judge;
         let judge = match (&on_runtime, external) {
             (None, true) => judge.with_floor(opts.tolerance),
             _ => judge,
@@ -588,10 +643,32 @@ pub fn verify_models(
                     });
                     outputs.push(c);
                 }
-                (None, None) => outputs.push(match actual.get(&spec.name) {
-                    Some(a) => compare::compare_with(&spec.name, b, a, judge),
-                    None => missing(b),
-                }),
+                (None, None) => match rewritten_on_cpu.as_ref().and_then(|m| m.get(&spec.name)) {
+                    Some(rc) => {
+                        // Judged on ONNX Runtime CPU; the runtime's difference on the same
+                        // (rewritten) model shown beside it.
+                        outputs.push(compare::compare_with(&spec.name, b, rc, class_judge));
+                        match actual.get(&spec.name) {
+                            Some(a) => {
+                                against_cpu.push(compare::compare_with(&spec.name, b, a, judge));
+                                runtime_vs_cpu.push(compare::compare_with(
+                                    &spec.name,
+                                    rc,
+                                    a,
+                                    class_judge,
+                                ));
+                            }
+                            None => {
+                                against_cpu.push(missing(b));
+                                runtime_vs_cpu.push(missing(rc));
+                            }
+                        }
+                    }
+                    None => outputs.push(match actual.get(&spec.name) {
+                        Some(a) => compare::compare_with(&spec.name, b, a, judge),
+                        None => missing(b),
+                    }),
+                },
             }
         }
         let mut against_expected = Vec::new();
@@ -747,5 +824,49 @@ fn opt_name(level: OptLevel) -> &'static str {
         OptLevel::Basic => "basic",
         OptLevel::Extended => "extended",
         OptLevel::All => "all",
+    }
+}
+
+/// The rewritten model failed to load or run on another runtime (`e`). Runs the original there
+/// too and adds to the error whose limit it is: the runtime's own (the original fails there
+/// too), or the rewrite's (the original runs).
+fn blame_runtime_failure(
+    e: VerifyError,
+    orig: &Target,
+    runtime: &RuntimeKind,
+    feeds: &[Feed],
+    optimization: runtime::OptLevel,
+    opts: &VerifyOptions,
+) -> VerifyError {
+    let Target::Single(info) = orig else {
+        return e;
+    };
+    let rt = runtime.name();
+    let mut ignored = Vec::new();
+    let verdict = match external::run_external(
+        runtime,
+        info,
+        feeds,
+        optimization,
+        opts.webgpu_pins,
+        opts.runtime_timeout,
+        &mut ignored,
+    ) {
+        Ok(_) => format!("the ORIGINAL RUNS on {rt}: the rewrite is what {rt} cannot load or run"),
+        Err(o) => format!(
+            "the original fails on {rt} too, so this is {rt}'s own limit, not the rewrite's: {}",
+            error::one_line(&o.to_string())
+        ),
+    };
+    match e {
+        VerifyError::Model { path, message } => VerifyError::Model {
+            path,
+            message: format!("{message}; {verdict}"),
+        },
+        VerifyError::Run { path, message } => VerifyError::Run {
+            path,
+            message: format!("{message}; {verdict}"),
+        },
+        other => other,
     }
 }
