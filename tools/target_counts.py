@@ -1,10 +1,14 @@
 #!/usr/bin/env python3
 """Per-target counts over a set of models: does every built-in target compile each model, is the
 output clean under `check`, does it pass onnx.checker full_check wherever the input does, and
-does it equal the original on ONNX Runtime CPU (`onnx-safeify verify`)?
+does it equal the original on ONNX Runtime CPU (`onnx-safeify verify`, which judges by the
+exactness class the output records)? A second table counts the outputs per exactness class
+(exact, rounding, approximate; from the output's `onnx_safeify.exactness`) and how many of each
+verify equal at that class.
 
 usage: target_counts.py --bin target/release/onnx-safeify [--targets rx580,coreml] \
-         [--every-node-test N] [--max-mb 100] [--jobs 2] [--json out.json] PATH...
+         [--every-node-test N] [--max-mb 100] [--jobs 2] [--allow-approximate] \
+         [--json out.json] PATH...
 
 PATH: .onnx files or folders (searched recursively; a backend node test folder contributes its
 model.onnx, one in every N with --every-node-test). Models over --max-mb are skipped (listed).
@@ -47,14 +51,25 @@ def run(cmd, timeout=600):
         return 124, "timeout"
 
 
-def one(binary, model, target, input_ok, scratch):
+def exactness_class(path):
+    """The class the compile recorded (`exact`, `rounding`, `approximate`), `exact` when the
+    output records none (nothing rewritten)."""
+    m = onnx.load(str(path), load_external_data=False)
+    for p in m.metadata_props:
+        if p.key == "onnx_safeify.exactness":
+            return p.value.split(":")[0].split()[0]
+    return "exact"
+
+
+def one(binary, model, target, input_ok, scratch, extra):
     out = Path(scratch) / f"{abs(hash((str(model), target)))}.onnx"
     res = {"model": str(model), "target": target}
-    rc, text = run([binary, str(model), "--target", target, "-o", str(out)])
+    rc, text = run([binary, str(model), "--target", target, "-o", str(out)] + extra)
     res["compile"] = rc
     if rc != 0:
         res["why"] = text.strip().splitlines()[-1:] if text.strip() else []
         return res
+    res["class"] = exactness_class(out)
     rc, text = run([binary, "check", str(out), "--target", target])
     res["check"] = rc
     if rc != 0:
@@ -88,6 +103,7 @@ def main():
     ap.add_argument("--every-node-test", type=int, default=1)
     ap.add_argument("--max-mb", type=float, default=100)
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--allow-approximate", action="store_true")
     ap.add_argument("--json")
     ap.add_argument("paths", nargs="+")
     a = ap.parse_args()
@@ -103,7 +119,9 @@ def main():
     input_ok = {str(m): full_check(m) is None for m in found}
     results = []
     with tempfile.TemporaryDirectory() as scratch, cf.ThreadPoolExecutor(a.jobs) as ex:
-        futs = [ex.submit(one, a.bin, m, t, input_ok[str(m)], scratch) for t in targets for m in found]
+        extra = ["--allow-approximate"] if a.allow_approximate else []
+        futs = [ex.submit(one, a.bin, m, t, input_ok[str(m)], scratch, extra)
+                for t in targets for m in found]
         for f in cf.as_completed(futs):
             results.append(f.result())
     results.sort(key=lambda r: (r["target"], r["model"]))
@@ -123,6 +141,18 @@ def main():
         print(f"| {t} | {len(rs)} | {len(ok)} | {len(clean)} | {len(fc_ok)} / {len(fc)} | {len(eq)} / {len(runs)} |")
         bad += [r for r in rs if r["compile"] != 0 or r.get("check") != 0
                 or r.get("full_check") is False or r.get("verify") not in (0, "reference-fails")]
+    classes = ["exact", "rounding", "approximate"]
+    print()
+    print("| target | " + " | ".join(f"{c} (equal / outputs)" for c in classes) + " |")
+    print("|---|" + "---|" * len(classes))
+    for t in targets:
+        rs = [r for r in results if r["target"] == t and r["compile"] == 0
+              and r.get("verify") != "reference-fails"]
+        cells = []
+        for c in classes:
+            of = [r for r in rs if r.get("class") == c]
+            cells.append(f"{sum(1 for r in of if r.get('verify') == 0)} / {len(of)}")
+        print(f"| {t} | " + " | ".join(cells) + " |")
     for r in bad:
         print("FAIL", json.dumps(r))
     if a.json:
