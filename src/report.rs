@@ -293,10 +293,16 @@ pub fn summary_text(report: &Report, target: &Target) -> String {
             .entry((a.rule.as_str(), a.action.as_str()))
             .or_default() += 1;
     }
-    if counts.is_empty() {
+    if counts.is_empty() && report.fallbacks.is_empty() {
         let _ = writeln!(
             s,
             "no rule of target {} fired: the graph is unchanged",
+            target.name
+        );
+    } else if counts.is_empty() {
+        let _ = writeln!(
+            s,
+            "no rewrite for target {}: the nodes its rules matched fell back to the CPU (below)",
             target.name
         );
     } else {

@@ -108,10 +108,18 @@ fn an_ambiguous_block_size_is_resolved_on_onnx_runtime_or_falls_back() {
     );
     assert!(nchwc_nodes(&model) > 0, "ONNX Runtime made no NCHWc region");
 
-    // Resolved: the region is decomposed with this CPU's block size, and the output equals
-    // the original (the plain model, and the NCHWc one) on ONNX Runtime.
+    // By default the region stays on the CPU: an NCHWc Conv as a standard Conv is
+    // approximate (its sums compound over a network), so it falls back.
+    let kept = dir.path().join("kept.onnx");
+    let r = compile(&model, &kept, &[], &[]);
+    let fb = r["fallbacks"].as_array().unwrap();
+    assert!(!fb.is_empty(), "{r:#}");
+    assert_eq!(nchwc_nodes(&kept), nchwc_nodes(&model));
+
+    // Resolved (approximations allowed): the region is decomposed with this CPU's block size,
+    // and the output equals the original (the plain model, and the NCHWc one) on ONNX Runtime.
     let out = dir.path().join("resolved.onnx");
-    let r = compile(&model, &out, &[], &[]);
+    let r = compile(&model, &out, &["--allow-approximate"], &[]);
     let n = notes(&r);
     assert!(
         n.iter()
@@ -130,7 +138,12 @@ fn an_ambiguous_block_size_is_resolved_on_onnx_runtime_or_falls_back() {
     let other = sizes.iter().copied().find(|&b| b != block).unwrap();
     let wrong = dir.path().join("wrong.onnx");
     let other_s = other.to_string();
-    compile(&model, &wrong, &["--nchwc-block", &other_s], &[]);
+    compile(
+        &model,
+        &wrong,
+        &["--nchwc-block", &other_s, "--allow-approximate"],
+        &[],
+    );
     assert_eq!(nchwc_nodes(&wrong), 0);
     let v = Command::new(common::bin())
         .arg("verify")
@@ -151,7 +164,7 @@ fn an_ambiguous_block_size_is_resolved_on_onnx_runtime_or_falls_back() {
     let r = compile(
         &model,
         &cpu,
-        &[],
+        &["--allow-approximate"],
         &[("ORT_DYLIB_PATH", "/nonexistent/libonnxruntime.so")],
     );
     let n = notes(&r);

@@ -431,10 +431,24 @@ fn the_nchwc_block_size_can_be_given_and_a_wrong_one_falls_back_to_the_cpu() {
         region[0].reason
     );
     assert!(engine::check(&mut doc.model, &target, &opts).is_empty());
-    // 16 fits: the region is decomposed.
+    // 16 fits: the region is decomposed, when approximations are allowed (an NCHWc Conv as a
+    // standard Conv is approximate); otherwise it stays on the CPU.
     let mut doc = onnx_safeify::load(&src).unwrap();
     let opts = engine::Options {
         nchwc_block: Some(16),
+        ..Default::default()
+    };
+    let report = engine::compile(&mut doc.model, &target, &opts);
+    assert_eq!(nchwc(&doc.model), before);
+    assert!(
+        report.fallbacks.iter().any(|f| f.cause == "approximate"),
+        "{:?}",
+        report.fallbacks
+    );
+    let mut doc = onnx_safeify::load(&src).unwrap();
+    let opts = engine::Options {
+        nchwc_block: Some(16),
+        allow_approximate: true,
         ..Default::default()
     };
     let report = engine::compile(&mut doc.model, &target, &opts);

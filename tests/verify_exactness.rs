@@ -447,7 +447,12 @@ mod openvino {
         // Judged: rewritten on OpenVINO against the original on OpenVINO: equal.
         assert_eq!(run["outputs"][0]["status"], "ok");
         assert_eq!(run["outputs"][0]["max_abs_err"].as_f64(), Some(0.0));
-        assert_eq!(run["outputs"][0]["runtime_allowance"].as_f64(), Some(own));
+        // Allowed: twice the runtime's own difference (it rounds the original and the
+        // rewrite).
+        assert_eq!(
+            run["outputs"][0]["runtime_allowance"].as_f64(),
+            Some(2.0 * own)
+        );
         // Shown: against ONNX Runtime CPU, and the runtime's own difference.
         assert_eq!(run["against_cpu"][0]["status"], "mismatch");
         assert_eq!(run["runtime_vs_cpu"][0]["max_abs_err"].as_f64(), Some(own));

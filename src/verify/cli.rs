@@ -85,8 +85,10 @@ pub struct VerifyArgs {
     /// onnxruntime package, e.g. ort-ep:CUDAExecutionProvider, in a child process). The
     /// original always runs on ONNX Runtime CPU; on another runtime it runs there too when
     /// it can, and the rewrite is judged against it there, within the larger of its bound and
-    /// the runtime's own difference from ONNX Runtime CPU (reported). webgpu and openvino
-    /// need scripts/setup-runtimes.sh.
+    /// twice the runtime's own difference from ONNX Runtime CPU (reported); when it cannot,
+    /// the rewritten model runs on ONNX Runtime CPU too, the rewrite is judged there and the
+    /// runtime's own difference is measured on the rewritten model. webgpu and openvino need
+    /// scripts/setup-runtimes.sh.
     #[arg(long, value_name = "RUNTIME", value_parser = RuntimeKind::parse, default_value = "cpu")]
     pub runtime: RuntimeKind,
     /// With --runtime webgpu: how the CPU pins (node metadata layer_ann) reach onnxruntime-web:

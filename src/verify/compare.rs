@@ -69,9 +69,10 @@ impl Criterion {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Judge {
     pub criterion: Criterion,
-    /// The largest difference allowed whatever the criterion says, when larger: a runtime's
-    /// own largest finite difference from ONNX Runtime CPU on this output, when the rewrite is
-    /// judged on that runtime against the original on it (0: none).
+    /// The largest difference allowed whatever the criterion says, when larger: twice a
+    /// runtime's own largest finite difference from ONNX Runtime CPU on this output (once for
+    /// each side), when the rewrite is judged on that runtime against the original on it (0:
+    /// none).
     pub allowance: f64,
     /// A tolerance no element's bound goes below (`|a-b| <= atol + rtol*|b|` always passes):
     /// on another runtime whose own difference from ONNX Runtime CPU could not be measured

@@ -602,7 +602,11 @@ pub fn verify_models(
                 (Some(r), _) => {
                     // Three runs: judged against the original on the same runtime.
                     runtime_vs_cpu.push(compare::compare_with(&spec.name, b, r, judge));
-                    let allowance = compare::finite_max_abs_diff(b, r).unwrap_or(0.0);
+                    // The runtime rounds on both sides of this comparison (the rewritten
+                    // model and the original both ran there), so each side may be off by its
+                    // own difference: twice the difference measured on the original. A rewrite
+                    // that the runtime computes much worse than the original still fails.
+                    let allowance = 2.0 * compare::finite_max_abs_diff(b, r).unwrap_or(0.0);
                     let _ = allowances.insert(spec.name.as_str(), allowance);
                     let j = judge.with_allowance(allowance);
                     match actual.get(&spec.name) {

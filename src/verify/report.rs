@@ -529,7 +529,7 @@ fn original_on_runtime_text(s: &mut String, o: &OriginalOnRuntime) {
     } else {
         let _ = writeln!(
             s,
-            "original:  ran on {rt} too; the rewrite is judged against it there, within the larger of the bound and {rt}'s own difference from ONNX Runtime CPU"
+            "original:  ran on {rt} too; the rewrite is judged against it there, within the larger of the bound and twice {rt}'s own difference from ONNX Runtime CPU (it rounds both models)"
         );
     }
     let beyond = o
