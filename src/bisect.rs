@@ -78,8 +78,8 @@ pub struct BisectArgs {
     #[arg(long, value_enum, default_value_t = OptLevel::All)]
     pub ort_opt_level: OptLevel,
     /// Stop after this many culprits, even when the model still fails with them pinned.
-    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..))]
-    pub max_culprits: u64,
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub max_culprits: u32,
     /// Write the suggested rules to this file (a rules file for `--rules`).
     #[arg(short = 'o', long = "rules-out", value_name = "FILE.yaml")]
     pub rules_out: Option<PathBuf>,
@@ -1683,7 +1683,8 @@ pub fn report_text(r: &BisectReport) -> String {
         s.push_str(&format!("  error  {}\n", scrub_paths(&c.message)));
         if let Some(e) = &c.reference_error {
             s.push_str(&format!(
-                "  note   ONNX Runtime CPU fails on the same nodes too ({e}): the model itself does not run, this is not a hazard of the runtime\n"
+                "  note   ONNX Runtime CPU fails on the same nodes too ({}): the model itself does not run, this is not a hazard of the runtime\n",
+                scrub_paths(e)
             ));
         }
     }
@@ -1754,7 +1755,7 @@ pub fn run_cli(a: &BisectArgs) -> u8 {
         },
         timeout: Duration::from_secs(a.timeout),
         optimization: a.ort_opt_level,
-        max_culprits: usize::try_from(a.max_culprits).unwrap_or(usize::MAX),
+        max_culprits: a.max_culprits as usize,
     };
     match bisect(&a.model, &opts) {
         Ok(r) => {
