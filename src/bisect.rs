@@ -1,15 +1,25 @@
-//! `bisect`: find the node where a model starts to fail on a runtime.
+//! `bisect`: find the nodes that make a model fail on a runtime.
 //!
 //! MODEL (compiled for `--target` first, when given) fails on runtime R: a run there ends in an
 //! error (no session, run error, device removed, timeout, crash) or its outputs differ from
 //! ONNX Runtime CPU beyond the tolerance. Bisect cuts the graph after its first k nodes in
 //! topological order, exposing as outputs every value of the prefix that a later node or the
 //! graph's outputs read (and the last node's inputs and outputs), and runs the prefix on R and
-//! on ONNX Runtime CPU. It searches the smallest failing prefix by halving: one run of the whole
-//! model, then ceil(log2 n) runs, each in a child process bounded by `--timeout`. The last
-//! node of the smallest failing prefix is where the failure starts; bisect names it (op,
-//! attributes, the shapes of its inputs) with the failure class and the error text, and
-//! suggests the narrowest rule that pins such nodes to the CPU.
+//! on ONNX Runtime CPU, each run on R in a child process bounded by `--timeout`. It searches
+//! the smallest failing prefix by halving; the last node of that prefix is where a failure
+//! starts, a culprit.
+//!
+//! Then it pins the culprit to the CPU in a way every runtime honours: the culprit leaves the
+//! runtime's graph, and its outputs become graph inputs fed with ONNX Runtime CPU's values for
+//! them. With the culprits found so far pinned, it runs the whole model again: when it passes,
+//! the search is over; else it halves again between the last culprit and the end. For k
+//! culprits among n nodes that is at most k·(1 + ceil(log2 n)) + 1 runs (one run of the whole
+//! model and the halving per culprit, and the last run of the whole model that passes).
+//!
+//! Bisect names each culprit (op, attributes, the shapes of its inputs) with the failure class
+//! and the error text, writes the narrowest rules that pin such nodes to the CPU (one per op),
+//! checks with the compiler where they fire, and checks them for real: MODEL compiled with
+//! them runs on R against ONNX Runtime CPU (one more run, counted apart).
 //!
 //! It assumes that a prefix containing a failing node fails (an error stays an error; a wrong
 //! value reaches a later exposed value). A failure that needs two distant nodes together is
@@ -67,7 +77,10 @@ pub struct BisectArgs {
     /// ONNX Runtime graph optimisation level, on both sides.
     #[arg(long, value_enum, default_value_t = OptLevel::All)]
     pub ort_opt_level: OptLevel,
-    /// Write the suggested rule to this file (a rules file for `--rules`).
+    /// Stop after this many culprits, even when the model still fails with them pinned.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub max_culprits: u32,
+    /// Write the suggested rules to this file (a rules file for `--rules`).
     #[arg(short = 'o', long = "rules-out", value_name = "FILE.yaml")]
     pub rules_out: Option<PathBuf>,
     /// Print the report as JSON on stdout.
@@ -88,6 +101,8 @@ pub struct BisectOptions {
     /// Bound on each run on the runtime.
     pub timeout: Duration,
     pub optimization: OptLevel,
+    /// The most culprits to look for.
+    pub max_culprits: usize,
 }
 
 impl Default for BisectOptions {
@@ -101,6 +116,7 @@ impl Default for BisectOptions {
             tolerance: Tolerance::default(),
             timeout: Duration::from_secs(120),
             optimization: OptLevel::All,
+            max_culprits: 8,
         }
     }
 }
@@ -149,6 +165,8 @@ impl FailKind {
 pub struct Step {
     /// Number of nodes in the prefix (all of them: the whole model).
     pub nodes: usize,
+    /// Culprits found before this run, pinned to the CPU (out of the runtime's graph).
+    pub pinned: usize,
     pub failed: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub class: Option<FailKind>,
@@ -160,7 +178,7 @@ pub struct Step {
     pub seconds: f64,
 }
 
-/// The node where the failure starts.
+/// A node where a failure starts.
 #[derive(Debug, Clone, Serialize)]
 pub struct Culprit {
     /// Position in topological order (0-based).
@@ -180,6 +198,54 @@ pub struct Culprit {
     pub reference_error: Option<String>,
 }
 
+/// One suggested rule: the culprits of one op.
+#[derive(Debug, Clone, Serialize)]
+pub struct SuggestedRule {
+    pub id: String,
+    /// The rule's `match`, as written in the rules file.
+    #[serde(rename = "match")]
+    pub matches: String,
+    /// The culprits it is for.
+    pub culprits: Vec<String>,
+    /// The nodes the compiler pins with it (the culprits, and any other node it matches).
+    pub fires_on: Vec<String>,
+}
+
+/// How the final check went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CheckStatus {
+    /// MODEL compiled with the rules runs faithfully on the runtime.
+    Pass,
+    /// It still fails there (or does not compile).
+    Fail,
+    /// Not attempted (ONNX Runtime CPU itself fails at a culprit, or the rules do not load).
+    NotRun,
+}
+
+impl CheckStatus {
+    pub fn label(self) -> &'static str {
+        match self {
+            CheckStatus::Pass => "pass",
+            CheckStatus::Fail => "fail",
+            CheckStatus::NotRun => "not run",
+        }
+    }
+}
+
+/// The final check: MODEL compiled with the suggested rules, run on the runtime against ONNX
+/// Runtime CPU.
+#[derive(Debug, Clone, Serialize)]
+pub struct RuleCheck {
+    pub status: CheckStatus,
+    /// The target the rules were compiled over.
+    pub target: String,
+    pub detail: String,
+    /// Runs on the runtime (not counted in the search's `runs`).
+    pub runs: usize,
+    pub seconds: f64,
+}
+
 /// The result of a bisection.
 #[derive(Debug, Clone, Serialize)]
 pub struct BisectReport {
@@ -189,17 +255,27 @@ pub struct BisectReport {
     pub runtime: String,
     /// Nodes of the main graph.
     pub nodes: usize,
-    /// Runs on the runtime (each a child process).
+    /// Runs of the search on the runtime (each a child process).
     pub runs: usize,
-    /// The most runs the search may take: 1 + ceil(log2 n).
+    /// The most runs the search may take for the culprits found: k·(1 + ceil(log2 n)) + 1 for
+    /// k culprits among n nodes (1 when the whole model runs faithfully).
     pub run_bound: usize,
-    /// The run of the whole model, then the search's.
+    /// Every run of the search, in order: a run of the whole model, then the halving, for each
+    /// culprit; the last run of the whole model.
     pub steps: Vec<Step>,
-    /// `None`: the whole model runs faithfully on the runtime.
-    pub culprit: Option<Culprit>,
-    /// The suggested rule, a rules file for `--rules`.
+    /// In the order found (topological). Empty: the whole model runs faithfully.
+    pub culprits: Vec<Culprit>,
+    /// Why the search stopped before the model ran faithfully with the culprits pinned.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<String>,
+    /// One rule per op of the culprits.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub rules: Vec<SuggestedRule>,
+    /// The suggested rules, a rules file for `--rules`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rule_yaml: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rule_check: Option<RuleCheck>,
     pub warnings: Vec<String>,
 }
 
@@ -334,13 +410,23 @@ fn node_reads(n: &NodeProto, out: &mut Vec<String>) {
     }
 }
 
-/// The model cut after the first `k` nodes of `order`, and the names it outputs.
-fn cut_model(model: &ModelProto, order: &[usize], k: usize) -> (ModelProto, Vec<String>) {
+/// The model cut after the first `k` nodes of `order`, without the `pinned` nodes, and the
+/// names it outputs.
+fn cut_model(
+    model: &ModelProto,
+    order: &[usize],
+    k: usize,
+    pinned: &HashSet<usize>,
+) -> (ModelProto, Vec<String>) {
     let mut m = model.clone();
     let Some(g) = model.graph.as_ref() else {
         return (m, Vec::new());
     };
-    let inside: Vec<&NodeProto> = order[..k].iter().map(|&i| &g.node[i]).collect();
+    let inside: Vec<&NodeProto> = order[..k]
+        .iter()
+        .filter(|i| !pinned.contains(i))
+        .map(|&i| &g.node[i])
+        .collect();
     let produced: HashSet<&str> = inside
         .iter()
         .flat_map(|n| n.output.iter().map(|o| o.as_str()))
@@ -354,7 +440,7 @@ fn cut_model(model: &ModelProto, order: &[usize], k: usize) -> (ModelProto, Vec<
     };
     // Read after the prefix, or a graph output.
     let mut later = Vec::new();
-    for &i in &order[k..] {
+    for &i in order[k..].iter().filter(|i| !pinned.contains(i)) {
         node_reads(&g.node[i], &mut later);
     }
     for o in &g.output {
@@ -394,6 +480,87 @@ fn cut_model(model: &ModelProto, order: &[usize], k: usize) -> (ModelProto, Vec<
             .collect();
     }
     (m, wanted)
+}
+
+/// The whole model without the `pinned` nodes, and its outputs.
+fn whole_model(model: &ModelProto, pinned: &HashSet<usize>) -> (ModelProto, Vec<String>) {
+    let mut m = model.clone();
+    let mut outputs = Vec::new();
+    if let Some(g) = m.graph.as_mut() {
+        if !pinned.is_empty() {
+            let nodes = std::mem::take(&mut g.node);
+            g.node = nodes
+                .into_iter()
+                .enumerate()
+                .filter(|(i, _)| !pinned.contains(i))
+                .map(|(_, n)| n)
+                .collect();
+        }
+        outputs = g.output.iter().filter_map(|o| o.name.clone()).collect();
+    }
+    (m, outputs)
+}
+
+/// A graph input of `t`'s element type and shape.
+fn input_of(name: &str, t: &HostTensor) -> ValueInfoProto {
+    use crate::proto::{tensor_shape_proto, type_proto, TensorShapeProto, TypeProto};
+    let dim = t
+        .shape
+        .iter()
+        .map(|&d| tensor_shape_proto::Dimension {
+            value: Some(tensor_shape_proto::dimension::Value::DimValue(d as i64)),
+            denotation: None,
+        })
+        .collect();
+    ValueInfoProto {
+        name: Some(name.to_string()),
+        r#type: Some(TypeProto {
+            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
+                elem_type: Some(t.dtype.code()),
+                shape: Some(TensorShapeProto { dim }),
+            })),
+            denotation: None,
+        }),
+        ..Default::default()
+    }
+}
+
+/// Feeds the pinned nodes' outputs (`values`, ONNX Runtime CPU's) to `m` as graph inputs: each
+/// one a node of `m` reads becomes an input; none is an output any more (it is exact). Returns
+/// the feed of `m`: `feed` and those values, for its inputs only.
+fn feed_pinned(
+    m: &mut ModelProto,
+    outputs: &mut Vec<String>,
+    feed: &[(String, HostTensor)],
+    values: &[(String, HostTensor)],
+) -> Vec<(String, HostTensor)> {
+    let Some(g) = m.graph.as_mut() else {
+        return feed.to_vec();
+    };
+    if !values.is_empty() {
+        let mut reads = Vec::new();
+        for n in &g.node {
+            node_reads(n, &mut reads);
+        }
+        let reads: HashSet<String> = reads.into_iter().collect();
+        let pinned: HashSet<&str> = values.iter().map(|(n, _)| n.as_str()).collect();
+        g.output
+            .retain(|o| !pinned.contains(o.name.as_deref().unwrap_or("")));
+        outputs.retain(|o| !pinned.contains(o.as_str()));
+        g.value_info
+            .retain(|v| !pinned.contains(v.name.as_deref().unwrap_or("")));
+        for (name, t) in values {
+            if reads.contains(name) && !g.input.iter().any(|i| i.name.as_deref() == Some(name)) {
+                g.input.push(input_of(name, t));
+            }
+        }
+    }
+    let inputs: HashSet<&str> = g.input.iter().filter_map(|i| i.name.as_deref()).collect();
+    feed.iter()
+        .chain(values.iter())
+        .filter(|(n, _)| inputs.contains(n.as_str()))
+        .cloned()
+        .collect()
 }
 
 /// Links the external data files `model` names (relative to `from`) into `to`, so that a cut
@@ -447,34 +614,52 @@ struct Bisector<'a> {
     runtime: Runtime,
     opts: &'a BisectOptions,
     model: ModelProto,
-    model_dir: PathBuf,
     order: Vec<usize>,
     feed: Vec<(String, HostTensor)>,
     work: TempDir,
     warnings: Vec<String>,
     runs: usize,
+    /// The culprits found so far (indices into the graph's nodes), out of the runtime's graph.
+    pinned: Vec<usize>,
+    /// ONNX Runtime CPU's values of the pinned nodes' outputs, fed in their place.
+    pinned_values: Vec<(String, HostTensor)>,
+    steps: Vec<Step>,
+}
+
+/// The smallest failing prefix of a search.
+struct Found {
+    /// Its length: the culprit is `order[hi - 1]`.
+    hi: usize,
+    fail: (FailKind, String),
+    /// ONNX Runtime CPU's error on it.
+    fail_ref: Option<String>,
+    /// ONNX Runtime CPU's values on the longest passing prefix and on the failing one.
+    lo_reference: Option<HashMap<String, HostTensor>>,
+    hi_reference: Option<HashMap<String, HostTensor>>,
 }
 
 impl Bisector<'_> {
-    /// Runs the first `k` nodes on the runtime and on ONNX Runtime CPU.
-    fn run_prefix(&mut self, k: usize) -> Result<(Outcome, Vec<String>), VerifyError> {
-        let (cut, outputs) = if k == self.order.len() {
-            let outs = self
-                .model
-                .graph
-                .as_ref()
-                .map(|g| {
-                    g.output
-                        .iter()
-                        .filter_map(|o| o.name.clone())
-                        .collect::<Vec<_>>()
-                })
-                .unwrap_or_default();
-            (self.model.clone(), outs)
+    /// The first `k` nodes (all of them: the model) without the pinned ones, the names to
+    /// compare, and its feed.
+    fn prefix(&self, k: usize) -> (ModelProto, Vec<String>, Vec<(String, HostTensor)>) {
+        let pinned: HashSet<usize> = self.pinned.iter().copied().collect();
+        let (mut cut, mut outputs) = if k == self.order.len() {
+            whole_model(&self.model, &pinned)
         } else {
-            cut_model(&self.model, &self.order, k)
+            cut_model(&self.model, &self.order, k, &pinned)
         };
-        let path = self.work.0.join(format!("prefix_{k}.onnx"));
+        let feed = feed_pinned(&mut cut, &mut outputs, &self.feed, &self.pinned_values);
+        (cut, outputs, feed)
+    }
+
+    /// Runs the first `k` nodes on the runtime and on ONNX Runtime CPU, and records the step.
+    fn run_prefix(&mut self, k: usize) -> Result<Outcome, VerifyError> {
+        let t = Instant::now();
+        let (cut, outputs, feed) = self.prefix(k);
+        let path = self
+            .work
+            .0
+            .join(format!("prefix_{k}_{}.onnx", self.pinned.len()));
         std::fs::write(&path, cut.encode_to_vec())
             .map_err(|e| VerifyError::data(&path, format!("cannot write the cut model: {e}")))?;
         self.runs += 1;
@@ -483,7 +668,7 @@ impl Bisector<'_> {
             path: &path,
             proto: &cut,
             outputs: &outputs,
-            feed: &self.feed,
+            feed: &feed,
             tolerance: self.opts.tolerance,
             optimization: self.opts.optimization,
             timeout: self.opts.timeout,
@@ -494,8 +679,169 @@ impl Bisector<'_> {
                 self.opts.runtime
             ));
         }
-        Ok((outcome, outputs))
+        self.steps.push(Step {
+            nodes: k,
+            pinned: self.pinned.len(),
+            failed: outcome.failure.is_some(),
+            class: outcome.failure.as_ref().map(|f| f.0),
+            message: outcome.failure.as_ref().map(|f| f.1.clone()),
+            reference_error: outcome.reference.as_ref().err().cloned(),
+            seconds: t.elapsed().as_secs_f64(),
+        });
+        Ok(outcome)
     }
+
+    /// Halves between a passing prefix of `lo` nodes and the failing whole model (`whole`, its
+    /// run) down to the smallest failing prefix.
+    fn search(&mut self, mut lo: usize, whole: Outcome) -> Result<Found, VerifyError> {
+        let mut hi = self.order.len();
+        let mut fail = whole.failure.clone().expect("a failing run");
+        let mut fail_ref = whole.reference.as_ref().err().cloned();
+        let mut lo_reference = None;
+        let mut hi_reference = whole.reference.ok();
+        while hi - lo > 1 {
+            let mid = lo + (hi - lo) / 2;
+            let o = self.run_prefix(mid)?;
+            match o.failure {
+                Some(f) => {
+                    hi = mid;
+                    fail = f;
+                    fail_ref = o.reference.as_ref().err().cloned();
+                    hi_reference = o.reference.ok();
+                }
+                None => {
+                    lo = mid;
+                    lo_reference = o.reference.ok();
+                }
+            }
+        }
+        Ok(Found {
+            hi,
+            fail,
+            fail_ref,
+            lo_reference,
+            hi_reference,
+        })
+    }
+
+    /// `dtype[shape]` of a value the culprit reads, from the feeds, the initializers or the
+    /// reference's values around it.
+    fn shape_of(&self, name: &str, f: &Found) -> String {
+        if let Some((_, t)) = self
+            .feed
+            .iter()
+            .chain(self.pinned_values.iter())
+            .find(|(k, _)| k == name)
+        {
+            return t.describe();
+        }
+        let g = self.model.graph.as_ref().expect("a graph");
+        if let Some(t) = g
+            .initializer
+            .iter()
+            .find(|t| t.name.as_deref() == Some(name))
+        {
+            let dt = t
+                .data_type
+                .and_then(crate::verify::dtype::DType::from_code)
+                .map(|d| d.name())
+                .unwrap_or("?");
+            let dims: Vec<String> = t.dims.iter().map(|d| d.to_string()).collect();
+            return format!("{dt}[{}] (initializer)", dims.join(","));
+        }
+        for m in [&f.lo_reference, &f.hi_reference].into_iter().flatten() {
+            if let Some(t) = m.get(name) {
+                return t.describe();
+            }
+        }
+        "?".into()
+    }
+
+    /// The culprit of a search, and the element types of its inputs.
+    fn culprit(&self, f: &Found) -> (Culprit, Vec<Option<String>>) {
+        let g = self.model.graph.as_ref().expect("a graph");
+        let node = &g.node[self.order[f.hi - 1]];
+        let inputs: Vec<String> = node
+            .input
+            .iter()
+            .filter(|i| !i.is_empty())
+            .map(|i| format!("{i}: {}", self.shape_of(i, f)))
+            .collect();
+        let dtypes: Vec<Option<String>> = node
+            .input
+            .iter()
+            .map(|i| {
+                Some(i)
+                    .filter(|i| !i.is_empty())
+                    .map(|i| self.shape_of(i, f))
+                    .and_then(|s| s.split('[').next().map(str::to_string))
+                    .filter(|s| s != "?" && !s.is_empty())
+            })
+            .collect();
+        let c = Culprit {
+            index: f.hi - 1,
+            name: node.name.clone().unwrap_or_default(),
+            op: node.op_type.clone().unwrap_or_default(),
+            domain: node.domain.clone().unwrap_or_default(),
+            inputs,
+            attributes: node.attribute.iter().map(attr_text).collect(),
+            class: f.fail.0,
+            message: f.fail.1.clone(),
+            reference_error: f.fail_ref.clone(),
+        };
+        (c, dtypes)
+    }
+
+    /// ONNX Runtime CPU's values of the culprit's outputs: from the failing prefix's reference
+    /// (which exposes them), else from a run of the reference alone.
+    fn culprit_values(&self, f: &Found) -> Result<Vec<(String, HostTensor)>, String> {
+        let g = self.model.graph.as_ref().expect("a graph");
+        let node = &g.node[self.order[f.hi - 1]];
+        let names: Vec<&String> = node.output.iter().filter(|o| !o.is_empty()).collect();
+        let from = |m: &HashMap<String, HostTensor>| -> Option<Vec<(String, HostTensor)>> {
+            names
+                .iter()
+                .map(|n| m.get(*n).map(|t| ((*n).clone(), t.clone())))
+                .collect()
+        };
+        if let Some(v) = f.hi_reference.as_ref().and_then(from) {
+            return Ok(v);
+        }
+        let pinned: HashSet<usize> = self.pinned.iter().copied().collect();
+        let (mut cut, mut outputs) = cut_model(&self.model, &self.order, f.hi, &pinned);
+        let feed = feed_pinned(&mut cut, &mut outputs, &self.feed, &self.pinned_values);
+        let path = self.work.0.join(format!("reference_{}.onnx", f.hi));
+        std::fs::write(&path, cut.encode_to_vec()).map_err(|e| e.to_string())?;
+        let values = run_reference(&path, &cut, &feed, self.opts.optimization)
+            .map_err(|e| e.to_string())??;
+        from(&values).ok_or_else(|| {
+            "ONNX Runtime CPU does not give all of its outputs as tensors".to_string()
+        })
+    }
+}
+
+/// Runs a model on ONNX Runtime CPU, in this process: its outputs, or its error in one line.
+/// `Err`: ONNX Runtime cannot be loaded at all.
+fn run_reference(
+    path: &Path,
+    proto: &ModelProto,
+    feed: &[(String, HostTensor)],
+    optimization: OptLevel,
+) -> Result<Result<HashMap<String, HostTensor>, String>, VerifyError> {
+    let info = model_info_from_proto(path, proto)?;
+    let discovery = Discovery::from_env();
+    let rt = runtime::runtime(&discovery)?;
+    let settings = SessionSettings {
+        optimization,
+        ..Default::default()
+    };
+    Ok(match ModelSession::open(rt, &info, &settings) {
+        Err(e) => Err(one_line(&e.to_string())),
+        Ok((mut s, _)) => s
+            .run(|n| feed.iter().find(|(k, _)| k == n).map(|(_, t)| t))
+            .map(|v| v.into_iter().collect::<HashMap<_, _>>())
+            .map_err(|e| one_line(&e.to_string())),
+    })
 }
 
 /// One model to run on a runtime and on ONNX Runtime CPU ([`run_pair`]).
@@ -523,32 +869,20 @@ pub(crate) fn run_pair(pr: &PairRun) -> Result<(Outcome, Option<String>), Verify
     let tolerance = r.tolerance;
     let info = model_info_from_proto(path, r.proto)?;
     // The reference, in this process.
-    let discovery = Discovery::from_env();
-    let rt = runtime::runtime(&discovery)?;
-    let settings = SessionSettings {
-        optimization: r.optimization,
-        ..Default::default()
-    };
-    let reference = match ModelSession::open(rt, &info, &settings) {
-        Err(e) => Err(one_line(&e.to_string())),
-        Ok((mut s, _)) => {
-            let feed = r.feed;
-            s.run(|n| feed.iter().find(|(k, _)| k == n).map(|(_, t)| t))
-                .map(|v| v.into_iter().collect::<HashMap<_, _>>())
-                .map_err(|e| one_line(&e.to_string()))
-        }
-    };
+    let reference = run_reference(path, r.proto, r.feed, r.optimization)?;
 
     // The runtime, in a child process.
     let mut description: Option<String> = None;
     let actual: Result<HashMap<String, HostTensor>, (FailKind, String)> = match r.runtime {
         Runtime::OrtEp(provider) => {
             let feeds = vec![r.feed.to_vec()];
+            // The model's own session settings: its `layer_ann` pins, as verify gives them.
+            let session = ort_ep::model_session_settings(path, Some(&info), &mut Vec::new());
             let out = ort_ep::run_ort_ep(&OrtEpRequest {
                 model: path,
                 provider,
                 optimization: r.optimization,
-                session: Vec::new(),
+                session,
                 outputs: Some(outputs.to_vec()),
                 feeds: &feeds,
                 timeout: r.timeout,
@@ -710,33 +1044,86 @@ pub fn bisect(model: &Path, opts: &BisectOptions) -> Result<BisectReport, Verify
         .map(Path::to_path_buf)
         .unwrap_or_else(|| PathBuf::from("."));
     link_external_data(&proto, &model_dir, &work.0);
-    let run_bound = 1 + ceil_log2(n);
+    if opts.max_culprits == 0 {
+        return Err(VerifyError::Usage(
+            "--max-culprits must be at least 1".into(),
+        ));
+    }
     let mut b = Bisector {
         runtime,
         opts,
         model: proto,
-        model_dir,
         order,
         feed,
         work,
         warnings,
         runs: 0,
+        pinned: Vec::new(),
+        pinned_values: Vec::new(),
+        steps: Vec::new(),
     };
-    let _ = &b.model_dir;
-    let mut steps = Vec::new();
-    let record = |k: usize, o: &Outcome, t: Instant, steps: &mut Vec<Step>| {
-        steps.push(Step {
-            nodes: k,
-            failed: o.failure.is_some(),
-            class: o.failure.as_ref().map(|f| f.0),
-            message: o.failure.as_ref().map(|f| f.1.clone()),
-            reference_error: o.reference.as_ref().err().cloned(),
-            seconds: t.elapsed().as_secs_f64(),
-        })
-    };
-    let t = Instant::now();
-    let (whole, _) = b.run_prefix(n)?;
-    record(n, &whole, t, &mut steps);
+    let mut culprits: Vec<(Culprit, Vec<Option<String>>, usize)> = Vec::new();
+    let mut stopped: Option<String> = None;
+    // The first `lo` nodes pass, with the culprits found so far pinned.
+    let mut lo = 0usize;
+    loop {
+        let whole = b.run_prefix(n)?;
+        if whole.failure.is_none() {
+            break;
+        }
+        if culprits.len() >= opts.max_culprits {
+            stopped = Some(format!(
+                "the model still fails with {} culprit(s) pinned; stopped at --max-culprits {}",
+                culprits.len(),
+                opts.max_culprits
+            ));
+            break;
+        }
+        if lo >= n {
+            stopped = Some(
+                "the model still fails with every culprit pinned, and no node is left after the last one (a failure of no single node, or a runtime that fails at random)".into(),
+            );
+            break;
+        }
+        let found = b.search(lo, whole)?;
+        let (c, dtypes) = b.culprit(&found);
+        let node = b.order[found.hi - 1];
+        let name = c.name.clone();
+        let reference_fails = c.reference_error.clone();
+        let again = culprits
+            .last()
+            .filter(|(p, _, _)| same_failure(&p.message, &c.message))
+            .map(|(p, _, _)| p.name.clone());
+        culprits.push((c, dtypes, node));
+        if let Some(prev) = again {
+            stopped = Some(format!(
+                "'{name}' fails with the very error '{prev}' did, with '{prev}' pinned: the failure does not come from a node (pinning does not change it); look at the model as a whole"
+            ));
+            break;
+        }
+        if let Some(e) = reference_fails {
+            stopped = Some(format!(
+                "ONNX Runtime CPU fails at '{name}' too ({}): the model itself does not run there, so bisect cannot pin it and look further",
+                scrub_paths(&e)
+            ));
+            break;
+        }
+        match b.culprit_values(&found) {
+            Ok(v) => {
+                b.pinned.push(node);
+                b.pinned_values.extend(v);
+            }
+            Err(e) => {
+                stopped = Some(format!(
+                    "cannot pin '{name}' to look further: {}",
+                    scrub_paths(&e)
+                ));
+                break;
+            }
+        }
+        lo = found.hi;
+    }
+    let k = culprits.len();
     let mut report = BisectReport {
         model: model.display().to_string(),
         bisected: if opts.target.is_some() {
@@ -750,144 +1137,304 @@ pub fn bisect(model: &Path, opts: &BisectOptions) -> Result<BisectReport, Verify
         },
         runtime: opts.runtime.clone(),
         nodes: n,
-        runs: 0,
-        run_bound,
-        steps: Vec::new(),
-        culprit: None,
+        runs: b.runs,
+        run_bound: k * (1 + ceil_log2(n)) + 1,
+        steps: std::mem::take(&mut b.steps),
+        culprits: culprits.iter().map(|(c, _, _)| c.clone()).collect(),
+        stopped,
+        rules: Vec::new(),
         rule_yaml: None,
+        rule_check: None,
         warnings: Vec::new(),
     };
-    let Some(mut fail) = whole.failure.clone() else {
-        report.runs = b.runs;
-        report.steps = steps;
+    if k == 0 {
         report.warnings = std::mem::take(&mut b.warnings);
         return Ok(report);
-    };
-    let mut fail_ref = whole.reference.as_ref().err().cloned();
-    // Invariant: the first `lo` nodes pass (0 nodes trivially), the first `hi` fail.
-    let (mut lo, mut hi) = (0usize, n);
-    let mut lo_reference: Option<HashMap<String, HostTensor>> = None;
-    let mut hi_reference: Option<HashMap<String, HostTensor>> = whole.reference.ok();
-    while hi - lo > 1 {
-        let mid = lo + (hi - lo) / 2;
-        let t = Instant::now();
-        let (o, _) = b.run_prefix(mid)?;
-        record(mid, &o, t, &mut steps);
-        match o.failure {
-            Some(f) => {
-                hi = mid;
-                fail = f;
-                fail_ref = o.reference.as_ref().err().cloned();
-                hi_reference = o.reference.ok();
-            }
-            None => {
-                lo = mid;
-                lo_reference = o.reference.ok();
-            }
-        }
     }
+
+    // One rule per op, the narrowest that takes all its culprits and leaves out the other
+    // nodes of that op.
     let g = b.model.graph.as_ref().expect("a graph with nodes");
-    let node = &g.node[b.order[hi - 1]];
-    let shape_of = |name: &str| -> String {
-        if let Some((_, t)) = b.feed.iter().find(|(k, _)| k == name) {
-            return t.describe();
-        }
-        if let Some(t) = g
-            .initializer
-            .iter()
-            .find(|t| t.name.as_deref() == Some(name))
+    let mut groups: Vec<RuleDraft> = Vec::new();
+    for (ci, (c, _, _)) in culprits.iter().enumerate() {
+        match groups
+            .iter_mut()
+            .find(|d| d.op == c.op && d.domain == c.domain)
         {
-            let dt = t
-                .data_type
-                .and_then(crate::verify::dtype::DType::from_code)
-                .map(|d| d.name())
-                .unwrap_or("?");
-            let dims: Vec<String> = t.dims.iter().map(|d| d.to_string()).collect();
-            return format!("{dt}[{}] (initializer)", dims.join(","));
+            Some(d) => d.members.push(ci),
+            None => groups.push(RuleDraft {
+                id: String::new(),
+                op: c.op.clone(),
+                domain: c.domain.clone(),
+                members: vec![ci],
+                conds: Vec::new(),
+            }),
         }
-        for m in [&lo_reference, &hi_reference].into_iter().flatten() {
-            if let Some(t) = m.get(name) {
-                return t.describe();
-            }
-        }
-        "?".into()
-    };
-    let inputs_desc: Vec<String> = node
-        .input
-        .iter()
-        .filter(|i| !i.is_empty())
-        .map(|i| format!("{i}: {}", shape_of(i)))
-        .collect();
-    let attributes: Vec<String> = node.attribute.iter().map(attr_text).collect();
-    let op = node.op_type.clone().unwrap_or_default();
-    let domain = node.domain.clone().unwrap_or_default();
-    let culprit = Culprit {
-        index: hi - 1,
-        name: node.name.clone().unwrap_or_default(),
-        op: op.clone(),
-        domain: domain.clone(),
-        inputs: inputs_desc,
-        attributes,
-        class: fail.0,
-        message: fail.1.clone(),
-        reference_error: fail_ref,
-    };
-    let culprit_dtypes: Vec<Option<String>> = node
-        .input
-        .iter()
-        .map(|i| {
-            Some(shape_of(i))
-                .filter(|_| !i.is_empty())
-                .and_then(|s| s.split('[').next().map(str::to_string))
-                .filter(|s| s != "?" && !s.is_empty())
-        })
-        .collect();
-    let (conds, still) = narrow_conds(g, b.order[hi - 1], &culprit_dtypes);
-    if !still.is_empty() {
-        b.warnings.push(format!(
-            "no condition on attributes, input types or dims leaves out {} other {} node(s) ({}): the rule pins them too",
-            still.len(),
-            op,
-            still.join(", ")
-        ));
     }
-    let yaml = rule_yaml(&culprit, &conds, opts, model);
-    // The compiler's check: the rule fires on the culprit and on no other node.
-    let rules_path = b.work.0.join("bisect-rule.yaml");
+    let mut used_ids: HashSet<String> = HashSet::new();
+    for d in &mut groups {
+        let nodes: Vec<usize> = d.members.iter().map(|&ci| culprits[ci].2).collect();
+        let dtypes: Vec<Vec<Option<String>>> =
+            d.members.iter().map(|&ci| culprits[ci].1.clone()).collect();
+        let (conds, still) = narrow_conds(g, &nodes, &dtypes);
+        if !still.is_empty() {
+            b.warnings.push(format!(
+                "no condition on attributes, input types or dims leaves out {} other {} node(s) ({}): the rule pins them too",
+                still.len(),
+                d.op,
+                still.join(", ")
+            ));
+        }
+        d.conds = conds;
+        let mut id = format!("bisect-{}-on-cpu", d.op.to_ascii_lowercase());
+        if !used_ids.insert(id.clone()) {
+            id = format!(
+                "bisect-{}-{}-on-cpu",
+                d.domain.replace('.', "-"),
+                d.op.to_ascii_lowercase()
+            );
+            used_ids.insert(id.clone());
+        }
+        d.id = id;
+    }
+    let all: Vec<Culprit> = culprits.iter().map(|(c, _, _)| c.clone()).collect();
+    let yaml = rule_yaml(&groups, &all, opts, model);
+    // The compiler's check: where each rule fires.
+    let rules_path = b.work.0.join("bisect-rules.yaml");
     let base = opts
         .target
         .clone()
         .unwrap_or_else(|| crate::probe::nearest_builtin(&opts.runtime).to_string());
-    let id = format!("bisect-{}-on-cpu", op.to_ascii_lowercase());
     let fired = std::fs::write(&rules_path, &yaml)
         .map_err(|e| e.to_string())
-        .and_then(|_| rule_fires_on(&bisected, &base, &rules_path, &id));
-    match fired {
-        Ok(nodes) => {
-            let extra: Vec<&String> = nodes.iter().filter(|n| **n != culprit.name).collect();
-            if !extra.is_empty() && still.is_empty() {
+        .and_then(|_| rule_fires_on(&bisected, &base, &rules_path));
+    let mut rules_load = true;
+    match &fired {
+        Ok((_, theirs)) => {
+            // The base target may cover a culprit already (bisect ran the model as it is).
+            let mut by_rule: Vec<(String, Vec<String>)> = Vec::new();
+            for (rule, node) in theirs {
+                if culprits.iter().any(|(c, _, _)| &c.name == node) {
+                    match by_rule.iter_mut().find(|(r, _)| r == rule) {
+                        Some((_, v)) => v.push(node.clone()),
+                        None => by_rule.push((rule.clone(), vec![node.clone()])),
+                    }
+                }
+            }
+            for (rule, nodes) in by_rule {
                 b.warnings.push(format!(
-                    "the compiler finds the rule on {} other node(s) too: {}",
-                    extra.len(),
-                    extra
-                        .iter()
-                        .map(|s| s.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
+                    "target {base} already has a rule for {}: {rule}{}",
+                    nodes.join(", "),
+                    if opts.target.is_none() {
+                        format!(" (compile with --target {base})")
+                    } else {
+                        String::new()
+                    }
                 ));
             }
         }
-        Err(e) => b.warnings.push(format!(
-            "the suggested rule does not compile: {}",
-            scrub_paths(&e)
-        )),
+        Err(e) => {
+            rules_load = false;
+            b.warnings.push(format!(
+                "the suggested rules do not compile: {}",
+                scrub_paths(e)
+            ))
+        }
+    }
+    for d in &groups {
+        let names: Vec<String> = d.members.iter().map(|&ci| all[ci].name.clone()).collect();
+        let fires_on: Vec<String> = fired
+            .as_ref()
+            .ok()
+            .and_then(|f| f.0.get(&d.id).cloned())
+            .unwrap_or_default();
+        if rules_load {
+            let missed: Vec<&str> = names
+                .iter()
+                .filter(|n| !fires_on.contains(n))
+                .map(|s| s.as_str())
+                .collect();
+            if !missed.is_empty() {
+                b.warnings.push(format!(
+                    "the compiler does not fire {} on {}",
+                    d.id,
+                    missed.join(", ")
+                ));
+            }
+            let extra: Vec<&str> = fires_on
+                .iter()
+                .filter(|n| !names.contains(n))
+                .map(|s| s.as_str())
+                .collect();
+            if !extra.is_empty() {
+                b.warnings.push(format!(
+                    "the compiler pins {} other node(s) with {} too: {}",
+                    extra.len(),
+                    d.id,
+                    extra.join(", ")
+                ));
+            }
+        }
+        report.rules.push(SuggestedRule {
+            id: d.id.clone(),
+            matches: crate::probe::match_yaml(std::slice::from_ref(&d.op), &d.domain, &d.conds),
+            culprits: names,
+            fires_on,
+        });
     }
     report.rule_yaml = Some(yaml);
-    report.culprit = Some(culprit);
-    report.runs = b.runs;
-    report.steps = steps;
+
+    // The final check: MODEL compiled with the rules runs faithfully on the runtime.
+    report.rule_check = Some(
+        if let Some(c) = all.iter().find(|c| c.reference_error.is_some()) {
+            RuleCheck {
+                status: CheckStatus::NotRun,
+                target: base.clone(),
+                detail: format!(
+                    "ONNX Runtime CPU itself fails at '{}': pinning it to the CPU cannot help",
+                    c.name
+                ),
+                runs: 0,
+                seconds: 0.0,
+            }
+        } else if !rules_load {
+            RuleCheck {
+                status: CheckStatus::NotRun,
+                target: base.clone(),
+                detail: "the rules do not compile".into(),
+                runs: 0,
+                seconds: 0.0,
+            }
+        } else {
+            check_rules(&b, model, &base, &rules_path)
+        },
+    );
     report.warnings = std::mem::take(&mut b.warnings);
     Ok(report)
+}
+
+/// Whether two failure messages say the same thing, the cut model's file named at their
+/// start aside.
+fn same_failure(a: &str, b: &str) -> bool {
+    let strip = |m: &str| -> String {
+        match m.split_once(".onnx: ") {
+            Some((file, rest)) if !file.contains(' ') => rest.to_string(),
+            _ => m.to_string(),
+        }
+    };
+    strip(a) == strip(b)
+}
+
+/// One rule being written: the culprits (indices into the list) of one op.
+struct RuleDraft {
+    id: String,
+    op: String,
+    domain: String,
+    members: Vec<usize>,
+    conds: Vec<crate::probe::Cond>,
+}
+
+/// Compiles MODEL over `base` with the rules, and runs the result on the runtime against ONNX
+/// Runtime CPU.
+fn check_rules(b: &Bisector, model: &Path, base: &str, rules: &Path) -> RuleCheck {
+    let t = Instant::now();
+    let mut check = RuleCheck {
+        status: CheckStatus::Fail,
+        target: base.to_string(),
+        detail: String::new(),
+        runs: 0,
+        seconds: 0.0,
+    };
+    let compiled = (|| -> Result<PathBuf, String> {
+        let target =
+            crate::compile::load_target(base, &[rules.to_path_buf()]).map_err(|e| e.to_string())?;
+        let mut doc = crate::load(model).map_err(|e| e.to_string())?;
+        let o = crate::compile::options(Vec::new()).map_err(|e| e.to_string())?;
+        let c = crate::compile::compile_document(&mut doc, &target, &o, false, model)
+            .map_err(|e| e.to_string())?;
+        if !c.writable {
+            return Err(c.blocked_message(model, &target));
+        }
+        let out = b.work.0.join("checked.onnx");
+        crate::save(&doc, &out).map_err(|e| e.to_string())?;
+        Ok(out)
+    })();
+    let path = match compiled {
+        Ok(p) => p,
+        Err(e) => {
+            check.detail = format!(
+                "MODEL does not compile for {base} with the rules: {}",
+                scrub_paths(&e)
+            );
+            check.seconds = t.elapsed().as_secs_f64();
+            return check;
+        }
+    };
+    let run = read_model_proto(&path).and_then(|proto| {
+        let mut outputs: Vec<String> = proto
+            .graph
+            .as_ref()
+            .map(|g| g.output.iter().filter_map(|o| o.name.clone()).collect())
+            .unwrap_or_default();
+        let mut p2 = proto.clone();
+        let feed = feed_pinned(&mut p2, &mut outputs, &b.feed, &[]);
+        run_pair(&PairRun {
+            runtime: &b.runtime,
+            path: &path,
+            proto: &proto,
+            outputs: &outputs,
+            feed: &feed,
+            tolerance: b.opts.tolerance,
+            optimization: b.opts.optimization,
+            timeout: b.opts.timeout,
+        })
+    });
+    check.runs = 1;
+    check.seconds = t.elapsed().as_secs_f64();
+    let openvino = matches!(b.runtime, Runtime::External(RuntimeKind::Openvino));
+    let ignores = "openvino ignores CPU pins (layer_ann is an ONNX Runtime setting; OpenVINO runs every node itself)";
+    match run {
+        Err(e) => {
+            check.detail = format!(
+                "MODEL compiled for {base} with the rules could not be run: {}",
+                scrub_paths(&one_line(&e.to_string()))
+            );
+        }
+        Ok((o, _)) => match (o.failure, o.reference) {
+            (None, Ok(_)) => {
+                check.status = CheckStatus::Pass;
+                check.detail = if openvino {
+                    format!("MODEL compiled for {base} with the rules runs faithfully on openvino; {ignores}, so not because of the rules")
+                } else {
+                    format!(
+                        "MODEL compiled for {base} with the rules runs faithfully on {}",
+                        b.opts.runtime
+                    )
+                };
+            }
+            (None, Err(e)) => {
+                check.detail = format!(
+                    "MODEL compiled for {base} with the rules runs on {}, but not on ONNX Runtime CPU ({}): nothing to compare with",
+                    b.opts.runtime,
+                    scrub_paths(&e)
+                );
+            }
+            (Some((kind, msg)), _) => {
+                check.detail = format!(
+                    "MODEL compiled for {base} with the rules still fails on {} ({}): {}{}",
+                    b.opts.runtime,
+                    kind.label(),
+                    scrub_paths(&msg),
+                    if openvino {
+                        format!("; {ignores}: the rules cannot move these nodes off it")
+                    } else {
+                        String::new()
+                    }
+                );
+            }
+        },
+    }
+    check
 }
 
 fn ceil_log2(n: usize) -> usize {
@@ -938,39 +1485,51 @@ pub(crate) fn scrub_paths(message: &str) -> String {
         .join(" ")
 }
 
-/// The narrowest rule for the culprit: its op and domain, then the fewest conditions on its
-/// attributes and input types and dims (probe's separation) that leave out every other node of
-/// the graph with that op. Returns the conditions and the other nodes it still matches.
+/// The narrowest rule for culprits of one op: their op and domain, then the fewest conditions
+/// on attributes and input types and dims that all of them share (probe's separation) and that
+/// leave out every other node of the graph with that op. `dtypes`: each culprit's input element
+/// types where the graph does not record them. Returns the conditions and the other nodes they
+/// still match.
 pub(crate) fn narrow_conds(
     g: &crate::proto::GraphProto,
-    culprit: usize,
-    culprit_dtypes: &[Option<String>],
+    culprits: &[usize],
+    dtypes: &[Vec<Option<String>>],
 ) -> (Vec<crate::probe::Cond>, Vec<String>) {
-    let node = &g.node[culprit];
-    let mut bad = crate::probe::node_features(g, node);
-    for (slot, d) in culprit_dtypes.iter().enumerate() {
-        if let (Some(d), Some(x)) = (d, bad.dtypes.get_mut(slot)) {
-            if x.is_none() {
-                *x = Some(d.clone());
+    let Some(&first) = culprits.first() else {
+        return (Vec::new(), Vec::new());
+    };
+    let node = &g.node[first];
+    let bad: Vec<crate::probe::Features> = culprits
+        .iter()
+        .enumerate()
+        .map(|(ci, &i)| {
+            let mut f = crate::probe::node_features(g, &g.node[i]);
+            for (slot, d) in dtypes.get(ci).into_iter().flatten().enumerate() {
+                if let (Some(d), Some(x)) = (d, f.dtypes.get_mut(slot)) {
+                    if x.is_none() {
+                        *x = Some(d.clone());
+                    }
+                }
             }
-        }
-    }
+            f
+        })
+        .collect();
     let others: Vec<(String, crate::probe::Features)> = g
         .node
         .iter()
         .enumerate()
         .filter(|(i, n)| {
-            *i != culprit
+            !culprits.contains(i)
                 && n.op_type == node.op_type
                 && n.domain.as_deref().unwrap_or("") == node.domain.as_deref().unwrap_or("")
         })
         .map(|(i, n)| {
             let mut f = crate::probe::node_features(g, n);
-            // An input type the graph does not record may be the culprit's: assume it is, so
+            // An input type the graph does not record may be the culprits': assume it is, so
             // that a type condition never seems to leave out a node it would match.
             for (slot, d) in f.dtypes.iter_mut().enumerate() {
                 if d.is_none() {
-                    *d = bad.dtypes.get(slot).cloned().flatten();
+                    *d = bad[0].dtypes.get(slot).cloned().flatten();
                 }
             }
             (n.name.clone().unwrap_or_else(|| format!("#{i}")), f)
@@ -978,32 +1537,19 @@ pub(crate) fn narrow_conds(
         .collect();
     let passing: Vec<(&str, &crate::probe::Features)> =
         others.iter().map(|(n, f)| (n.as_str(), f)).collect();
-    crate::probe::separate(&[&bad], &passing)
+    let failing: Vec<&crate::probe::Features> = bad.iter().collect();
+    crate::probe::separate(&failing, &passing)
 }
 
-/// The rules file for the culprit (see [`narrow_conds`]); the action pins it to the CPU.
+/// The rules file: one rule per op of the culprits (see [`narrow_conds`]), each pinning its
+/// nodes to the CPU.
 fn rule_yaml(
-    c: &Culprit,
-    conds: &[crate::probe::Cond],
+    rules: &[RuleDraft],
+    culprits: &[Culprit],
     opts: &BisectOptions,
     model: &Path,
 ) -> String {
     let q = |s: &str| serde_json::Value::String(s.to_string()).to_string();
-    let m = crate::probe::match_yaml(std::slice::from_ref(&c.op), &c.domain, conds);
-    let id = format!("bisect-{}-on-cpu", c.op.to_ascii_lowercase());
-    let words: Vec<String> = conds.iter().map(|c| c.words()).collect();
-    let what = if words.is_empty() {
-        format!("{} node '{}'", c.op, c.name)
-    } else {
-        format!("{} node '{}' ({})", c.op, c.name, words.join(", "))
-    };
-    let msg = scrub_paths(&crate::probe::gist(&c.message));
-    let why = format!(
-        "{what} fails on {} ({}): {}",
-        opts.runtime,
-        c.class.label(),
-        msg.chars().take(300).collect::<String>()
-    );
     let evidence = format!(
         "onnx-safeify bisect {} --runtime {}",
         model
@@ -1012,57 +1558,96 @@ fn rule_yaml(
             .unwrap_or("model"),
         opts.runtime
     );
-    format!(
-        "# Suggested by onnx-safeify bisect; use with --rules FILE (with the target you compile for).\nrules:\n  - id: {id}\n    why: {}\n    evidence: [{}]\n    match: {m}\n    action: cpu\n",
-        q(&why),
-        q(&evidence),
-    )
+    let mut out = String::from(
+        "# Suggested by onnx-safeify bisect; use with --rules FILE (with the target you compile for).\nrules:\n",
+    );
+    for r in rules {
+        let m = crate::probe::match_yaml(std::slice::from_ref(&r.op), &r.domain, &r.conds);
+        let words: Vec<String> = r.conds.iter().map(|c| c.words()).collect();
+        let names: Vec<String> = r
+            .members
+            .iter()
+            .map(|&ci| format!("'{}'", culprits[ci].name))
+            .collect();
+        let mut what = if names.len() == 1 {
+            format!("{} node {}", r.op, names[0])
+        } else {
+            format!("{} nodes {}", r.op, names.join(", "))
+        };
+        if !words.is_empty() {
+            what = format!("{what} ({})", words.join(", "));
+        }
+        let c = &culprits[r.members[0]];
+        let msg = scrub_paths(&crate::probe::gist(&c.message));
+        let why = format!(
+            "{what} {} on {} ({}): {}",
+            if names.len() == 1 { "fails" } else { "fail" },
+            opts.runtime,
+            c.class.label(),
+            msg.chars().take(300).collect::<String>()
+        );
+        out.push_str(&format!(
+            "  - id: {}\n    why: {}\n    evidence: [{}]\n    match: {m}\n    action: cpu\n",
+            r.id,
+            q(&why),
+            q(&evidence),
+        ));
+    }
+    out
 }
 
-/// Compiles `model` with `rules` over `base` (check only) and returns the nodes the rule `id`
-/// fires on.
-fn rule_fires_on(model: &Path, base: &str, rules: &Path, id: &str) -> Result<Vec<String>, String> {
+/// What the compiler's `check` finds on `model` with `rules` over `base`: per rule of the
+/// rules file (its ids start with `bisect-`), the nodes it matches; and the base target's own
+/// rules that match a node too, as (rule, node).
+type Fired = (HashMap<String, Vec<String>>, Vec<(String, String)>);
+
+fn rule_fires_on(model: &Path, base: &str, rules: &Path) -> Result<Fired, String> {
     let t = crate::compile::load_target(base, &[rules.to_path_buf()]).map_err(|e| e.to_string())?;
     let mut doc = crate::load(model).map_err(|e| e.to_string())?;
     let o = crate::compile::options(Vec::new()).map_err(|e| e.to_string())?;
-    let c = crate::compile::compile_document(&mut doc, &t, &o, true, model)
-        .map_err(|e| e.to_string())?;
-    let mut nodes: Vec<String> = c
-        .report
-        .applied
-        .iter()
-        .filter(|a| a.rule == id)
-        .map(|a| a.node.clone())
-        .chain(
-            c.report
-                .fallbacks
-                .iter()
-                .filter(|f| f.rule == id)
-                .map(|f| f.node.clone()),
-        )
-        .chain(
-            c.report
-                .remaining
-                .iter()
-                .filter(|f| f.rule == id)
-                .map(|f| f.node.clone()),
-        )
-        .collect();
-    nodes.sort();
-    nodes.dedup();
-    Ok(nodes)
+    let findings = crate::engine::check(&mut doc.model, &t, &o);
+    let mut ours: HashMap<String, Vec<String>> = HashMap::new();
+    let mut theirs = Vec::new();
+    for f in findings {
+        if f.kind != crate::engine::FindingKind::Fires {
+            continue;
+        }
+        if f.rule.starts_with("bisect-") {
+            ours.entry(f.rule).or_default().push(f.node);
+        } else {
+            theirs.push((f.rule, f.node));
+        }
+    }
+    for v in ours.values_mut() {
+        v.sort();
+        v.dedup();
+    }
+    Ok((ours, theirs))
 }
 
 /// The report as text.
 pub fn report_text(r: &BisectReport) -> String {
+    let k = r.culprits.len();
     let mut s = format!(
-        "bisect {} on {}: {} nodes, {} runs (bound {})\n",
-        r.bisected, r.runtime, r.nodes, r.runs, r.run_bound
+        "bisect {} on {}: {} nodes, {} culprit{}, {} runs (bound {k}·(1 + ceil(log2 {})) + 1 = {})\n",
+        r.bisected,
+        r.runtime,
+        r.nodes,
+        k,
+        if k == 1 { "" } else { "s" },
+        r.runs,
+        r.nodes,
+        r.run_bound
     );
     for st in &r.steps {
         s.push_str(&format!(
-            "  first {:>6} nodes: {}{} ({:.1} s)\n",
+            "  first {:>6} nodes{}: {}{} ({:.1} s)\n",
             st.nodes,
+            if st.pinned > 0 {
+                format!(", {} pinned", st.pinned)
+            } else {
+                String::new()
+            },
             if st.failed { "FAIL" } else { "ok" },
             st.message
                 .as_deref()
@@ -1071,39 +1656,76 @@ pub fn report_text(r: &BisectReport) -> String {
             st.seconds
         ));
     }
-    match &r.culprit {
-        None => s.push_str("the whole model runs faithfully on the runtime: nothing to bisect\n"),
-        Some(c) => {
-            s.push_str(&format!(
-                "the failure starts at node #{} '{}' ({}{}): {}\n",
-                c.index,
-                c.name,
-                if c.domain.is_empty() {
-                    String::new()
-                } else {
-                    format!("{}.", c.domain)
-                },
-                c.op,
-                c.class.label()
-            ));
-            for i in &c.inputs {
-                s.push_str(&format!("  input  {i}\n"));
-            }
-            for a in &c.attributes {
-                s.push_str(&format!("  attr   {a}\n"));
-            }
-            // (The temporary files it ran are gone: their names only.)
-            s.push_str(&format!("  error  {}\n", scrub_paths(&c.message)));
-            if let Some(e) = &c.reference_error {
-                s.push_str(&format!(
-                    "  note   ONNX Runtime CPU fails on the same nodes too ({e}): the model itself does not run, this is not a hazard of the runtime\n"
-                ));
-            }
-            if let Some(y) = &r.rule_yaml {
-                s.push_str("suggested rule:\n");
-                s.push_str(y);
-            }
+    if k == 0 {
+        s.push_str("the whole model runs faithfully on the runtime: nothing to bisect\n");
+    }
+    for (i, c) in r.culprits.iter().enumerate() {
+        s.push_str(&format!(
+            "culprit {} of {k}: node #{} '{}' ({}{}): {}\n",
+            i + 1,
+            c.index,
+            c.name,
+            if c.domain.is_empty() {
+                String::new()
+            } else {
+                format!("{}.", c.domain)
+            },
+            c.op,
+            c.class.label()
+        ));
+        for i in &c.inputs {
+            s.push_str(&format!("  input  {i}\n"));
         }
+        for a in &c.attributes {
+            s.push_str(&format!("  attr   {a}\n"));
+        }
+        // (The temporary files it ran are gone: their names only.)
+        s.push_str(&format!("  error  {}\n", scrub_paths(&c.message)));
+        if let Some(e) = &c.reference_error {
+            s.push_str(&format!(
+                "  note   ONNX Runtime CPU fails on the same nodes too ({}): the model itself does not run, this is not a hazard of the runtime\n",
+                scrub_paths(e)
+            ));
+        }
+    }
+    if k > 0 {
+        match &r.stopped {
+            Some(why) => s.push_str(&format!("stopped: {why}\n")),
+            None => s.push_str(&format!(
+                "with {} pinned to the CPU, the whole model runs faithfully on {}\n",
+                if k == 1 { "it" } else { "them" },
+                r.runtime
+            )),
+        }
+    }
+    if let Some(y) = &r.rule_yaml {
+        s.push_str(if r.rules.len() == 1 {
+            "suggested rule:\n"
+        } else {
+            "suggested rules:\n"
+        });
+        s.push_str(y);
+    }
+    for rule in &r.rules {
+        if !rule.fires_on.is_empty() {
+            s.push_str(&format!(
+                "the compiler fires {} on {}\n",
+                rule.id,
+                rule.fires_on.join(", ")
+            ));
+        }
+    }
+    if let Some(c) = &r.rule_check {
+        s.push_str(&format!(
+            "rule check: {} - {}{}\n",
+            c.status.label(),
+            c.detail,
+            if c.runs > 0 {
+                format!(" ({} run, {:.1} s, not counted above)", c.runs, c.seconds)
+            } else {
+                String::new()
+            }
+        ));
     }
     for w in &r.warnings {
         s.push_str(&format!("warning: {w}\n"));
@@ -1111,7 +1733,7 @@ pub fn report_text(r: &BisectReport) -> String {
     s
 }
 
-/// Runs the command: exit 0 when the model runs faithfully, 1 when a culprit was found, 2 on
+/// Runs the command: exit 0 when the model runs faithfully, 1 when culprits were found, 2 on
 /// an error.
 pub fn run_cli(a: &BisectArgs) -> u8 {
     let dims = match DimOverrides::parse(&a.dims) {
@@ -1133,6 +1755,7 @@ pub fn run_cli(a: &BisectArgs) -> u8 {
         },
         timeout: Duration::from_secs(a.timeout),
         optimization: a.ort_opt_level,
+        max_culprits: a.max_culprits as usize,
     };
     match bisect(&a.model, &opts) {
         Ok(r) => {
@@ -1151,7 +1774,7 @@ pub fn run_cli(a: &BisectArgs) -> u8 {
                 }
                 eprintln!("wrote {}", out.display());
             }
-            u8::from(r.culprit.is_some())
+            u8::from(!r.culprits.is_empty())
         }
         Err(e) => {
             eprintln!("error: {e}");
@@ -1171,6 +1794,16 @@ mod tests {
         assert_eq!(ceil_log2(5), 3);
         assert_eq!(ceil_log2(64), 6);
         assert_eq!(ceil_log2(65), 7);
+    }
+
+    #[test]
+    fn the_same_failure_twice() {
+        let a = "/tmp/w/prefix_51_0.onnx: webgpu cannot load the model: Unsupported model IR version: 14";
+        let b = "/tmp/w/prefix_77_1.onnx: webgpu cannot load the model: Unsupported model IR version: 14";
+        assert!(same_failure(a, b));
+        let c = "/tmp/w/prefix_9_1.onnx: webgpu failed: Resize node. Name:'smooth2' Status Message: The antialias attribute";
+        let d = "/tmp/w/prefix_9_0.onnx: webgpu failed: Resize node. Name:'smooth1' Status Message: The antialias attribute";
+        assert!(!same_failure(c, d));
     }
 
     #[test]
@@ -1234,7 +1867,7 @@ mod narrow_tests {
             ..Default::default()
         };
         let dt = vec![Some("float32".to_string()), None, Some("float32".into())];
-        let (conds, still) = narrow_conds(&g, 1, &dt);
+        let (conds, still) = narrow_conds(&g, &[1], std::slice::from_ref(&dt));
         assert!(still.is_empty(), "{still:?}");
         // One condition is enough: antialias=1 (mode=linear alone would take 'up' too).
         assert_eq!(
@@ -1251,7 +1884,7 @@ mod narrow_tests {
             node: vec![resize("smooth", vec![attr_s("mode", "linear")])],
             ..Default::default()
         };
-        let (conds, still) = narrow_conds(&one, 0, &dt);
+        let (conds, still) = narrow_conds(&one, &[0], std::slice::from_ref(&dt));
         assert!(conds.is_empty() && still.is_empty());
         // Two identical nodes cannot be told apart: reported, not hidden.
         let twins = GraphProto {
@@ -1261,8 +1894,117 @@ mod narrow_tests {
             ],
             ..Default::default()
         };
-        let (_, still) = narrow_conds(&twins, 0, &dt);
+        let (_, still) = narrow_conds(&twins, &[0], std::slice::from_ref(&dt));
         assert_eq!(still, vec!["b".to_string()]);
+        // Both twins culprits: nothing else to leave out.
+        let (conds, still) = narrow_conds(&twins, &[0, 1], &[dt.clone(), dt.clone()]);
+        assert!(conds.is_empty() && still.is_empty(), "{conds:?} {still:?}");
+    }
+
+    /// Two culprits of one op: the conditions they share that leave out the passing nodes;
+    /// where they share none that does, the passing nodes it still takes are named.
+    #[test]
+    fn one_rule_for_several_culprits_of_an_op() {
+        let dt = vec![Some("float32".to_string()), None, Some("float32".into())];
+        let g = GraphProto {
+            node: vec![
+                resize("up", vec![attr_s("mode", "linear")]),
+                resize(
+                    "smooth1",
+                    vec![attr_s("mode", "linear"), attr_i("antialias", 1)],
+                ),
+                resize("near", vec![attr_s("mode", "nearest")]),
+                resize(
+                    "smooth2",
+                    vec![attr_s("mode", "cubic"), attr_i("antialias", 1)],
+                ),
+            ],
+            ..Default::default()
+        };
+        let (conds, still) = narrow_conds(&g, &[1, 3], &[dt.clone(), dt.clone()]);
+        assert!(still.is_empty(), "{still:?}");
+        assert_eq!(
+            conds,
+            vec![crate::probe::Cond::Attr(
+                "antialias".into(),
+                crate::probe::AttrVal::Int(1)
+            )]
+        );
+        // 'up' (linear) and 'smooth2' (cubic, antialias) share no attribute: the op alone,
+        // and the passing nodes it takes too are named.
+        let (conds, still) = narrow_conds(&g, &[0, 3], &[dt.clone(), dt.clone()]);
+        assert!(conds.is_empty(), "{conds:?}");
+        assert_eq!(still, vec!["smooth1".to_string(), "near".to_string()]);
+    }
+
+    /// A pinned node leaves the runtime's graph: its outputs become graph inputs fed with the
+    /// given values, only where a node that remains reads them, and are no longer compared.
+    #[test]
+    fn pinned_nodes_become_fed_inputs() {
+        use crate::verify::dtype::DType;
+        use crate::verify::tensor::TensorData;
+        let node = |name: &str, op: &str, i: &str, o: &str| NodeProto {
+            name: Some(name.into()),
+            op_type: Some(op.into()),
+            input: vec![i.into()],
+            output: vec![o.into()],
+            ..Default::default()
+        };
+        let vi = |n: &str| ValueInfoProto {
+            name: Some(n.into()),
+            ..Default::default()
+        };
+        let m = ModelProto {
+            graph: Some(GraphProto {
+                node: vec![
+                    node("a", "Neg", "x", "va"),
+                    node("bad", "Relu", "va", "vb"),
+                    node("c", "Neg", "vb", "vc"),
+                    node("d", "Neg", "vc", "y"),
+                ],
+                input: vec![vi("x")],
+                output: vec![vi("y")],
+                value_info: vec![vi("vb")],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let t = |v: f32| {
+            HostTensor::new(
+                DType::F32,
+                vec![1],
+                TensorData::Bytes(v.to_le_bytes().to_vec()),
+            )
+            .unwrap()
+        };
+        let feed = vec![("x".to_string(), t(1.0))];
+        let values = vec![("vb".to_string(), t(0.0))];
+        let pinned: HashSet<usize> = [1].into_iter().collect();
+        let order = vec![0, 1, 2, 3];
+        // The first 3 nodes, 'bad' pinned: 'a' and 'c' run, 'vb' is fed.
+        let (mut cut, mut outputs) = cut_model(&m, &order, 3, &pinned);
+        let f = feed_pinned(&mut cut, &mut outputs, &feed, &values);
+        let g = cut.graph.as_ref().unwrap();
+        let names: Vec<&str> = g.node.iter().map(|n| n.name.as_deref().unwrap()).collect();
+        assert_eq!(names, ["a", "c"]);
+        let inputs: Vec<&str> = g.input.iter().map(|n| n.name.as_deref().unwrap()).collect();
+        assert_eq!(inputs, ["x", "vb"]);
+        assert!(g.value_info.is_empty(), "vb is an input now");
+        assert_eq!(outputs, ["vc"]);
+        assert_eq!(
+            f.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(),
+            ["x", "vb"]
+        );
+        // The first node only: nothing reads 'vb', so it is no input.
+        let (mut cut, mut outputs) = cut_model(&m, &order, 1, &pinned);
+        let f = feed_pinned(&mut cut, &mut outputs, &feed, &values);
+        assert_eq!(cut.graph.as_ref().unwrap().input.len(), 1);
+        assert_eq!(f.len(), 1);
+        // The whole model.
+        let (mut whole, mut outputs) = whole_model(&m, &pinned);
+        feed_pinned(&mut whole, &mut outputs, &feed, &values);
+        assert_eq!(whole.graph.as_ref().unwrap().node.len(), 3);
+        assert_eq!(outputs, ["y"]);
     }
 
     #[test]
@@ -1295,7 +2037,19 @@ mod narrow_tests {
             "antialias".into(),
             crate::probe::AttrVal::Int(1),
         )];
-        let y = rule_yaml(&c, &conds, &opts, Path::new("/tmp/x/seeded.onnx"));
+        let d = RuleDraft {
+            id: "bisect-resize-on-cpu".into(),
+            op: "Resize".into(),
+            domain: String::new(),
+            members: vec![0],
+            conds,
+        };
+        let y = rule_yaml(
+            std::slice::from_ref(&d),
+            &[c],
+            &opts,
+            Path::new("/tmp/x/seeded.onnx"),
+        );
         assert!(!y.contains("/tmp"), "{y}");
         assert!(
             y.contains("match: {op: Resize, domain: \"\", attr: {antialias: 1}}"),

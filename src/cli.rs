@@ -58,7 +58,7 @@ enum Command {
     Verify(onnx_safeify::verify::VerifyArgs),
     /// Read an error log, name the likely cause with its evidence and the target that fixes it.
     Doctor(DoctorArgs),
-    /// Find the node where a model starts to fail on a runtime, and the rule that pins it.
+    /// Find the nodes that make a model fail on a runtime, and the rules that pin them (checked).
     Bisect(onnx_safeify::bisect::BisectArgs),
     /// Run a suite of small models on a runtime, compare with ONNX Runtime CPU, and write a target with a rule per failure.
     Probe(onnx_safeify::probe::ProbeArgs),
