@@ -594,7 +594,7 @@ pub fn softmax_exp_table(x_scale: f32, reduce_len: i64) -> Vec<f32> {
 /// it: the row maximum `m` in integers, `e = table[x - m + 255]` from the kernel's exp table
 /// (which depends on the reduced length, so the shape must be static), the sum of `e` in
 /// float32 in order along the axis (CumSum, last element), `round((e / sum) * floor(1 /
-/// Y_scale)) + Y_zp`, saturated (ties to even for uint8, up for int8).
+/// Y_scale)) + Y_zp`, saturated.
 pub fn qlinear_softmax(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch, Unsupported> {
     let mut rw = Rw::new(ctx, g, n);
     rw.only_attrs(&["axis", "opset"])?;
@@ -659,23 +659,6 @@ pub fn qlinear_softmax(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch, U
     // checked against the kernel on 400 random instances with ties at the maximum).
     let frac = rw.op("Div", &[e, sum], &[]);
     let y = rw.op("Mul", &[frac, ym], &[]);
-    // int8: a quotient of exactly k + 0.5 rounds up (ONNX Runtime 1.32's int8 kernel; the 3
-    // fuzz cases QLinearSoftmax_b210a1254fb8, _c762688bb95f, _d6734e23c78c, Y_scale 1/256,
-    // each one tie, all reproduced by the float32 quotient rounded half up, none by half to
-    // even, the float64 quotient or a reciprocal product). The quotient is >= 0, so half up is
-    // half away from zero: the tie is made exact (floor + 1; `y - floor(y)` is exact) and
-    // QuantizeLinear leaves it. uint8 keeps half to even: no uint8 tie ever mismatched.
-    let y = if dt == dtype::INT8 {
-        let fl = rw.op("Floor", &[y], &[]);
-        let frac = rw.op("Sub", &[y, fl], &[]);
-        let half = rw.scalar("half", dtype::FLOAT, 0.5);
-        let is_tie = rw.op("Equal", &[frac, half], &[]);
-        let one = rw.scalar("one_up", dtype::FLOAT, 1.0);
-        let up = rw.op("Add", &[fl, one], &[]);
-        rw.op("Where", &[is_tie, up, y], &[])
-    } else {
-        y
-    };
     // round half to even, plus the zero point, saturated (ONNX Runtime 1.32 saturates int8
     // too, where the source's cast would wrap).
     let one = rw.scalar("one", dtype::FLOAT, 1.0);
