@@ -7,7 +7,7 @@
 //! - [`Exactness::Rounding`]: within float rounding of the kernel's own arithmetic:
 //!   [`ROUNDING_F32`] of the output's scale for float32 outputs, [`ROUNDING_F16_ULPS`] units in
 //!   the last place at that scale for float16 and bfloat16 (the scale is the reference
-//!   output's largest magnitude);
+//!   output's largest magnitude; for float32 never less than the smallest normal float32);
 //! - [`Exactness::Approximate`]: anything else, with the bound the rewrite states (a fraction
 //!   of the output's scale). Approximate rewrites run only when asked (`--allow-approximate`,
 //!   `approximate: allow` in a rule file); otherwise the node falls back like any refusal
@@ -102,7 +102,10 @@ impl Exactness {
             Exactness::Exact => 0.0,
             Exactness::Rounding => {
                 if is_f32_or_wider {
-                    ROUNDING_F32 * scale
+                    // Never below the smallest normal float32: under it a float32 result is
+                    // subnormal (fewer bits, flushed to zero under FTZ/DAZ as on GPUs), so an
+                    // output that is all subnormal has no 1e-5 of its scale to meet.
+                    (ROUNDING_F32 * scale).max(f32::MIN_POSITIVE as f64)
                 } else {
                     ROUNDING_F16_ULPS * ulp_at_scale.unwrap_or(0.0)
                 }
@@ -153,5 +156,10 @@ mod tests {
             0.015625
         );
         assert!((Approximate(1e-2).allowed_error(10.0, None, true) - 0.1).abs() < 1e-12);
+        // An all-subnormal float32 output: the floor is the smallest normal float32.
+        assert_eq!(
+            Rounding.allowed_error(1.2e-39, None, true),
+            f32::MIN_POSITIVE as f64
+        );
     }
 }

@@ -38,6 +38,9 @@ pub fn fused_matmul(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch, Unsu
             ),
         }
     }
+    if let Some(y) = as_gemm(&mut rw, alpha)? {
+        return rw.finish(&[(0, y)]);
+    }
     let a = operand(&mut rw, 0, "transA", "transBatchA")?;
     let b = operand(&mut rw, 1, "transB", "transBatchB")?;
     let mut y = rw.op("MatMul", &[a, b], &[]);
@@ -46,6 +49,62 @@ pub fn fused_matmul(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch, Unsu
         y = rw.scale(y, alpha as f64, dt);
     }
     rw.finish(&[(0, y)])
+}
+
+/// FusedMatMul with operands of rank 1 or 2 as one ONNX `Gemm` (alpha, transA, transB), 1-D
+/// operands reshaped to a row (A: `[1, K]`) or a column (B: `[K, 1]`) and the output back to
+/// MatMul's shape. None where the MatMul form is used instead.
+///
+/// Why not `alpha * MatMul`: ONNX Runtime's kernel hands `alpha` and the transposes to MLAS's
+/// SGEMM, which takes its M = 1 and N = 1 shortcuts (a row or a column times a matrix, summed
+/// in groups of 4 without FMA) only where alpha is 1 and, for the transposed forms, by another
+/// kernel. `alpha * MatMul(op(A), op(B))` goes through MatMul's own call (alpha 1, no
+/// transposes), so for a vector operand the two sum the products in a different order and with
+/// or without FMA; on a dot product with cancellation (fuzz cases FusedMatMulGroup_*, outputs
+/// near 1e-5 of the terms) that was 1e-5 to 8e-5 of the output's scale, past the rounding bound.
+/// ONNX Runtime's `Gemm` makes the same MLAS call with the same alpha, transposes, M, N, K and
+/// leading dimensions (and packs a constant 2-D B as FusedMatMul does): bit-identical on every
+/// instance measured, but one. With alpha 1 and a 1-D B, FusedMatMul takes MatMul's own path
+/// (B stays 1-D, unpacked, and transB is ignored), so the plain MatMul form is kept there; it is
+/// the same call. Batched operands keep the MatMul form (within float rounding; bit-identical
+/// where neither M nor N is 1). Gemm without C needs opset 11.
+fn as_gemm(rw: &mut Rw, alpha: f32) -> Result<Option<PValue>, Unsupported> {
+    let (Some(ra), Some(rb)) = (rw.in_facts(0).rank(), rw.in_facts(1).rank()) else {
+        return Ok(None);
+    };
+    if rw.opset < 11 || ra > 2 || rb > 2 || ra == 0 || rb == 0 || (alpha == 1.0 && rb == 1) {
+        return Ok(None);
+    }
+    if alpha == 1.0 && rw.attr_i("transA", 0) == 0 && rw.attr_i("transB", 0) == 0 {
+        // MatMul is the kernel's own call then.
+        return Ok(None);
+    }
+    let a = rw.need(0, "A")?;
+    let b = rw.need(1, "B")?;
+    // ONNX Runtime ignores the transposes of a 1-D operand.
+    let ta = ra == 2 && rw.attr_i("transA", 0) != 0;
+    let tb = rb == 2 && rw.attr_i("transB", 0) != 0;
+    let a2 = if ra == 1 { rw.reshape(a, &[1, -1])? } else { a };
+    let b2 = if rb == 1 {
+        match rw.const_f32(1) {
+            Some((dims, vals)) if dims.len() == 1 => rw.f32s("b_col", &[dims[0], 1], &vals),
+            _ => rw.reshape(b, &[-1, 1])?,
+        }
+    } else {
+        b
+    };
+    let attrs = [
+        ("alpha", AttrValue::Float(alpha)),
+        ("transA", AttrValue::Int(ta as i64)),
+        ("transB", AttrValue::Int(tb as i64)),
+    ];
+    let y = rw.op("Gemm", &[a2, b2], &attrs);
+    Ok(Some(match (ra, rb) {
+        (2, 2) => y,
+        (1, 1) => rw.reshape(y, &[])?,
+        // [1, N] -> [N]; [M, 1] -> [M].
+        _ => rw.reshape(y, &[-1])?,
+    }))
 }
 
 /// The permutation FusedMatMul applies to an operand of rank `r`.

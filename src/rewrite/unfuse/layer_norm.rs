@@ -84,7 +84,7 @@ fn normalize(
     })
 }
 
-/// The stash type (element type of the statistics and of the computation).
+/// The stash type: the element type of the statistics outputs (Mean, InvStdDev).
 fn stash_type(rw: &Rw) -> Result<i32, Unsupported> {
     match rw.attr_i("stash_type", 1) {
         1 => Ok(dtype::FLOAT),
@@ -93,10 +93,29 @@ fn stash_type(rw: &Rw) -> Result<i32, Unsupported> {
     }
 }
 
-/// LayerNormalization: `Y = Normalized * Scale + B`, outputs Mean and InvStdDev (ONNX
-/// operator docs, LayerNormalization-17; ONNX Runtime's default-domain LayerNormalization-1
-/// has the same inputs, outputs and attributes).
-pub fn layer_norm(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch, Unsupported> {
+/// The type ONNX Runtime's CPU kernel (`core/providers/cpu/nn/layer_norm_impl.cc`) computes
+/// in: double for double input, float otherwise. It does not read `stash_type`: a float16 or
+/// bfloat16 input is converted to float, normalized, scaled and shifted in float, and rounded
+/// once. (Computing in a float16 stash type instead rounds epsilon too: 1e-12 becomes 0, and a
+/// constant row gives 0 / 0 = NaN where the kernel gives the bias; fuzz case
+/// LayerNormGroup_23ea1df09d44.)
+fn compute_type(dt: i32) -> i32 {
+    if dt == dtype::DOUBLE {
+        dtype::DOUBLE
+    } else {
+        dtype::FLOAT
+    }
+}
+
+/// LayerNormalization / SimplifiedLayerNormalization: normalize in the kernel's compute type,
+/// apply scale (and bias) there, round the output once, and give the statistics in the stash
+/// type.
+fn layer_norm_common(
+    ctx: &UnfuseCtx,
+    g: &Graph,
+    n: NodeId,
+    simplified: bool,
+) -> Result<Patch, Unsupported> {
     let mut rw = Rw::new(ctx, g, n);
     rw.only_attrs(&["axis", "epsilon", "stash_type"])?;
     let x = rw.need(0, "X")?;
@@ -105,32 +124,52 @@ pub fn layer_norm(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch, Unsupp
     let eps = rw.attr_f("epsilon", 1e-5);
     let stash = stash_type(&rw)?;
     let dt = rw.float_dtype(0)?;
-    let nm = normalize(&mut rw, x, &axes, eps, stash, false, dt)?;
-    let mut y = rw.op("Mul", &[nm.normalized, scale], &[]);
-    if let Some(b) = rw.input(2) {
-        y = rw.op("Add", &[y, b], &[]);
+    let ct = compute_type(dt);
+    let wide = ct != dt;
+    let to_c = |rw: &mut Rw, v: PValue| if wide { rw.cast(v, ct) } else { v };
+    let xc = to_c(&mut rw, x);
+    let nm = normalize(&mut rw, xc, &axes, eps, ct, simplified, ct)?;
+    let sc = to_c(&mut rw, scale);
+    let mut y = rw.op("Mul", &[nm.normalized, sc], &[]);
+    if let Some(b) = rw.input(2).filter(|_| !simplified) {
+        let bc = to_c(&mut rw, b);
+        y = rw.op("Add", &[y, bc], &[]);
     }
-    let mut outs = vec![(0, y), (2, nm.inv_std)];
+    if wide {
+        y = rw.cast(y, dt);
+    }
+    let stat = |rw: &mut Rw, v: PValue| if stash != ct { rw.cast(v, stash) } else { v };
+    let inv_std = stat(&mut rw, nm.inv_std);
+    if simplified {
+        return rw.finish(&[(0, y), (1, inv_std)]);
+    }
+    let mut outs = vec![(0, y), (2, inv_std)];
     if let Some(m) = nm.mean {
+        let m = stat(&mut rw, m);
         outs.push((1, m));
     }
     rw.finish(&outs)
 }
 
+/// LayerNormalization: `Y = Normalized * Scale + B`, outputs Mean and InvStdDev (ONNX
+/// operator docs, LayerNormalization-17; ONNX Runtime's default-domain LayerNormalization-1
+/// has the same inputs, outputs and attributes).
+///
+/// Class rounding, with a limit no decomposition passes: ONNX Runtime 1.32's kernel takes the
+/// mean and variance by Welford's update (`mean += (x - mean) / k`, one element at a time
+/// below 8 elements, 8 lanes merged above), this one by ReduceMean. Both are accurate, but
+/// their means differ by an ulp, and `x - mean` turns an ulp of the mean into `|mean| / std`
+/// ulps of the output: past 1e-5 of the scale where a row's mean is some 200 times its
+/// standard deviation, or a row is constant to a few ulps with a tiny epsilon (fuzz cases
+/// LayerNormGroup_1cc47a1d41de, LayerNormGroup_2ac466fe4208; kept open).
+pub fn layer_norm(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch, Unsupported> {
+    layer_norm_common(ctx, g, n, false)
+}
+
 /// SimplifiedLayerNormalization (ONNX Runtime, default domain): RMS normalization,
 /// `Y = X / sqrt(mean(X^2) + epsilon) * scale`; outputs Y and inv_std_var.
 pub fn simplified_layer_norm(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch, Unsupported> {
-    let mut rw = Rw::new(ctx, g, n);
-    rw.only_attrs(&["axis", "epsilon", "stash_type"])?;
-    let x = rw.need(0, "X")?;
-    let scale = rw.need(1, "scale")?;
-    let axes = norm_axes(&rw, rw.attr_i("axis", -1))?;
-    let eps = rw.attr_f("epsilon", 1e-5);
-    let stash = stash_type(&rw)?;
-    let dt = rw.float_dtype(0)?;
-    let nm = normalize(&mut rw, x, &axes, eps, stash, true, dt)?;
-    let y = rw.op("Mul", &[nm.normalized, scale], &[]);
-    rw.finish(&[(0, y), (1, nm.inv_std)])
+    layer_norm_common(ctx, g, n, true)
 }
 
 /// SkipLayerNormalization: `S = input + skip (+ bias)`, `output = LayerNorm(S) * gamma
