@@ -592,4 +592,75 @@ mod openvino {
         assert!(t.contains("the original fails on openvino too"), "{t}");
         assert!(t.contains("own limit, not the rewrite's"), "{t}");
     }
+
+    /// com.microsoft BiasAdd, which ONNX Runtime's CPU has no kernel for and OpenVINO
+    /// converts: the original on OpenVINO is the reference, said so.
+    #[test]
+    fn an_original_only_the_runtime_runs_is_the_reference() {
+        if !runtime_available() || !runtimes_support::ready(RuntimeKind::Openvino) {
+            return;
+        }
+        let biasadd = || {
+            let mut m = model(
+                vec![{
+                    let mut n = node("BiasAdd", &["x", "b", "s"], &["y"], vec![]);
+                    n.domain = Some("com.microsoft".into());
+                    n
+                }],
+                vec![
+                    value_info("x", FLOAT, Some(&[2, 3, 4])),
+                    value_info("s", FLOAT, Some(&[2, 3, 4])),
+                ],
+                vec![value_info("y", FLOAT, Some(&[2, 3, 4]))],
+                vec![f32_initializer("b", &[4], &[0.5, -1.0, 2.0, 0.25])],
+            );
+            m.opset_import
+                .push(onnx_safeify::proto::OperatorSetIdProto {
+                    domain: Some("com.microsoft".into()),
+                    version: Some(1),
+                });
+            m
+        };
+        let rewritten = model(
+            vec![
+                node("Add", &["x", "b"], &["xb"], vec![]),
+                node("Add", &["xb", "s"], &["y"], vec![]),
+            ],
+            vec![
+                value_info("x", FLOAT, Some(&[2, 3, 4])),
+                value_info("s", FLOAT, Some(&[2, 3, 4])),
+            ],
+            vec![value_info("y", FLOAT, Some(&[2, 3, 4]))],
+            vec![f32_initializer("b", &[4], &[0.5, -1.0, 2.0, 0.25])],
+        );
+        let p = pair(biasadd(), with_class(rewritten, "exact"));
+        let (c, j, err) = json(&p.a, &p.b, &["--runtime", "openvino"]);
+        assert_eq!(c, 0, "{j:#}{err}");
+        let o = &j["original_on_runtime"];
+        assert_eq!(o["ran"], true, "{o:#}");
+        assert!(
+            o["reference"].as_str().unwrap().contains("BiasAdd"),
+            "{o:#}"
+        );
+        assert_eq!(j["runs"][0]["outputs"][0]["status"], "ok", "{j:#}");
+        let (c, t) = text(&p.a, &p.b, &["--runtime", "openvino"]);
+        assert_eq!(c, 0, "{t}");
+        assert!(
+            t.contains("reference: original on openvino (ONNX Runtime CPU cannot run it)"),
+            "{t}"
+        );
+        // A wrong rewrite is still caught against that reference.
+        let wrong = model(
+            vec![node("Add", &["x", "s"], &["y"], vec![])],
+            vec![
+                value_info("x", FLOAT, Some(&[2, 3, 4])),
+                value_info("s", FLOAT, Some(&[2, 3, 4])),
+            ],
+            vec![value_info("y", FLOAT, Some(&[2, 3, 4]))],
+            vec![],
+        );
+        let q = pair(biasadd(), with_class(wrong, "exact"));
+        let (c, _, err) = json(&q.a, &q.b, &["--runtime", "openvino"]);
+        assert_eq!(c, 1, "{err}");
+    }
 }

@@ -20,6 +20,9 @@ the webgpu and rx580 outputs of models without 8-bit or float16 tensors. A row's
                 names (`original_on_runtime.measured_on` = rewritten)
   pass (cpu)    the original does not load on R, and the rewritten model does not run on
                 ONNX Runtime CPU: judged against ONNX Runtime CPU
+  pass (R ref)  ONNX Runtime CPU cannot run the original (a contrib op without a CPU kernel):
+                judged against the original on R
+  no reference  neither ONNX Runtime CPU nor R runs the original: nothing to compare with
   FAIL          some output beyond its bound
   own limit     the output does not load or run on R, and neither does the original: R's own
                 limit (verify says so)
@@ -41,8 +44,8 @@ FP_TYPES = {onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16, onnx.TensorProt
             onnx.TensorProto.INT8}
 
 
-COLUMNS = ["pass", "pass (own)", "pass (own*)", "pass (cpu)", "FAIL", "own limit", "NO LOAD",
-           "ERR", "refused"]
+COLUMNS = ["pass", "pass (own)", "pass (own*)", "pass (R ref)", "pass (cpu)", "FAIL",
+           "own limit", "no reference", "NO LOAD", "ERR", "refused"]
 
 
 def is_fp32(path):
@@ -58,6 +61,8 @@ def verdict(code, report, stderr):
         msg = " ".join(stderr.split())
         if "own limit, not the rewrite's" in msg:
             return "own limit", msg[:300]
+        if "ONNX Runtime cannot load the model" in msg and "; nor does " in msg:
+            return "no reference", msg[:300]
         kind = "NO LOAD" if "cannot load" in msg or "cannot run" in msg else "ERR"
         return kind, msg[:300]
     o = report.get("original_on_runtime") or {}
@@ -74,6 +79,8 @@ def verdict(code, report, stderr):
                 if c.get("status") != "ok":
                     bad.append(f"{c.get('name')}: {c.get('max_abs_err')} ({c.get('status')})")
         return "FAIL", "; ".join(bad[:3]) + (f" | runtime's own: {own}" if own else "")
+    if o.get("reference"):
+        return "pass (R ref)", " ".join(o["reference"].split())[:200]
     if not o.get("ran") and o.get("measured_on") == "rewritten":
         return ("pass (own*)", own) if own else ("pass", "")
     if not o.get("ran"):

@@ -352,14 +352,22 @@ pub fn verify_models(
     let discovery = opts.discovery.clone().unwrap_or_else(Discovery::from_env);
     let rt = runtime::runtime(&discovery)?;
     let mut sessions = Vec::new();
-    let mut orig_runner = Runner::open(
+    // On another runtime, an original that ONNX Runtime CPU cannot load (a contrib op with
+    // no CPU kernel, e.g. BiasAdd) can still be the reference: its run on that runtime.
+    let (mut orig_runner, orig_cpu_error) = match Runner::open(
         rt,
         &orig,
         "original",
         &session,
         &mut sessions,
         &mut warnings,
-    )?;
+    ) {
+        Ok(r) => (Some(r), None),
+        Err(e @ VerifyError::Session { .. }) if external && matches!(orig, Target::Single(_)) => {
+            (None, Some(e))
+        }
+        Err(e) => return Err(e),
+    };
     let mut rewr_runner = if external {
         None
     } else {
@@ -460,6 +468,7 @@ pub fn verify_models(
             differs: false,
             differences: Vec::new(),
             measured_on: None,
+            reference: None,
         };
         match &orig {
             Target::Chain(_) => {
@@ -494,6 +503,25 @@ pub fn verify_models(
         }
         if o.ran {
             o.measured_on = Some("original");
+        }
+        if let Some(e) = &orig_cpu_error {
+            if !o.ran {
+                // Neither ONNX Runtime CPU nor the runtime runs the original: nothing to
+                // compare against.
+                return Err(match e {
+                    VerifyError::Session { path, message } => VerifyError::Session {
+                        path: path.clone(),
+                        message: format!(
+                            "{message}; nor does {}: {}",
+                            opts.runtime.name(),
+                            o.error.as_deref().unwrap_or("no reason given")
+                        ),
+                    },
+                    _ => unreachable!("only a session error is kept"),
+                });
+            }
+            o.measured_on = None;
+            o.reference = Some(error::one_line(&e.to_string()));
         }
         original_on_runtime = Some(o);
     }
@@ -540,7 +568,10 @@ pub fn verify_models(
             (e, _) => e,
         }
         };
-        let reference = orig_runner.run(&feed).map_err(hint)?;
+        let cpu_reference = match orig_runner.as_mut() {
+            Some(r) => Some(r.run(&feed).map_err(hint)?),
+            None => None,
+        };
         let actual = match (&mut rewr_runner, &mut external_run) {
             (Some(r), _) => r.run(&feed).map_err(hint)?,
             (None, Some(ext)) => std::mem::take(&mut ext.outputs[run]),
@@ -550,10 +581,18 @@ pub fn verify_models(
             Some(r) => Some(r.run(&feed).map_err(hint)?),
             None => None,
         };
-        let on_runtime: Option<HashMap<String, HostTensor>> = original_external
+        let mut on_runtime: Option<HashMap<String, HostTensor>> = original_external
             .as_mut()
             .and_then(|o| o.get_mut(run))
             .map(std::mem::take);
+        // Without ONNX Runtime CPU's run, the original on the runtime is the reference (its
+        // own difference from ONNX Runtime CPU is then unknown).
+        let reference = match cpu_reference {
+            Some(r) => r,
+            None => on_runtime
+                .take()
+                .expect("the original ran on the runtime when ONNX Runtime CPU cannot run it"),
+        };
         let rt_name = opts.runtime.name();
         // On another runtime whose own difference cannot be measured (the original does not
         // run there), a class bound (defined on ONNX Runtime CPU) is held to at least the
