@@ -183,3 +183,63 @@ fn an_nchwc_region_is_approximate_and_within_its_bound_on_a_real_page() {
         }
     }
 }
+
+/// A QDQ model's depthwise weights are dequantized from constants: the split takes the rows
+/// of the quantized weight (and of its per-channel scales and zero points) and dequantizes
+/// each piece, rather than slicing the dequantized weight. Each piece's DequantizeLinear feeds
+/// its Conv directly, the whole weight's DequantizeLinear goes with the Conv, the output is
+/// bit-identical, and OpenVINO (whose CPU plugin failed on two Slices of one dequantized
+/// weight) loads it.
+#[test]
+fn a_qdq_depthwise_split_dequantizes_the_rows_of_the_quantized_weight() {
+    let Some(c) = common::corpus() else { return };
+    if !support::runtime_available() {
+        return;
+    }
+    let src = c.join("quantized/ch_ppocr_mobile_v2.0_cls_infer.qdq.onnx");
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("cls.qdq.rx580.onnx");
+    let o = std::process::Command::new(common::bin())
+        .arg(&src)
+        .args(["--target", "rx580", "-o"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let doc = onnx_safeify::load(&out).unwrap();
+    let g = &doc.model.graph;
+    let consumers = g.consumers();
+    let mut pieces = 0;
+    for &n in &g.order {
+        let node = g.node(n);
+        // A weight's DequantizeLinear (of an initializer; activations are sliced as before).
+        let of_weight = node.inputs[0].is_some_and(|x| g.initializer(x).is_some());
+        if node.op_type == "DequantizeLinear" && of_weight {
+            let out = node.outputs[0].unwrap();
+            let readers = consumers.of(out);
+            assert!(
+                !readers.is_empty() || g.outputs.iter().any(|o| o.value == out),
+                "unread DequantizeLinear '{}'",
+                node.name()
+            );
+            assert!(
+                readers.iter().all(|(r, _)| g.node(*r).op_type != "Slice"),
+                "a Slice reads the dequantized weight '{}'",
+                node.name()
+            );
+        }
+        if node.metadata("onnx_safeify.rule") == Some("split-depthwise")
+            && node.op_type == "DequantizeLinear"
+        {
+            pieces += 1;
+        }
+    }
+    assert!(pieces > 0, "no split dequantized its rows");
+    let opts = VerifyOptions {
+        dims: onnx_safeify::verify::inputs::DimOverrides::parse(&dims_for("cls")).unwrap(),
+        ..VerifyOptions::default()
+    };
+    let r = onnx_safeify::verify::verify_models(&src, &out, &opts).unwrap();
+    assert!(r.passed(), "{}", r.to_text());
+    assert_eq!(r.runs[0].outputs[0].max_abs_err, Some(0.0));
+}

@@ -109,10 +109,12 @@ fn balanced(total: i64, n: i64) -> Vec<i64> {
 }
 
 /// Weight (and bias) rows `[r0, r1)` as new initializers, or runtime slices when not constant.
+#[allow(clippy::too_many_arguments)]
 fn weight_rows(
     p: &mut Patch,
     g: &Graph,
     opset: i64,
+    conv: NodeId,
     v: ValueId,
     r0: i64,
     r1: i64,
@@ -122,8 +124,86 @@ fn weight_rows(
         Some(t) => slice_rows(t, r0, r1)
             .map(|t| p.initializer(hint, t))
             .ok_or_else(|| format!("{hint} '{}' cannot be sliced", g.value_name(v))),
-        None => Ok(slice(p, opset, PValue::Existing(v), 0, r0, r1)),
+        None => Ok(dequantized_rows(p, g, conv, v, r0, r1, hint)
+            .unwrap_or_else(|| slice(p, opset, PValue::Existing(v), 0, r0, r1))),
     }
+}
+
+/// Rows `[r0, r1)` of a weight that a `DequantizeLinear` computes from constants (a QDQ
+/// model's weight: per tensor, or per channel along axis 0): the same `DequantizeLinear` of
+/// the quantized rows (and of their scales and zero points), which is the same value. A
+/// `Slice` of the dequantized weight computes the same, but stands between the
+/// `DequantizeLinear` and the `Conv` (ONNX Runtime's QDQ fusions look for them adjacent, and
+/// OpenVINO's CPU plugin fails on two Slices of one dequantized weight). `None`: another
+/// producer, or a form this does not cover.
+fn dequantized_rows(
+    p: &mut Patch,
+    g: &Graph,
+    conv: NodeId,
+    v: ValueId,
+    r0: i64,
+    r1: i64,
+    hint: &str,
+) -> Option<PValue> {
+    let crate::ir::Origin::Node { node, .. } = g.value(v).origin else {
+        return None;
+    };
+    let n = g.node(node);
+    if n.op_type != "DequantizeLinear" || !n.domain().is_empty() || n.attr("block_size").is_some() {
+        return None;
+    }
+    let input = |i: usize| n.inputs.get(i).copied().flatten();
+    let x = constant_tensor(g, input(0)?)?;
+    let scale = input(1)?;
+    let st = constant_tensor(g, scale)?;
+    let zero = input(2);
+    let zt = match zero {
+        Some(z) => Some(constant_tensor(g, z)?),
+        None => None,
+    };
+    let rank = x.dims.len() as i64;
+    let axis = n.attr("axis").and_then(|a| a.i()).unwrap_or(1);
+    let axis = if axis < 0 { axis + rank } else { axis };
+    let per_channel = crate::tensor::element_count(st.dims).ok()? != 1;
+    let rows = slice_rows(x, r0, r1)?;
+    let (s, z) = if per_channel {
+        if axis != 0 || st.dims.len() != 1 || st.dims[0] != *x.dims.first()? {
+            return None;
+        }
+        let s = slice_rows(st, r0, r1)?;
+        let z = match zt {
+            Some(zt) => Some(slice_rows(zt, r0, r1)?),
+            None => None,
+        };
+        (
+            p.initializer(&format!("{hint}_scale"), s),
+            z.map(|z| p.initializer(&format!("{hint}_zero_point"), z)),
+        )
+    } else {
+        (PValue::Existing(scale), zero.map(PValue::Existing))
+    };
+    // The whole dequantized weight is left unread when the split Conv was its only reader:
+    // removed with it.
+    let sole = g.readers(v).iter().all(|(r, _)| *r == conv)
+        && g.implicit_readers(v).is_empty()
+        && !g.outputs.iter().any(|o| o.value == v);
+    if sole {
+        p.remove(node);
+    }
+    let q = p.initializer(&format!("{hint}_quantized"), rows);
+    let mut inputs = vec![Some(q), Some(s)];
+    if let Some(z) = z {
+        inputs.push(Some(z));
+    }
+    Some(
+        p.node(
+            "DequantizeLinear",
+            "",
+            &inputs,
+            n.attributes.iter().cloned(),
+            1,
+        )[0],
+    )
 }
 
 /// Split a Conv node. `batch` is the static batch size when known (for `Batch`).
@@ -205,12 +285,12 @@ pub fn split_conv_with(
             for groups in balanced(group, chunks) {
                 let g1 = g0 + groups;
                 let xi = slice(&mut p, opset, xv, 1, g0 * cg, g1 * cg);
-                let wi = weight_rows(&mut p, g, opset, w, g0 * mg, g1 * mg, "weight")
+                let wi = weight_rows(&mut p, g, opset, n, w, g0 * mg, g1 * mg, "weight")
                     .map_err(SplitOutcome::Unsupported)?;
                 let mut ins = vec![Some(xi), Some(wi)];
                 if let Some(b) = b {
                     ins.push(Some(
-                        weight_rows(&mut p, g, opset, b, g0 * mg, g1 * mg, "bias")
+                        weight_rows(&mut p, g, opset, n, b, g0 * mg, g1 * mg, "bias")
                             .map_err(SplitOutcome::Unsupported)?,
                     ));
                 }
@@ -236,12 +316,12 @@ pub fn split_conv_with(
             let mut r0 = 0;
             for rows in balanced(m, chunks) {
                 let r1 = r0 + rows;
-                let wi = weight_rows(&mut p, g, opset, w, r0, r1, "weight")
+                let wi = weight_rows(&mut p, g, opset, n, w, r0, r1, "weight")
                     .map_err(SplitOutcome::Unsupported)?;
                 let mut ins = vec![Some(xv), Some(wi)];
                 if let Some(b) = b {
                     ins.push(Some(
-                        weight_rows(&mut p, g, opset, b, r0, r1, "bias")
+                        weight_rows(&mut p, g, opset, n, b, r0, r1, "bias")
                             .map_err(SplitOutcome::Unsupported)?,
                     ));
                 }
