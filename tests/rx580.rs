@@ -243,3 +243,44 @@ fn a_qdq_depthwise_split_dequantizes_the_rows_of_the_quantized_weight() {
     assert!(r.passed(), "{}", r.to_text());
     assert_eq!(r.runs[0].outputs[0].max_abs_err, Some(0.0));
 }
+
+/// A rounding decomposition ahead of a quantizer is not within rounding at the outputs: PP-OCRv4
+/// rec quantized dynamically and saved by ONNX Runtime (extended level) decomposes its
+/// LayerNormalizations within rounding, but DynamicQuantizeMatMul after them turns an ulp into
+/// a quantization step. By default they stay on the CPU (bit-identical); with
+/// `--allow-approximate` they are decomposed, recorded as approximate, and within that bound,
+/// past the rounding one.
+#[test]
+fn a_rounding_rewrite_ahead_of_a_quantizer_is_approximate() {
+    let Some(c) = common::corpus() else { return };
+    if !support::runtime_available() {
+        return;
+    }
+    let src = c.join("quantized/ch_PP-OCRv4_rec_infer.dyn.ort_extended.onnx");
+    let dir = tempfile::tempdir().unwrap();
+    let opts = VerifyOptions {
+        dims: onnx_safeify::verify::inputs::DimOverrides::parse(&dims_for("rec")).unwrap(),
+        ..VerifyOptions::default()
+    };
+    for allow in [false, true] {
+        let out = dir.path().join(format!("rec_dyn.{allow}.onnx"));
+        let mut cmd = std::process::Command::new(common::bin());
+        cmd.arg(&src).args(["--target", "rx580", "-o"]).arg(&out);
+        if allow {
+            cmd.arg("--allow-approximate");
+        }
+        let o = cmd.output().unwrap();
+        let stderr = String::from_utf8_lossy(&o.stderr).to_string();
+        assert!(o.status.success(), "{stderr}");
+        let r = onnx_safeify::verify::verify_models(&src, &out, &opts).unwrap();
+        assert!(r.passed(), "allow {allow}: {}", r.to_text());
+        let err = r.runs[0].outputs[0].err_of_scale.unwrap();
+        if allow {
+            assert!(stderr.contains("approximate (<= 1e-1"), "{stderr}");
+            assert!(err > 1e-5 && err <= 0.1, "{err}");
+        } else {
+            assert!(stderr.contains("the output is exact"), "{stderr}");
+            assert_eq!(err, 0.0);
+        }
+    }
+}

@@ -372,6 +372,9 @@ pub fn unfuse_node(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch, Unsup
     match lookup(node.domain(), &node.op_type) {
         Some((f, class)) => f(ctx, g, n).map(|mut p| {
             p.exactness = p.exactness.max(class);
+            if p.exactness == Exactness::Rounding && reaches_quantizer(g, n) {
+                p.exactness = Exactness::Approximate(QUANTIZED_DOWNSTREAM_BOUND);
+            }
             p
         }),
         None => Err(Refusal::new(
@@ -387,6 +390,50 @@ pub fn unfuse_node(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch, Unsup
             ),
         )),
     }
+}
+
+/// Ops that round a float value to an integer grid: a difference of one float rounding before
+/// them can move a value across a step, and the step is far more than a rounding.
+const QUANTIZERS: &[&str] = &[
+    "QuantizeLinear",
+    "DynamicQuantizeLinear",
+    "DynamicQuantizeMatMul",
+    "DynamicQuantizeLSTM",
+];
+
+/// A rounding decomposition whose output reaches a quantizer ([`QUANTIZERS`]) is not within
+/// rounding at the model's outputs: PP-OCRv4 rec quantized dynamically and saved by ONNX
+/// Runtime, its 5 LayerNormalizations decomposed (each within rounding) ahead of
+/// DynamicQuantizeMatMul, came out 4.7e-2 of its softmax output's scale off at 48x320. Such a
+/// rewrite is approximate, with this bound (twice what was measured); by default the node
+/// stays on the CPU.
+const QUANTIZED_DOWNSTREAM_BOUND: f64 = 0.1;
+
+/// Does a value node `n` computes reach a quantizer, through any chain of nodes (not into
+/// subgraphs)? Bounded walk: past 100,000 nodes visited it answers yes (the safe side).
+fn reaches_quantizer(g: &Graph, n: NodeId) -> bool {
+    let mut seen: std::collections::HashSet<NodeId> = std::collections::HashSet::new();
+    let mut stack: Vec<NodeId> = vec![n];
+    while let Some(m) = stack.pop() {
+        for v in g.node(m).outputs.iter().flatten() {
+            for (r, _) in g.readers(*v) {
+                if !seen.insert(r) {
+                    continue;
+                }
+                if seen.len() > 100_000 {
+                    return true;
+                }
+                let node = g.node(r);
+                if QUANTIZERS.contains(&node.op_type.as_str())
+                    && matches!(node.domain(), "" | "com.microsoft")
+                {
+                    return true;
+                }
+                stack.push(r);
+            }
+        }
+    }
+    false
 }
 
 /// Options of the decompositions of one batch.
