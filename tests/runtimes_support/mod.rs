@@ -151,8 +151,13 @@ pub fn count(report: &serde_json::Value, provider: &str) -> u64 {
         .sum()
 }
 
-/// Processes that carry the helper tag in their environment (any left over is a leak).
+/// Helper processes left over by this test: processes whose environment carries the helper
+/// tag (`ONNX_SAFEIFY_HELPER_TAG=<owner pid>-<work folder>`) of this test process, or of an
+/// owner that has exited (a command the test ran, gone, whose helper lives on). Helpers of
+/// other live onnx-safeify processes on the machine (another suite, a table being made) are
+/// not this test's.
 pub fn tagged_processes() -> Vec<u32> {
+    const KEY: &[u8] = b"ONNX_SAFEIFY_HELPER_TAG=";
     let mut out = Vec::new();
     let me = std::process::id();
     for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
@@ -162,13 +167,22 @@ pub fn tagged_processes() -> Vec<u32> {
         if pid == me {
             continue;
         }
-        if let Ok(env) = std::fs::read(e.path().join("environ")) {
-            if env
-                .split(|b| *b == 0)
-                .any(|kv| kv.starts_with(b"ONNX_SAFEIFY_HELPER_TAG="))
-            {
-                out.push(pid);
-            }
+        let Ok(env) = std::fs::read(e.path().join("environ")) else {
+            continue;
+        };
+        let Some(tag) = env.split(|b| *b == 0).find_map(|kv| kv.strip_prefix(KEY)) else {
+            continue;
+        };
+        let owner = String::from_utf8_lossy(tag)
+            .split('-')
+            .next()
+            .and_then(|p| p.parse::<u32>().ok());
+        let ours = match owner {
+            Some(o) => o == me || !std::path::Path::new(&format!("/proc/{o}")).exists(),
+            None => true,
+        };
+        if ours {
+            out.push(pid);
         }
     }
     out
