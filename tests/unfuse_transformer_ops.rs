@@ -456,14 +456,19 @@ fn corpus_models_compile_for_rx580_and_verify() {
         tried += 1;
         let out = dir.path().join(format!("{stem}.rx580.onnx"));
         let report = dir.path().join(format!("{stem}.rx580.json"));
-        let o = Command::new(common::bin())
-            .arg(&model)
+        let mut cmd = Command::new(common::bin());
+        cmd.arg(&model)
             .args(["--target", "rx580", "-o"])
             .arg(&out)
             .arg("--report")
-            .arg(&report)
-            .output()
-            .unwrap();
+            .arg(&report);
+        // In the int8 model the decompositions' outputs are quantized again downstream
+        // (DynamicQuantizeMatMul), which makes them approximate: allowed here, where the test
+        // is that they apply (tests/transformers_corpus.rs holds the default).
+        if stem.ends_with("_int8") {
+            cmd.arg("--allow-approximate");
+        }
+        let o = cmd.output().unwrap();
         if o.status.code() != Some(0) {
             failures.push(format!(
                 "{stem}: compile exit {:?}: {}",
