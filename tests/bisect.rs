@@ -27,12 +27,17 @@ g = h.make_graph(nodes,'g',[h.make_tensor_value_info('x',T.FLOAT,[4,3])],[h.make
 onnx.save(h.make_model(g, opset_imports=[h.make_opsetid('',17)]), {out:?})
 "#
     );
+    run_python(&py, &script);
+    Some(out)
+}
+
+/// Runs a model-writing script with the venv's Python; it must succeed.
+fn run_python(py: &std::path::Path, script: &str) {
     assert!(std::process::Command::new(py)
-        .args(["-c", &script])
+        .args(["-c", script])
         .status()
         .expect("python")
         .success());
-    Some(out)
 }
 
 fn ceil_log2(n: usize) -> usize {
@@ -144,11 +149,7 @@ g = h.make_graph(nodes,'g',[h.make_tensor_value_info('x',T.FLOAT,[1,1,32,32])],[
 onnx.save(h.make_model(g, opset_imports=[h.make_opsetid('',19)], ir_version=9), {out:?})
 "#
     );
-    assert!(std::process::Command::new(py)
-        .args(["-c", &script])
-        .status()
-        .expect("python")
-        .success());
+    run_python(&py, &script);
     Some(out)
 }
 

@@ -363,8 +363,10 @@ pub fn verify_models(
         &mut warnings,
     ) {
         Ok(r) => (Some(r), None),
-        Err(e @ VerifyError::Session { .. }) if external && matches!(orig, Target::Single(_)) => {
-            (None, Some(e))
+        Err(VerifyError::Session { path, message })
+            if external && matches!(orig, Target::Single(_)) =>
+        {
+            (None, Some((path, message)))
         }
         Err(e) => return Err(e),
     };
@@ -504,24 +506,27 @@ pub fn verify_models(
         if o.ran {
             o.measured_on = Some("original");
         }
-        if let Some(e) = &orig_cpu_error {
+        if let Some((path, message)) = &orig_cpu_error {
             if !o.ran {
                 // Neither ONNX Runtime CPU nor the runtime runs the original: nothing to
                 // compare against.
-                return Err(match e {
-                    VerifyError::Session { path, message } => VerifyError::Session {
-                        path: path.clone(),
-                        message: format!(
-                            "{message}; nor does {}: {}",
-                            opts.runtime.name(),
-                            o.error.as_deref().unwrap_or("no reason given")
-                        ),
-                    },
-                    _ => unreachable!("only a session error is kept"),
+                return Err(VerifyError::Session {
+                    path: path.clone(),
+                    message: format!(
+                        "{message}; nor does {}: {}",
+                        opts.runtime.name(),
+                        o.error.as_deref().unwrap_or("no reason given")
+                    ),
                 });
             }
             o.measured_on = None;
-            o.reference = Some(error::one_line(&e.to_string()));
+            o.reference = Some(error::one_line(
+                &VerifyError::Session {
+                    path: path.clone(),
+                    message: message.clone(),
+                }
+                .to_string(),
+            ));
         }
         original_on_runtime = Some(o);
     }
@@ -587,11 +592,22 @@ pub fn verify_models(
             .map(std::mem::take);
         // Without ONNX Runtime CPU's run, the original on the runtime is the reference (its
         // own difference from ONNX Runtime CPU is then unknown).
-        let reference = match cpu_reference {
-            Some(r) => r,
-            None => on_runtime
-                .take()
-                .expect("the original ran on the runtime when ONNX Runtime CPU cannot run it"),
+        let reference = match (cpu_reference, on_runtime.take()) {
+            (Some(r), o) => {
+                on_runtime = o;
+                r
+            }
+            (None, Some(r)) => r,
+            (None, None) => {
+                return Err(VerifyError::Run {
+                    path: original.to_path_buf(),
+                    message: format!(
+                        "ONNX Runtime CPU cannot run it and {} gave no outputs for run {}",
+                        opts.runtime.name(),
+                        run + 1
+                    ),
+                })
+            }
         };
         let rt_name = opts.runtime.name();
         // On another runtime whose own difference cannot be measured (the original does not

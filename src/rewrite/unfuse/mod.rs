@@ -70,6 +70,9 @@ pub struct UnfuseCtx<'a> {
     /// the output is written (the model's, [`crate::io::computed`]); without it they are
     /// computed into memory here.
     pub computed: Option<&'a crate::io::computed::Scope>,
+    /// The nodes of the graph from which a quantizer is reachable ([`reaching_quantizers`]),
+    /// found once for the batch; `None`: found for each node that asks.
+    pub reaching_quantizers: Option<&'a HashSet<NodeId>>,
 }
 
 /// External data that only the unpacked MatMulNBits form reads (its weights, and the small
@@ -94,6 +97,7 @@ impl<'a> UnfuseCtx<'a> {
             nchwc_block_size: None,
             unpack: None,
             computed: None,
+            reaching_quantizers: None,
         }
     }
 }
@@ -372,7 +376,11 @@ pub fn unfuse_node(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch, Unsup
     match lookup(node.domain(), &node.op_type) {
         Some((f, class)) => f(ctx, g, n).map(|mut p| {
             p.exactness = p.exactness.max(class);
-            if p.exactness == Exactness::Rounding && reaches_quantizer(g, n) {
+            let reaches = match ctx.reaching_quantizers {
+                Some(set) => set.contains(&n),
+                None => reaching_quantizers(g).contains(&n),
+            };
+            if p.exactness == Exactness::Rounding && reaches {
                 p.exactness = Exactness::Approximate(QUANTIZED_DOWNSTREAM_BOUND);
             }
             p
@@ -409,31 +417,32 @@ const QUANTIZERS: &[&str] = &[
 /// stays on the CPU.
 const QUANTIZED_DOWNSTREAM_BOUND: f64 = 0.1;
 
-/// Does a value node `n` computes reach a quantizer, through any chain of nodes (not into
-/// subgraphs)? Bounded walk: past 100,000 nodes visited it answers yes (the safe side).
-fn reaches_quantizer(g: &Graph, n: NodeId) -> bool {
-    let mut seen: std::collections::HashSet<NodeId> = std::collections::HashSet::new();
-    let mut stack: Vec<NodeId> = vec![n];
-    while let Some(m) = stack.pop() {
-        for v in g.node(m).outputs.iter().flatten() {
-            for (r, _) in g.readers(*v) {
-                if !seen.insert(r) {
-                    continue;
-                }
-                if seen.len() > 100_000 {
-                    return true;
-                }
-                let node = g.node(r);
-                if QUANTIZERS.contains(&node.op_type.as_str())
-                    && matches!(node.domain(), "" | "com.microsoft")
-                {
-                    return true;
-                }
-                stack.push(r);
-            }
+/// The nodes from which a quantizer is reachable, through any chain of readers (not into
+/// subgraphs): one sweep of the graph in reverse topological order.
+pub fn reaching_quantizers(g: &Graph) -> HashSet<NodeId> {
+    let is_quantizer = |n: NodeId| {
+        let node = g.node(n);
+        QUANTIZERS.contains(&node.op_type.as_str()) && matches!(node.domain(), "" | "com.microsoft")
+    };
+    let mut out = HashSet::new();
+    if !g.order.iter().any(|&n| is_quantizer(n)) {
+        return out;
+    }
+    let consumers = g.consumers();
+    let topo = g.topo_order().unwrap_or_else(|_| g.order.clone());
+    for &m in topo.iter().rev() {
+        let reaches = g.node(m).outputs.iter().flatten().any(|&v| {
+            consumers
+                .of(v)
+                .iter()
+                .filter(|&&(_, slot)| slot != crate::ir::IMPLICIT_SLOT)
+                .any(|&(r, _)| is_quantizer(r) || out.contains(&r))
+        });
+        if reaches {
+            out.insert(m);
         }
     }
-    false
+    out
 }
 
 /// Options of the decompositions of one batch.
@@ -515,6 +524,7 @@ pub fn plan_graph(
         facts
     };
     let spent = std::cell::Cell::new(0u64);
+    let reaching = reaching_quantizers(g);
     let ctx = UnfuseCtx {
         model_opset: opset,
         rule: opts.rule,
@@ -527,6 +537,7 @@ pub fn plan_graph(
             spent: &spent,
         }),
         computed: opts.computed,
+        reaching_quantizers: Some(&reaching),
     };
     // The region: every NCHWc node must decompose (in graph order, naming the first that
     // does not).

@@ -44,6 +44,7 @@ use crate::ir::{Attribute, Graph, NodeId};
 use crate::rewrite::{AttrValue, PValue, Patch};
 use crate::tensor::dtype;
 
+use super::fused_conv::CONV_ATTRS;
 use super::rw::{unsupported, Rw};
 use super::{UnfuseCtx, Unsupported};
 use crate::rewrite::pass::{Cause, Refusal};
@@ -1059,16 +1060,6 @@ pub fn qlinear_concat(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch, Un
     let q = quant(&mut rw, c, 0, 1, dt)?;
     rw.finish(&[(0, q)])
 }
-
-/// The attributes of ONNX Conv (and QLinearConv).
-const CONV_ATTRS: &[&str] = &[
-    "auto_pad",
-    "dilations",
-    "group",
-    "kernel_shape",
-    "pads",
-    "strides",
-];
 
 /// com.microsoft QLinearConv: ONNX QLinearConv, with `channels_last` meaning NHWC input and
 /// output (the weights stay `[M, C/group, k...]`).
