@@ -128,6 +128,108 @@ def error_of(ref, got, cls):
     return d <= bound, rel
 
 
+# ---- conditioning of sums (rounding class, float32 outputs) ------------------------------------
+# The rounding class's 1e-5 of the output's scale assumes the output is not itself a near-total
+# cancellation. Where it is, no summation order meets it: a K-term sum rounds by up to about
+# sqrt(K) * u * sum|terms| (u = 2^-24) in any order (the probabilistic bound of Higham and Mary),
+# which is far more than 1e-5 of a small result. For the ops that sum, an element past the plain
+# bound is accepted within that allowance of its own terms, counted apart ("conditioned"), and
+# never for a float16 output or another class. The allowance is per element and scales with
+# u, so a wrong term (|term| ~ sum|terms| / K) is still caught by orders of magnitude.
+U32 = 2.0 ** -24
+
+
+def _vals(model, feeds):
+    v = {i.name: numpy_helper.to_array(i).astype(np.float64) for i in model.graph.initializer}
+    v.update({k: np.asarray(x, dtype=np.float64) for k, x in feeds.items()})
+    return v
+
+
+def _unpack(b, bits, count):
+    b = np.asarray(b).reshape(-1).astype(np.int64)
+    if bits == 8:
+        return b[:count]
+    return np.stack([b & 15, b >> 4], -1).reshape(-1)[:count]
+
+
+def allow_matmul_nbits(model, feeds, index):
+    """sqrt(K) * u * (|A| @ |W|^T + |bias|) per output element, W dequantized in float64."""
+    if index != 0:
+        return None
+    n = model.graph.node[0]
+    at = {a.name: helper.get_attribute_value(a) for a in n.attribute}
+    K, N, bits, bs = at["K"], at["N"], at["bits"], at["block_size"]
+    kb = (K + bs - 1) // bs
+    raw = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    ins = list(n.input) + [""] * (6 - len(n.input))
+    codes = np.stack([_unpack(raw[ins[1]][j], bits, kb * bs) for j in range(N)]).reshape(N, kb, bs)
+    sc = raw[ins[2]].astype(np.float64).reshape(N, kb)
+    if ins[3]:
+        z = raw[ins[3]]
+        if z.dtype == np.uint8:
+            per = 8 // bits
+            zp = _unpack(z, bits, N * (-(-kb // per)) * per).reshape(N, -1)[:, :kb]
+        else:
+            zp = z.astype(np.float64).reshape(N, kb)
+    else:
+        zp = np.full((N, kb), 2.0 ** (bits - 1))
+    w = ((codes - zp[:, :, None]) * sc[:, :, None]).reshape(N, kb * bs)[:, :K]
+    a = np.abs(np.asarray(feeds[ins[0]], dtype=np.float64))
+    terms = a @ np.abs(w).T
+    if ins[5]:
+        terms = terms + np.abs(raw[ins[5]].astype(np.float64))
+    return np.sqrt(K) * U32 * terms
+
+
+def allow_layer_norm(model, feeds, index):
+    """The outputs' sensitivity to the mean's rounding, c = sqrt(K) * u * mean|s| / sd for the row
+    s being normalised (x, + skip, + bias) and sd its deviation: c * |gamma| for the normalised
+    output (0), c / sd for the inverse deviation (2: a kernel that updates the variance with
+    `x - mean`, as Welford's does, carries the mean's rounding into it)."""
+    if index not in (0, 2):
+        return None
+    n = model.graph.node[0]
+    if n.op_type not in ("LayerNormalization", "SkipLayerNormalization"):
+        return None
+    at = {a.name: helper.get_attribute_value(a) for a in n.attribute}
+    v = _vals(model, feeds)
+    ins = list(n.input)
+    s = v[ins[0]]
+    if n.op_type == "SkipLayerNormalization":
+        s = s + v[ins[1]]
+        if len(ins) > 4 and ins[4]:
+            s = s + v[ins[4]]
+        gamma, axis = v[ins[2]], s.ndim - 1
+    else:
+        gamma, axis = v[ins[1]], at.get("axis", -1) % s.ndim
+    axes = tuple(range(axis, s.ndim))
+    K = int(np.prod(s.shape[axis:]))
+    mean = s.mean(axes, keepdims=True)
+    sd = np.sqrt(((s - mean) ** 2).mean(axes, keepdims=True) + at.get("epsilon", 1e-5))
+    c = np.sqrt(K) * U32 * np.abs(s).mean(axes, keepdims=True) / sd
+    return c * np.abs(gamma) if index == 0 else c / sd
+
+
+CONDITIONING = {"MatMulNBits": allow_matmul_nbits, "LayerNormalization": allow_layer_norm,
+                "SkipLayerNormalization": allow_layer_norm}
+
+
+def within_conditioning(model, feeds, index, ref, got, cls):
+    """Does a float32 rounding-class output that missed the plain bound meet it plus the sum's
+    conditioning allowance, element by element?"""
+    fn = CONDITIONING.get(model.graph.node[0].op_type)
+    if fn is None or cls[0] != "rounding" or ref.dtype != np.float32 or ref.shape != got.shape:
+        return False
+    allow = fn(model, feeds, index)
+    if allow is None:
+        return False
+    r64, g64 = ref.astype(np.float64), got.astype(np.float64)
+    if not np.array_equal(np.isfinite(r64), np.isfinite(g64)) or not np.isfinite(r64).all():
+        return False
+    bound = max(1e-5 * float(np.max(np.abs(r64))), float(np.finfo(np.float32).tiny))
+    return bool(np.all(np.abs(r64 - g64) <= bound + np.broadcast_to(allow, r64.shape)))
+
+
 def session(path):
     import onnxruntime as ort
     so = ort.SessionOptions()
@@ -1853,14 +1955,16 @@ def check(binary, rules, workdir, model, feeds, cls):
         got = session(dst).run(None, feeds)
     except Exception as e:
         return "mismatch", "the decomposition fails on ONNX Runtime: " + str(e).splitlines()[0][:200]
-    worst = 0.0
-    for r, o in zip(ref, got):
+    worst, conditioned = 0.0, False
+    for i, (r, o) in enumerate(zip(ref, got)):
         ok, how = error_of(r, o, cls)
         if not ok:
-            return "mismatch", how
-        if isinstance(how, float):
+            if not within_conditioning(model, feeds, i, r, o, cls):
+                return "mismatch", how
+            conditioned = True
+        elif isinstance(how, float):
             worst = max(worst, how)
-    return "ok", worst
+    return ("conditioned", worst) if conditioned else ("ok", worst)
 
 
 def save_case(root, family, model, feeds, cls, detail):
@@ -1929,7 +2033,7 @@ def cmd_run(a):
         open(rules, "w").write(RULES)
         for fam in fams:
             g = Gen(np.random.default_rng([a.seed, sum(map(ord, fam))]))
-            count = {"instances": 0, "ok": 0, "mismatch": 0, "refused": 0, "skipped": 0}
+            count = {"instances": 0, "ok": 0, "conditioned": 0, "mismatch": 0, "refused": 0, "skipped": 0}
             worst, examples, refusals, skips = 0.0, [], {}, {}
             t0, cpu0 = time.time(), cpu_seconds()
             while cpu_seconds() - cpu0 < a.seconds_per_family and count["instances"] < a.max_instances:
@@ -1940,7 +2044,7 @@ def cmd_run(a):
                 status, detail = check(a.binary, rules, tmp, model, feeds, cls)
                 count["instances"] += 1
                 count[status] += 1
-                if status == "ok":
+                if status in ("ok", "conditioned"):
                     worst = max(worst, detail)
                 elif status == "mismatch":
                     if a.keep:
@@ -1973,7 +2077,7 @@ def cmd_replay(a):
         status, detail = check(a.binary, rules, tmp, model, feeds, cls)
     print(json.dumps({"case": os.path.basename(a.case.rstrip("/")), "class": list(cls), "status": status,
                       "detail": detail if not isinstance(detail, float) else f"{detail:.3g} of scale"}))
-    return 0 if status in ("ok", "refused") and not (status == "refused" and a.no_refusal) else 1
+    return 0 if status in ("ok", "conditioned", "refused") and not (status == "refused" and a.no_refusal) else 1
 
 
 def main():
