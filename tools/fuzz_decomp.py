@@ -210,8 +210,48 @@ def allow_layer_norm(model, feeds, index):
     return c * np.abs(gamma) if index == 0 else c / sd
 
 
+def allow_gqa(model, feeds, index):
+    """Attention amplifies its scores' last bits by exp: two orders of a score q.k differ by
+    about a rounding of the largest score the norms allow, u * scale * |q| |k| (float32 rotary's
+    fused multiply-adds move q and k by an ulp too; rotations keep the norms), which moves each
+    probability by that much relative, so an output element (batch b, query s, head n) moves by
+    up to that times the largest |v| of its KV head; the weighted sum itself rounds by about
+    sqrt(T) * u * max|v| in the order of ONNX Runtime's flash path. For the present caches (1,
+    2): an ulp of the rotated keys, 2 u max|k|."""
+    n = model.graph.node[0]
+    at = {a.name: helper.get_attribute_value(a) for a in n.attribute}
+    # (softcap's tanh and smooth_softmax's extra 1 in the sum do not amplify a score's change.)
+    v = _vals(model, feeds)
+    ins = list(n.input) + [""] * (9 - len(n.input))
+    N, KV = at["num_heads"], at["kv_num_heads"]
+    q = v[ins[0]]
+    B, S = q.shape[:2]
+    if ins[1]:
+        H = v[ins[1]].shape[-1] // KV
+        k, val = v[ins[1]].reshape(B, S, KV, H), v[ins[2]].reshape(B, S, KV, H)
+        q = q.reshape(B, S, N, H)
+    else:
+        H = q.shape[-1] // (N + 2 * KV)
+        qkv = q.reshape(B, S, N + 2 * KV, H)
+        q, k, val = qkv[:, :, :N], qkv[:, :, N:N + KV], qkv[:, :, N + KV:]
+    k, val = k.transpose(0, 2, 1, 3), val.transpose(0, 2, 1, 3)  # [B, KV, S, H]
+    if ins[3]:
+        k = np.concatenate([v[ins[3]], k], axis=2)
+        val = np.concatenate([v[ins[4]], val], axis=2)
+    if index != 0:
+        return (2 * U32 * np.abs(k).reshape(B, -1).max(1)).reshape(B, 1, 1, 1)
+    T = k.shape[2]
+    scale = at.get("scale", 0.0) or 1.0 / np.sqrt(H)
+    kv_of = np.arange(N) // (N // KV)
+    qn = np.sqrt((q ** 2).sum(-1))                             # [B, S, N]
+    kn = np.sqrt((k ** 2).sum(-1)).max(-1)[:, kv_of]           # [B, N]
+    vmax = np.abs(val).max(axis=(2, 3))[:, kv_of]              # [B, N]
+    a = vmax[:, None, :] * (U32 * scale * qn * kn[:, None, :] + np.sqrt(T) * U32)
+    return np.repeat(a, H, axis=-1)                            # [B, S, N * H]
+
+
 CONDITIONING = {"MatMulNBits": allow_matmul_nbits, "LayerNormalization": allow_layer_norm,
-                "SkipLayerNormalization": allow_layer_norm}
+                "SkipLayerNormalization": allow_layer_norm, "GroupQueryAttention": allow_gqa}
 
 
 def within_conditioning(model, feeds, index, ref, got, cls):
