@@ -860,7 +860,7 @@ fn unfuse_exactness(domain: &str, op: &str) -> String {
     use onnx_safeify::rewrite::Exactness;
     match onnx_safeify::rewrite::unfuse::exactness_of(domain, op) {
         None => "no decomposition: falls back".into(),
-        Some(e @ Exactness::Approximate(_)) => format!(
+        Some(e @ Exactness::Approximate(..)) => format!(
             "approximate, {}; runs only with --allow-approximate",
             e.bound_text()
         ),
@@ -878,7 +878,7 @@ fn cast_exactness(from: i32, to: i32) -> String {
     let float = |t: i32| [FLOAT, FLOAT16, BFLOAT16, DOUBLE].contains(&t);
     let (f, t) = (dtype_name(from), dtype_name(to));
     if float(from) && float(to) {
-        let e = Exactness::Approximate(onnx_safeify::rewrite::cast::PRECISION_FENCE_BOUND);
+        let e = Exactness::Approximate(onnx_safeify::rewrite::cast::PRECISION_FENCE_BOUND, 0.0);
         format!(
             "approximate (a precision fence, {f} computed in {t}): {}; runs only with --allow-approximate",
             e.bound_text()

@@ -102,7 +102,7 @@ fn exactness_text(report: &Report) -> String {
         per_class[match a.exactness {
             Exactness::Exact => 0,
             Exactness::Rounding => 1,
-            Exactness::Approximate(_) => 2,
+            Exactness::Approximate(..) => 2,
         }] += 1;
     }
     let parts: Vec<String> = ["exact", "rounding", "approximate"]

@@ -372,7 +372,7 @@ fn approximate_rewrites_fall_back_unless_allowed_and_are_listed_with_their_bound
     let target = dir.path().join("fence.yaml");
     std::fs::write(&target, FENCE).unwrap();
     let bound = onnx_safeify::rewrite::cast::PRECISION_FENCE_BOUND;
-    let class = onnx_safeify::rewrite::Exactness::Approximate(bound);
+    let class = onnx_safeify::rewrite::Exactness::Approximate(bound, 0.0);
 
     // Not allowed: the node falls back to the CPU (cause `approximate`), which is exact.
     let out = dir.path().join("refused.onnx");

@@ -148,7 +148,10 @@ fn ill_conditioned_sums_pass_only_within_their_allowance() {
             conditioned += 1;
         }
     }
-    assert!(conditioned >= 11, "only {conditioned} kept cases needed the allowance");
+    assert!(
+        conditioned >= 11,
+        "only {conditioned} kept cases needed the allowance"
+    );
     let o = Command::new(&py)
         .args(["-c", CONDITIONED])
         .arg(common::repo().join("tools"))
@@ -161,7 +164,10 @@ fn ill_conditioned_sums_pass_only_within_their_allowance() {
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr)
     );
-    let seen: usize = String::from_utf8_lossy(&o.stdout).trim().parse().unwrap_or(0);
+    let seen: usize = String::from_utf8_lossy(&o.stdout)
+        .trim()
+        .parse()
+        .unwrap_or(0);
     assert!(seen >= 11, "checked {seen} cases");
 }
 

@@ -443,7 +443,7 @@ fn quantized_models_decompose_within_their_class() {
     let mut exact = 0;
     for ((name, form, approx), d) in names.iter().zip(&diffs) {
         let class = if *approx {
-            Exactness::Approximate(unfuse::matmul_nbits::INT8_ACCURACY_BOUND)
+            Exactness::Approximate(unfuse::matmul_nbits::INT8_ACCURACY_BOUND, 0.0)
         } else {
             Exactness::Rounding
         };

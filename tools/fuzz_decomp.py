@@ -57,7 +57,7 @@ rules:
 # ---- the declared classes --------------------------------------------------------------------
 
 def registry_classes():
-    """(domain, op) -> ("exact",) | ("rounding",) | ("approximate", bound), read from mod.rs."""
+    """(domain, op) -> ("exact",) | ("rounding",) | ("approximate", bound, floor), read from mod.rs."""
     src = open(os.path.join(REPO, "src/rewrite/unfuse/mod.rs")).read()
     consts = {m.group(1): float(m.group(2)) for m in re.finditer(r"const (\w+): f64 = ([0-9.eE+-]+);", src)}
     doms = {"MS_DOMAIN": "com.microsoft", "NCHWC_DOMAIN": "com.microsoft.nchwc", '""': ""}
@@ -74,8 +74,9 @@ def registry_classes():
             a = re.search(r"Approximate\(([^)]*)\)", cls)
             if not a:
                 raise SystemExit(f"cannot read the class of {op}: {cls}")
-            v = a.group(1).strip()
-            out[(dom, op)] = ("approximate", consts[v] if v in consts else float(v))
+            b, f = [v.strip() for v in a.group(1).split(",")]
+            num = lambda v: consts[v] if v in consts else float(v)
+            out[(dom, op)] = ("approximate", num(b), num(f))
     return out
 
 
@@ -123,7 +124,8 @@ def error_of(ref, got, cls):
         # -1.2e-39 where exp overflows and x / inf gives -0) has no 1e-5 of its scale to meet.
         bound = 2 * ulp_at(scale, ref.dtype.type) if ref.dtype != np.float32 else max(1e-5 * scale, float(np.finfo(np.float32).tiny))
     else:
-        bound = cls[1] * scale
+        # approximate: a fraction of the scale, or of the rewrite's floor under it.
+        bound = cls[1] * max(scale, cls[2])
     rel = d / scale if scale > 0 else d
     return d <= bound, rel
 
@@ -2044,7 +2046,7 @@ def loosest(a, b):
     if a is None or b is None:
         return a or b
     if a[0] == b[0] == "approximate":
-        return ("approximate", max(a[1], b[1]))
+        return ("approximate", max(a[1], b[1]), max(a[2], b[2]))
     return a if rank[a[0]] >= rank[b[0]] else b
 
 

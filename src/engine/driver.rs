@@ -404,7 +404,7 @@ impl<'t> Driver<'t> {
                         .map(|s| s.exactness())
                         .reduce(crate::rewrite::Exactness::max)
                 });
-                if let Some(e @ crate::rewrite::Exactness::Approximate(_)) = loosest {
+                if let Some(e @ crate::rewrite::Exactness::Approximate(..)) = loosest {
                     p.outcome = Err(Refusal::new(
                         Cause::Approximate,
                         format!(

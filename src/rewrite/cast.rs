@@ -119,7 +119,7 @@ pub fn cast_node(
     // kernel computes in the original type. Index narrowing (only named inputs cast, integer
     // values that fit) is exact.
     if spec.inputs.is_none() && is_float(spec.from) && is_float(spec.to) {
-        p.exactness = crate::rewrite::Exactness::Approximate(PRECISION_FENCE_BOUND);
+        p.exactness = crate::rewrite::Exactness::Approximate(PRECISION_FENCE_BOUND, 0.0);
     }
     Ok(p)
 }

@@ -9,7 +9,8 @@
 //!   the last place at that scale for float16 and bfloat16 (the scale is the reference
 //!   output's largest magnitude; for float32 never less than the smallest normal float32);
 //! - [`Exactness::Approximate`]: anything else, with the bound the rewrite states (a fraction
-//!   of the output's scale). Approximate rewrites run only when asked (`--allow-approximate`,
+//!   of the output's scale, or of a floor under it where the output has a natural range, as an
+//!   LSTM's hidden state has (-1, 1)). Approximate rewrites run only when asked (`--allow-approximate`,
 //!   `approximate: allow` in a rule file); otherwise the node falls back like any refusal
 //!   (the built-in targets: to the CPU, which is exact).
 //!
@@ -35,8 +36,9 @@ pub enum Exactness {
     Exact,
     /// Within float rounding ([`ROUNDING_F32`], [`ROUNDING_F16_ULPS`]).
     Rounding,
-    /// Within the stated fraction of the output's scale, and no closer promise.
-    Approximate(f64),
+    /// Within the stated fraction (the first field) of the output's scale, or of the floor
+    /// (the second; 0 for none) where the scale is below it, and no closer promise.
+    Approximate(f64, f64),
 }
 
 impl Exactness {
@@ -44,8 +46,8 @@ impl Exactness {
     pub fn max(self, other: Exactness) -> Exactness {
         use Exactness::*;
         match (self, other) {
-            (Approximate(a), Approximate(b)) => Approximate(a.max(b)),
-            (Approximate(a), _) | (_, Approximate(a)) => Approximate(a),
+            (Approximate(a, fa), Approximate(b, fb)) => Approximate(a.max(b), fa.max(fb)),
+            (Approximate(a, f), _) | (_, Approximate(a, f)) => Approximate(a, f),
             (Rounding, _) | (_, Rounding) => Rounding,
             _ => Exact,
         }
@@ -55,11 +57,11 @@ impl Exactness {
         match self {
             Exactness::Exact => "exact",
             Exactness::Rounding => "rounding",
-            Exactness::Approximate(_) => "approximate",
+            Exactness::Approximate(..) => "approximate",
         }
     }
     pub fn is_approximate(self) -> bool {
-        matches!(self, Exactness::Approximate(_))
+        matches!(self, Exactness::Approximate(..))
     }
     /// The bound in words ("bit-identical", "<= 1e-5 of scale (f32), 2 ulp (f16)", ...).
     pub fn bound_text(self) -> String {
@@ -68,13 +70,18 @@ impl Exactness {
             Exactness::Rounding => format!(
                 "<= {ROUNDING_F32:e} of the output's scale (float32), {ROUNDING_F16_ULPS} ulp at scale (float16/bfloat16)"
             ),
-            Exactness::Approximate(b) => format!("<= {b:e} of the output's scale"),
+            Exactness::Approximate(b, f) if f > 0.0 => {
+                format!("<= {b:e} of the output's scale, at least {f:e}")
+            }
+            Exactness::Approximate(b, _) => format!("<= {b:e} of the output's scale"),
         }
     }
-    /// The form stored under [`EXACTNESS_KEY`]: `exact`, `rounding` or `approximate:<bound>`.
+    /// The form stored under [`EXACTNESS_KEY`]: `exact`, `rounding`, `approximate:<bound>` or
+    /// `approximate:<bound>@<floor>`.
     pub fn to_meta(self) -> String {
         match self {
-            Exactness::Approximate(b) => format!("approximate:{b:e}"),
+            Exactness::Approximate(b, f) if f > 0.0 => format!("approximate:{b:e}@{f:e}"),
+            Exactness::Approximate(b, _) => format!("approximate:{b:e}"),
             other => other.name().to_string(),
         }
     }
@@ -84,8 +91,13 @@ impl Exactness {
             "exact" => Some(Exactness::Exact),
             "rounding" => Some(Exactness::Rounding),
             other => {
-                let b: f64 = other.strip_prefix("approximate:")?.trim().parse().ok()?;
-                (b.is_finite() && b >= 0.0).then_some(Exactness::Approximate(b))
+                let rest = other.strip_prefix("approximate:")?.trim();
+                let (b, f) = match rest.split_once('@') {
+                    Some((b, f)) => (b.trim().parse().ok()?, f.trim().parse().ok()?),
+                    None => (rest.parse().ok()?, 0.0),
+                };
+                let ok = |v: f64| v.is_finite() && v >= 0.0;
+                (ok(b) && ok(f)).then_some(Exactness::Approximate(b, f))
             }
         }
     }
@@ -110,9 +122,9 @@ impl Exactness {
                     ROUNDING_F16_ULPS * ulp_at_scale.unwrap_or(0.0)
                 }
             }
-            Exactness::Approximate(b) => {
+            Exactness::Approximate(b, floor) => {
                 let r = Exactness::Rounding.allowed_error(scale, ulp_at_scale, is_f32_or_wider);
-                (b * scale).max(r)
+                (b * scale.max(floor)).max(r)
             }
         }
     }
@@ -121,7 +133,10 @@ impl Exactness {
 impl fmt::Display for Exactness {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Exactness::Approximate(b) => write!(f, "approximate (<= {b:e} of scale)"),
+            Exactness::Approximate(b, fl) if *fl > 0.0 => {
+                write!(f, "approximate (<= {b:e} of scale, at least {fl:e})")
+            }
+            Exactness::Approximate(b, _) => write!(f, "approximate (<= {b:e} of scale)"),
             other => f.write_str(other.name()),
         }
     }
@@ -136,12 +151,22 @@ mod tests {
         use Exactness::*;
         assert_eq!(Exact.max(Rounding), Rounding);
         assert_eq!(Rounding.max(Exact), Rounding);
-        assert_eq!(Rounding.max(Approximate(1e-3)), Approximate(1e-3));
-        assert_eq!(Approximate(1e-2).max(Approximate(1e-3)), Approximate(1e-2));
-        for e in [Exact, Rounding, Approximate(5e-3)] {
+        assert_eq!(Rounding.max(Approximate(1e-3, 0.0)), Approximate(1e-3, 0.0));
+        assert_eq!(
+            Approximate(1e-2, 0.0).max(Approximate(1e-3, 1.0)),
+            Approximate(1e-2, 1.0)
+        );
+        for e in [
+            Exact,
+            Rounding,
+            Approximate(5e-3, 0.0),
+            Approximate(1.0, 1.0),
+        ] {
             assert_eq!(Exactness::from_meta(&e.to_meta()), Some(e));
         }
+        assert_eq!(Approximate(1.0, 1.0).to_meta(), "approximate:1e0@1e0");
         assert_eq!(Exactness::from_meta("approximate:-1"), None);
+        assert_eq!(Exactness::from_meta("approximate:1@-1"), None);
         assert_eq!(Exactness::from_meta("approximate:nan"), None);
         assert_eq!(Exactness::from_meta("close"), None);
     }
@@ -155,7 +180,10 @@ mod tests {
             Rounding.allowed_error(10.0, Some(0.0078125), false),
             0.015625
         );
-        assert!((Approximate(1e-2).allowed_error(10.0, None, true) - 0.1).abs() < 1e-12);
+        assert!((Approximate(1e-2, 0.0).allowed_error(10.0, None, true) - 0.1).abs() < 1e-12);
+        // Under its floor the bound is a fraction of the floor, not of the scale.
+        assert_eq!(Approximate(1.0, 1.0).allowed_error(1e-17, None, true), 1.0);
+        assert_eq!(Approximate(1.0, 1.0).allowed_error(4.0, None, true), 4.0);
         // An all-subnormal float32 output: the floor is the smallest normal float32.
         assert_eq!(
             Rounding.allowed_error(1.2e-39, None, true),

@@ -25,7 +25,7 @@ pub enum OutputFormat {
 /// Outputs are judged by the exactness class the rewritten model records (metadata
 /// onnx_safeify.exactness, written by the compile): exact: bit-identical (NaN equal to NaN);
 /// rounding: within 1e-5 of the output's scale (its largest |reference|) for float32, 2 ulp
-/// at that scale for float16/bfloat16; approximate:B: within B of the scale. Integer, bool
+/// at that scale for float16/bfloat16; approximate:B[@F]: within B of the scale (at least F). Integer, bool
 /// and string outputs must be equal. With no class recorded, or with --atol/--rtol given:
 /// |a-b| <= atol + rtol*|b|.
 ///

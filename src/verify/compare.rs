@@ -5,7 +5,8 @@
 //!   model's `metadata_props`): `exact` means equal values (NaN equal to NaN at the same
 //!   places; +0 equals -0); `rounding` allows 1e-5 of the output's scale for float32/float64
 //!   outputs and 2 units in the last place at that scale for float16/bfloat16; `approximate:B`
-//!   allows `B` times the scale (and at least the rounding bound). The scale is the reference
+//!   allows `B` times the scale (and at least the rounding bound), `approximate:B@F` `B` times
+//!   the scale or `F`, whichever is larger. The scale is the reference
 //!   output's largest finite magnitude;
 //! - a tolerance ([`Tolerance`]): for every element, `|a - b| <= atol + rtol * |b|`, when it
 //!   is given (`--atol`/`--rtol`) or when no class is recorded.
@@ -813,15 +814,25 @@ mod tests {
         assert!(compare_with("z", &z, &nz, Judge::class(Exactness::Exact)).passed());
         // Approximate: B x scale; the allowance raises the bound.
         let off = f32s(vec![3], &[10.0, -2.0, 0.5 + 0.05]);
-        let c = compare_with("y", &b, &off, Judge::class(Exactness::Approximate(1e-2)));
+        let c = compare_with(
+            "y",
+            &b,
+            &off,
+            Judge::class(Exactness::Approximate(1e-2, 0.0)),
+        );
         assert!(c.passed(), "{c:?}");
-        let c = compare_with("y", &b, &off, Judge::class(Exactness::Approximate(1e-3)));
+        let c = compare_with(
+            "y",
+            &b,
+            &off,
+            Judge::class(Exactness::Approximate(1e-3, 0.0)),
+        );
         assert_eq!(c.status, Status::Mismatch);
         let c = compare_with(
             "y",
             &b,
             &off,
-            Judge::class(Exactness::Approximate(1e-3)).with_allowance(0.06),
+            Judge::class(Exactness::Approximate(1e-3, 0.0)).with_allowance(0.06),
         );
         assert!(c.passed(), "{c:?}");
         assert_eq!(c.runtime_allowance, Some(0.06));
@@ -837,7 +848,7 @@ mod tests {
             "i",
             &i64s(&[1, 2]),
             &i64s(&[1, 3]),
-            Judge::class(Exactness::Approximate(0.9)),
+            Judge::class(Exactness::Approximate(0.9, 0.0)),
         );
         assert_eq!(c.status, Status::Mismatch);
         let c = compare_with(

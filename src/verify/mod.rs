@@ -806,7 +806,7 @@ fn choose_criterion(
         let c = Exactness::from_meta(raw);
         if c.is_none() {
             warnings.push(format!(
-                "{}: the exactness class recorded ({}='{raw}') is not one this version reads (exact, rounding, approximate:B)",
+                "{}: the exactness class recorded ({}='{raw}') is not one this version reads (exact, rounding, approximate:B, approximate:B@F)",
                 rewritten.path.display(),
                 crate::rewrite::exactness::EXACTNESS_KEY
             ));

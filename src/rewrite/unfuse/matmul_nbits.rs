@@ -558,7 +558,7 @@ pub fn matmul_nbits(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch, Unsu
         if rw.opset >= 11 {
             a = quantize_a_int8(&mut rw, a, &spec)?;
         } else {
-            rw.p.exactness = Exactness::Approximate(INT8_ACCURACY_BOUND);
+            rw.p.exactness = Exactness::Approximate(INT8_ACCURACY_BOUND, 0.0);
         }
     }
     let mut y = rw.op("MatMul", &[a, w], &[]);
