@@ -642,7 +642,7 @@ pub fn qlinear_softmax(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch, U
     };
     let table = softmax_exp_table(xs, d);
     let y_mul = (1.0f32 / ys).floor();
-    if !(y_mul < 2_147_483_648.0) {
+    if y_mul.is_nan() || y_mul >= 2_147_483_648.0 {
         // The kernel converts the rounded quotient, up to floor(1 / Y_scale), to int32.
         return Err(Refusal::new(
             Cause::Limit,
