@@ -2110,16 +2110,21 @@ def cmd_run(a):
 
 
 def cmd_replay(a):
+    """Replay each case (one JSON line each); exit 1 when any misses its class."""
     classes = registry_classes()
-    model, feeds, meta = load_case(a.case)
-    cls = class_of(classes, model)
-    with tempfile.TemporaryDirectory() as tmp:
-        rules = os.path.join(tmp, "unfuse-all.yaml")
-        open(rules, "w").write(RULES)
-        status, detail = check(a.binary, rules, tmp, model, feeds, cls)
-    print(json.dumps({"case": os.path.basename(a.case.rstrip("/")), "class": list(cls), "status": status,
-                      "detail": detail if not isinstance(detail, float) else f"{detail:.3g} of scale"}))
-    return 0 if status in ("ok", "conditioned", "refused") and not (status == "refused" and a.no_refusal) else 1
+    bad = 0
+    for case in a.case:
+        model, feeds, meta = load_case(case)
+        cls = class_of(classes, model)
+        with tempfile.TemporaryDirectory() as tmp:
+            rules = os.path.join(tmp, "unfuse-all.yaml")
+            open(rules, "w").write(RULES)
+            status, detail = check(a.binary, rules, tmp, model, feeds, cls)
+        print(json.dumps({"case": os.path.basename(case.rstrip("/")), "class": list(cls), "status": status,
+                          "detail": detail if not isinstance(detail, float) else f"{detail:.3g} of scale"}),
+              flush=True)
+        bad += not (status in ("ok", "conditioned", "refused") and not (status == "refused" and a.no_refusal))
+    return 1 if bad else 0
 
 
 def main():
@@ -2135,7 +2140,7 @@ def main():
     r.add_argument("--no-keep", dest="keep", action="store_false")
     r.add_argument("--binary", default=default_binary())
     rp = sub.add_parser("replay")
-    rp.add_argument("case")
+    rp.add_argument("case", nargs="+")
     rp.add_argument("--binary", default=default_binary())
     rp.add_argument("--no-refusal", action="store_true", help="a refused decomposition fails the replay")
     sub.add_parser("list")
