@@ -2,7 +2,7 @@
 
     fuzz_decomp.py run [--families A,B] [--seconds-per-family N] [--seed S] [--save DIR]
                        [--binary PATH] [--max-instances N]
-    fuzz_decomp.py replay CASE_DIR [--binary PATH]
+    fuzz_decomp.py replay CASE_DIR [CASE_DIR...] [--binary PATH]
     fuzz_decomp.py list
 
 `run`: for each op family, draw random instances (attributes, shapes with broadcasting, size-1
