@@ -74,7 +74,7 @@ def registry_classes():
             a = re.search(r"Approximate\(([^)]*)\)", cls)
             if not a:
                 raise SystemExit(f"cannot read the class of {op}: {cls}")
-            b, f = [v.strip() for v in a.group(1).split(",")]
+            b, f = ([v.strip() for v in a.group(1).split(",")] + ["0"])[:2]
             num = lambda v: consts[v] if v in consts else float(v)
             out[(dom, op)] = ("approximate", num(b), num(f))
     return out
