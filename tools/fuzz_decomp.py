@@ -262,10 +262,103 @@ def allow_gqa(model, feeds, index):
     return np.repeat(a, H, axis=-1)                            # [B, S, N * H]
 
 
+def allow_attention(model, feeds, index):
+    """MultiHeadAttention and DecoderMaskedMultiHeadAttention, output 0: GroupQueryAttention's
+    allowance with whole-tensor bounds (the kernels' layouts differ; the norms over all heads
+    bound each head's): max|v| * (u * scale * max|q| |k| + u * max|attention bias| + sqrt(T) *
+    u), where |q| and |k| are the largest row norms of the query and of every key tensor given
+    (past included), each plus its part of the projection bias."""
+    if index != 0:
+        return None
+    n = model.graph.node[0]
+    at = {a.name: helper.get_attribute_value(a) for a in n.attribute}
+    v = _vals(model, feeds)
+    ins = list(n.input) + [""] * 12
+    N = at["num_heads"]
+    q = v[ins[0]]
+    D = q.shape[-1]
+    if n.op_type == "MultiHeadAttention":
+        keys, vals, bias, ab = [ins[1], ins[6]], [ins[2], ins[7]], ins[3], ins[5]
+    else:
+        keys, vals, bias, ab = [ins[1], ins[5]], [ins[2], ins[6]], ins[10], ins[4]
+    b = v[bias] if bias else np.zeros(3 * D)
+    bq, bk, bv = b[:D], b[D:2 * D], b[2 * D:3 * D]
+    if not ins[1] or q.ndim != 3 or b.shape[0] != 3 * D:
+        return None  # packed forms: no allowance
+    H = D // N
+    scale = at.get("scale", 0.0) or 1.0 / np.sqrt(H)
+    qn = np.sqrt(((q + bq) ** 2).sum(-1)).max() if q.size else 0.0
+    kn = max((np.sqrt((v[k] ** 2).sum(-1)).max() if v[k].size else 0.0) for k in keys if k)
+    kn += np.sqrt((bk ** 2).sum())
+    vmax = max((np.abs(v[x]).max() if v[x].size else 0.0) for x in vals if x) + np.abs(bv).max(initial=0.0)
+    T = sum(v[k].shape[-2] for k in keys if k)
+    abm = np.abs(v[ab]).max(initial=0.0) if ab else 0.0
+    allow = vmax * (U32 * scale * qn * kn + U32 * abm + np.sqrt(T) * U32)
+    # A batch entry whose every key is masked: each score is absorbed into mask_filter_value
+    # (-10000: an ulp of 1e-3), so its softmax is one of rounded values in the kernel's order of
+    # scaling and masking; an output moves by up to max|v| times that ulp, 2 u |filter|.
+    mask = ins[4] if n.op_type == "MultiHeadAttention" else ins[3]
+    if mask and v[mask].ndim == 2 and v[mask].shape[0] == q.shape[0]:
+        full = (v[mask] == 0).all(axis=1)
+        filt = abs(at.get("mask_filter_value", -10000.0))
+        allow = allow + (full * vmax * 2 * U32 * filt)[:, None, None]
+    return allow
+
+
+def _abs_model_output(model, feeds):
+    """The node run by ONNX Runtime CPU on the absolute values of its inputs and initializers."""
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    for i, t in enumerate(m.graph.initializer):
+        a = numpy_helper.to_array(t)
+        if a.dtype.kind == "f":
+            m.graph.initializer[i].CopyFrom(numpy_helper.from_array(np.abs(a), t.name))
+    f = {k: (np.abs(x) if x.dtype.kind == "f" else x) for k, x in feeds.items()}
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "abs.onnx")
+        onnx.save(m, path)
+        return session(path).run(None, f)[0].astype(np.float64)
+
+
+def allow_fused_matmul(model, feeds, index):
+    """FusedMatMul / TransposeMatMul: a K-term dot product, sqrt(K) * u * |alpha| (|A| @ |B|)
+    (the node itself on absolute values; K bounded by A's last two dims)."""
+    if index != 0:
+        return None
+    a = _vals(model, feeds)[model.graph.node[0].input[0]]
+    K = max(a.shape[-2:]) if a.ndim else 1
+    return np.sqrt(K) * U32 * np.abs(_abs_model_output(model, feeds))
+
+
+def allow_gemm_fast_gelu(model, feeds, index):
+    """GemmFastGelu: the pre-activation x = X @ W + bias rounds by sqrt(K + 1) * u (|X| @ |W| +
+    |bias|), and the float32 GELU itself by a few u of its argument, which its slope carries to the
+    output: |g'(x)| (sqrt(K + 1) * u * terms + 8 u |x|). Where x is deep in the negative tail the
+    output is tiny (1e-29 at x = -9) and its relative condition |x g'/g| is in the hundreds."""
+    if index != 0:
+        return None
+    ins = node_inputs(model, feeds)
+    X, W = ins[0], ins[1]
+    b = ins[2] if len(ins) > 2 and ins[2] is not None else 0.0
+    K = W.shape[0]
+    x = X @ W + b
+    terms = np.abs(X) @ np.abs(W) + np.abs(b)
+    c = np.sqrt(2.0 / np.pi)
+    z = c * (x + 0.044715 * x ** 3)
+    with np.errstate(over="ignore"):
+        s = 1.0 / (1.0 + np.exp(-2.0 * z))
+    dz = c * (1.0 + 3 * 0.044715 * x ** 2)
+    slope = np.abs(s + x * 2.0 * dz * s * (1.0 - s))
+    return slope * (np.sqrt(K + 1) * U32 * terms + 8 * U32 * np.abs(x))
+
+
 CONDITIONING = {"MatMulNBits": allow_matmul_nbits, "LayerNormalization": allow_layer_norm,
                 "SkipLayerNormalization": allow_layer_norm, "GroupQueryAttention": allow_gqa,
                 "PackedAttention": lambda m, f, i: allow_packed_attention(m, f, i),
-                "PackedMultiHeadAttention": lambda m, f, i: allow_packed_attention(m, f, i)}
+                "PackedMultiHeadAttention": lambda m, f, i: allow_packed_attention(m, f, i),
+                "MultiHeadAttention": allow_attention, "DecoderMaskedMultiHeadAttention": allow_attention,
+                "FusedMatMul": allow_fused_matmul, "TransposeMatMul": allow_fused_matmul,
+                "GemmFastGelu": allow_gemm_fast_gelu}
 
 
 def within_conditioning(model, feeds, index, ref, got, cls):
