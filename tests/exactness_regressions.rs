@@ -122,16 +122,14 @@ for d in sys.argv[2:]:
     op = m.graph.node[0].op_type
     if op not in fd.CONDITIONING:
         continue
-    own = fd.REFERENCES.get(op)
-    outs = own(m, f) if own else None
-    ref = outs[0] if outs is not None else fd.session(os.path.join(d, "model.onnx")).run(None, f)[0]
+    ref = fd.reference(m, f, os.path.join(d, "model.onnx"))[0]
     if ref.dtype != np.float32:
         continue
     assert fd.within_conditioning(m, f, 0, ref, ref.copy(), ("rounding",)), d
     allow = np.broadcast_to(fd.CONDITIONING[op](m, f, 0), ref.shape)
     k = np.unravel_index(np.argmax(allow), ref.shape)
     bad = ref.astype(np.float64)
-    bad[k] += 10 * (allow[k] + max(1e-5 * float(np.abs(ref).max()), float(np.finfo(np.float32).tiny)))
+    bad[k] += 10 * (allow[k] + fd.f32_rounding_bound(float(np.abs(ref).max())))
     assert not fd.within_conditioning(m, f, 0, ref, bad.astype(np.float32), ("rounding",)), d
     seen += 1
 print(seen)

@@ -122,7 +122,7 @@ def error_of(ref, got, cls):
         # below it is subnormal, where float32 arithmetic keeps fewer bits (and flushes to zero
         # under FTZ/DAZ, as GPUs do), so an output that is all subnormal (GemmFastGelu_177996520b30:
         # -1.2e-39 where exp overflows and x / inf gives -0) has no 1e-5 of its scale to meet.
-        bound = 2 * ulp_at(scale, ref.dtype.type) if ref.dtype != np.float32 else max(1e-5 * scale, float(np.finfo(np.float32).tiny))
+        bound = 2 * ulp_at(scale, ref.dtype.type) if ref.dtype != np.float32 else f32_rounding_bound(scale)
     else:
         # approximate: a fraction of the scale, or of the rewrite's floor under it.
         bound = cls[1] * max(scale, cls[2])
@@ -314,10 +314,7 @@ def _abs_model_output(model, feeds):
         if a.dtype.kind == "f":
             m.graph.initializer[i].CopyFrom(numpy_helper.from_array(np.abs(a), t.name))
     f = {k: (np.abs(x) if x.dtype.kind == "f" else x) for k, x in feeds.items()}
-    with tempfile.TemporaryDirectory() as d:
-        path = os.path.join(d, "abs.onnx")
-        onnx.save(m, path)
-        return session(path).run(None, f)[0].astype(np.float64)
+    return ref_ort_float32(m, f)[0].astype(np.float64)
 
 
 def allow_fused_matmul(model, feeds, index):
@@ -361,6 +358,12 @@ CONDITIONING = {"MatMulNBits": allow_matmul_nbits, "LayerNormalization": allow_l
                 "GemmFastGelu": allow_gemm_fast_gelu}
 
 
+def f32_rounding_bound(scale):
+    """The rounding class for a float32 output: 1e-5 of its scale, never below the smallest
+    normal float32 (see `error_of`)."""
+    return max(1e-5 * scale, float(np.finfo(np.float32).tiny))
+
+
 def within_conditioning(model, feeds, index, ref, got, cls):
     """Does a float32 rounding-class output that missed the plain bound meet it plus the sum's
     conditioning allowance, element by element?"""
@@ -378,7 +381,7 @@ def within_conditioning(model, feeds, index, ref, got, cls):
     r64, g64 = ref.astype(np.float64), got.astype(np.float64)
     if not np.array_equal(np.isfinite(r64), np.isfinite(g64)) or not np.isfinite(r64).all():
         return False
-    bound = max(1e-5 * float(np.max(np.abs(r64))), float(np.finfo(np.float32).tiny))
+    bound = f32_rounding_bound(float(np.max(np.abs(r64))))
     return bool(np.all(np.abs(r64 - g64) <= bound + np.broadcast_to(allow, r64.shape)))
 
 
@@ -2115,6 +2118,14 @@ def compile_model(binary, rules, src, dst, approximate, extra=()):
     return p.returncode, p.stdout + p.stderr
 
 
+def reference(model, feeds, path):
+    """The outputs to judge against: the family's own reference where ONNX Runtime's CPU
+    provider has no kernel (of this type) for the op, else ONNX Runtime on the model at `path`."""
+    own = REFERENCES.get(model.graph.node[0].op_type)
+    ref = own(model, feeds) if own else None
+    return ref if ref is not None else session(path).run(None, feeds)
+
+
 def check(binary, rules, workdir, model, feeds, cls):
     """("ok"|"mismatch"|"refused"|"skipped", detail)."""
     src = os.path.join(workdir, "model.onnx")
@@ -2123,10 +2134,7 @@ def check(binary, rules, workdir, model, feeds, cls):
     try:
         # An op ONNX Runtime's CPU provider has no kernel for (or no kernel of this type for) is
         # judged against the family's own reference.
-        own = REFERENCES.get(model.graph.node[0].op_type)
-        ref = own(model, feeds) if own else None
-        if ref is None:
-            ref = session(src).run(None, feeds)
+        ref = reference(model, feeds, src)
     except Exception as e:  # ONNX Runtime rejects the instance: not a test of the decomposition
         return "skipped", str(e).splitlines()[0][:200]
     if os.path.exists(dst):
