@@ -59,6 +59,9 @@ CTYPES = {
 EP_FILE = "onnxruntime/core/providers/webgpu/webgpu_execution_provider.cc"
 CONTRIB_FILE = "onnxruntime/contrib_ops/webgpu/webgpu_contrib_kernels.cc"
 TYPES_FILE = "onnxruntime/core/providers/webgpu/webgpu_supported_types.h"
+# RegisterXxxKernels(registry, enable_int64) calls that add only int64 kernels when enable_int64 is set:
+# (op, typed element type) of the kernel definitions they register
+INT64_ONLY_REGISTER_FNS = {"RegisterClipInt64Kernels": ("Clip", "int64")}
 # RegisterXxxKernels(registry, enable_int64) calls: every kernel defined in that op file
 REGISTER_FN_FILES = {
     "RegisterBinaryElementwiseKernels": "onnxruntime/core/providers/webgpu/math/binary_elementwise_ops.cc",
@@ -234,9 +237,20 @@ class Types:
         m = re.fullmatch(r"DataTypeImpl::GetTensorType<([\w:]+)>\(\)", e)
         if m:
             return [CTYPES.get(m.group(1), m.group(1))]
+        m = re.fullmatch(r"BuildKernelDefConstraintsFromTypeList<\s*TypeList<([^>]*)>\s*>\(\)", e)
+        if m:
+            return [CTYPES.get(x.strip(), x.strip()) for x in m.group(1).split(",")]
+        m = re.fullmatch(r"BuildKernelDefConstraintsFromTypeList<(\w+)>\(\)", e)
+        if m and m.group(1) in self.lists:
+            return list(self.lists[m.group(1)])
         m = re.fullmatch(r"BuildKernelDefConstraints<([^>]*)>\(\)", e)
         if m:
             return [CTYPES.get(x.strip(), x.strip()) for x in m.group(1).split(",")]
+        if e.startswith("{") and e.endswith("}"):  # an initializer list of GetTensorType<T>()
+            found = re.findall(r"GetTensorType<([\w:]+)>\(\)", e)
+            if found and len(found) == len(split_args(e[1:-1])):
+                return [CTYPES.get(x, x) for x in found]
+            return None
         m = re.fullmatch(r"(?:webgpu::)?GetOpTypeConstraints\((.*)\)", e)
         if m and self.base is not None:
             args = [a.strip() for a in split_args(m.group(1))] + ["false", "false"]
@@ -344,6 +358,41 @@ def function_kernel_defs(text, types, flags, path):
     return out
 
 
+def register_function_defs(text, types, flags, path):
+    """`void RegisterXxxKernels(KernelRegistry&, bool enable_int64) { ... }` whose body calls a helper as
+    helper(registry, "Op", create_fn, TYPES, {{begin, end}, {begin, std::nullopt}}[, &T1_TYPES]):
+    the helper puts TYPES under "T" (and T1_TYPES under "T1"), as RegisterBinaryOp does."""
+    out = {}
+    for m in re.finditer(r"void\s+(Register\w+Kernels)\s*\([^)]*\)\s*\{", text):
+        body = text[m.end():balanced(text, m.end() - 1) - 1]
+        local_vars = {}
+        for v in re.finditer(r"(?:const\s+)?auto\s*&?\s*(\w+)\s*=\s*([^;]+);", body):
+            local_vars[v.group(1)] = v.group(2)
+        for v in re.finditer(r"std::vector<MLDataType>\s+(\w+)\s*\{([^;]*)\}\s*;", body):
+            found = re.findall(r"GetTensorType<([\w:]+)>", v.group(2))
+            local_vars[v.group(1)] = "BuildKernelDefConstraints<%s>()" % ", ".join(found)
+        defs = []
+        for cm in re.finditer(r"\b(\w+)\s*\(\s*\w+\s*,\s*\"(\w+)\"", body):
+            open_at = body.index("(", cm.start())
+            args = split_args(body[open_at + 1:balanced(body, open_at) - 1])
+            if len(args) < 5 or not args[4].startswith("{"):
+                continue
+            tcs = {}
+            t = types.resolve(args[3], local_vars, flags)
+            tcs["T"] = sorted(set(t)) if t else ["*"]
+            if len(args) > 5 and args[5].startswith("&"):
+                t1 = types.resolve(args[5][1:], local_vars, flags)
+                tcs["T1"] = sorted(set(t1)) if t1 else ["*"]
+            for r in re.finditer(r"\{\s*(\d+)\s*,\s*(\d+|std::nullopt)\s*\}", args[4]):
+                end = None if r.group(2) == "std::nullopt" else int(r.group(2))
+                defs.append({"op": cm.group(2), "domain": "kOnnxDomain", "start": int(r.group(1)), "end": end,
+                             "typed": None, "types": tcs, "cpu_in": set(), "cpu_out": set(), "unresolved": [],
+                             "file": path})
+        if defs:
+            out[m.group(1)] = defs
+    return out
+
+
 def pick_function_def(parsed, start):
     for threshold, d in parsed:
         if threshold is None or start >= threshold:
@@ -359,6 +408,7 @@ CLASS_RE = re.compile(
 
 def table_entries(text, default_domain):
     """Registrations of an EP/contrib file (comments already stripped). Returns list of dicts."""
+    text = "\n".join(l for l in text.replace("\\\n", " ").split("\n") if not l.lstrip().startswith("#"))
     entries = []
     for m in re.finditer(r"BuildKernelCreateInfo\s*<\s*(?:class\s+)?(ONNX_OPERATOR_\w+\([^)]*\))\s*>", text):
         cm = CLASS_RE.match(m.group(1))
@@ -366,6 +416,8 @@ def table_entries(text, default_domain):
             continue
         versioned, typed, dom = bool(cm.group(1)), bool(cm.group(2)), cm.group(3)
         rest = [x.strip() for x in cm.group(4).split(",")]
+        if not rest[0].isdigit():
+            continue
         start = int(rest[0])
         end = int(rest[1]) if versioned else None
         ttype = rest[1 + versioned] if typed else None
@@ -449,7 +501,7 @@ def read(path):
 
 
 def source_commit(text):
-    m = re.match(r"//\s*EXCERPT of (\S+) @ ([0-9a-f]{7,40})", text)
+    m = re.match(r"//\s*EXCERPT of (\S+) @ (\S+)", text)
     return m.group(2) if m else None
 
 
@@ -468,10 +520,25 @@ def build(args):
                     files.append(os.path.relpath(os.path.join(dirpath, n), root))
     files.sort()
 
+    # other stored versions of the helper header, kept beside it as `webgpu_supported_types.h@COMMIT`:
+    # they add helpers the main copy lacks (never override it)
+    tdir = os.path.dirname(os.path.join(root, TYPES_FILE))
+    if os.path.isdir(tdir):
+        for n in sorted(os.listdir(tdir)):
+            if n.startswith(os.path.basename(TYPES_FILE) + "@"):
+                older = Types(read(os.path.join(tdir, n)), args.enable_int64)
+                for k, v in older.helpers.items():
+                    types.helpers.setdefault(k, v)
     for rel in files:  # file-local type-list functions, e.g. Cast's CastOpTypeConstraints()
         types.add_local_lists(strip_comments(read(os.path.join(root, rel))))
 
-    macro_defs, func_defs, file_commits = [], {}, {}
+    macro_defs, func_defs, file_commits, register_fn_defs = [], {}, {}, {}
+    manifest = os.path.join(root, "SOURCES.tsv")  # optional: PATH<TAB>COMMIT of whole-file copies
+    if os.path.exists(manifest):
+        for line in read(manifest).splitlines():
+            parts = line.split("\t")
+            if len(parts) >= 2 and not line.startswith("#") and parts[0] != EP_FILE:
+                file_commits[parts[0]] = parts[1]
     for rel in files:
         raw = read(os.path.join(root, rel))
         c = source_commit(raw)
@@ -483,6 +550,7 @@ def build(args):
             pass
         macro_defs.extend(macro_kernel_defs(text, types, flags, rel))
         func_defs.update(function_kernel_defs(text, types, flags, rel))
+        register_fn_defs.update(register_function_defs(text, types, flags, rel))
 
     entries = []
     for rel, dflt in ((EP_FILE, "kOnnxDomain"), (CONTRIB_FILE, "kMSDomain")):
@@ -492,22 +560,36 @@ def build(args):
 
     rows, approx, unresolved = [], [], []
     for e in entries:
-        if e["op"] is None:  # RegisterXxxKernels: all kernels of that file
+        if e["op"] is None and e["via"] in INT64_ONLY_REGISTER_FNS:
+            # registers only int64 kernels, and only when enable_int64 is set
+            if args.enable_int64:
+                op, ttype = INT64_ONLY_REGISTER_FNS[e["via"]]
+                got = [d for d in macro_defs if d["op"] == op and d["typed"] == ttype]
+                if not got:
+                    unresolved.append(e["via"] + "()")
+                for d in got:
+                    rows.append((d, d, ""))
+            continue
+        if e["op"] is None:  # RegisterXxxKernels: that function's helper calls, else all kernels of its file
             rel = REGISTER_FN_FILES.get(e["via"])
-            got = [d for d in macro_defs if d["file"] == rel] if rel else []
+            got = register_fn_defs.get(e["via"]) or ([d for d in macro_defs if d["file"] == rel] if rel else [])
             if not got:
                 unresolved.append(e["via"] + "()")
             for d in got:
                 rows.append((d, d, ""))
             continue
         d = None
-        if e["via"].startswith("Create") and e["via"] in func_defs:
-            d = dict(pick_function_def(func_defs[e["via"]], e["start"]))
+        fn = e["via"]
+        if fn.startswith("Create") and fn not in func_defs and fn.replace("VersionedKernelInfo", "KernelInfo") in func_defs:
+            fn = fn.replace("VersionedKernelInfo", "KernelInfo")  # one template serves both forms
+        if fn.startswith("Create") and fn in func_defs:
+            d = dict(pick_function_def(func_defs[fn], e["start"]))
         if d is None:
             same = [x for x in macro_defs if x["op"] == e["op"] and x["domain"] == e["domain"]
                     and x["typed"] == e["typed"]]
-            if not same and e["typed"]:
-                # another typed registration of the same op (e.g. Clip<int32_t> beside Clip<float>)
+            if not same:
+                # another typed (or untyped) registration of the same op, e.g. Clip<int32_t> beside
+                # Clip<float>, or an untyped table entry whose stored definition is typed (Einsum)
                 same = [x for x in macro_defs if x["op"] == e["op"] and x["domain"] == e["domain"]]
             if not same and e["domain"] == "kMSInternalNHWCDomain":
                 same = [x for x in macro_defs if x["op"] == e["op"] and x["domain"] == "kOnnxDomain"
@@ -522,7 +604,8 @@ def build(args):
                     inside = lo <= e["start"] <= hi
                     return (0 if inside else 1, abs(x["start"] - e["start"]))
                 d = sorted(same, key=dist)[0]
-                approx.append("%s-%s<-%s-%s" % (e["op"], e["start"], d["start"], d["end"] if d["end"] else ""))
+                approx.append("%s@%s from %s@%s%s" % (e["op"], e["start"], d["file"].split("/")[-1], d["start"],
+                                                      "-%s" % d["end"] if d["end"] else "+"))
         if d is None:
             unresolved.append("%s-%d" % (e["op"], e["start"]))
             d = {"types": {"T": [e["typed"]]} if e["typed"] else {}, "cpu_in": set(), "cpu_out": set(),
@@ -554,6 +637,8 @@ def main():
     ap.add_argument("--enable-int64", action="store_true",
                     help="the provider's enable_int64 option (graph capture implies it); default off")
     ap.add_argument("--commit", default="unknown", help="commit of the EP file read")
+    ap.add_argument("--overrides", help="TSV (domain op since cpu_inputs cpu_outputs reason) of CPU-memory "
+                    "declarations measured on the runtime where the stored source disagrees; listed in the header")
     ap.add_argument("--ort-version", default=None)
     ap.add_argument("--web-version", default="1.30.0")
     args = ap.parse_args()
@@ -582,7 +667,8 @@ def main():
         % (version, args.web_version),
         "# source: microsoft/onnxruntime@%s %s (+ %s)" % (
             args.commit, EP_FILE,
-            ", ".join("%s@%s" % (p.replace("onnxruntime/", "", 1), c[:12]) for p, c in sorted(file_commits.items()))
+            ", ".join("%s@%s" % (p.replace("onnxruntime/", "", 1), c[:12] if re.fullmatch(r"[0-9a-f]{40}", c) else c)
+                      for p, c in sorted(file_commits.items()))
             or "no other files"),
         "# generated by tools/capability/webgpu_ep.py; do not edit by hand",
         "# mode: enable_int64=%s, enable_graph_capture=false; type helpers: %s" % (
@@ -593,6 +679,21 @@ def main():
         lines.append("# approx (attributes taken from another version of the op's definition): " + " ".join(sorted(set(approx))))
     if unresolved:
         lines.append("# unresolved (no definition read; types * and no CPU memory assumed): " + " ".join(sorted(set(unresolved))))
+    overrides = {}
+    if args.overrides:
+        for line in read(args.overrides).splitlines():
+            f = line.split("\t")
+            if line.startswith("#") or len(f) < 5 or f[0] == "domain":
+                continue
+            overrides[(f[0], f[1], int(f[2]))] = (f[3], f[4], f[5] if len(f) > 5 else "")
+        applied = []
+        for i, r in enumerate(rows):
+            o = overrides.get((r[0], r[1], r[2]))
+            if o:
+                rows[i] = r[:5] + (o[0], o[1])
+                applied.append("%s-%d cpu_inputs %s->%s cpu_outputs %s->%s (%s)" % (r[1], r[2], r[5], o[0], r[6], o[1], o[2]))
+        if applied:
+            lines.append("# overridden from %s: %s" % (os.path.basename(args.overrides), "; ".join(applied)))
     lines.append("domain\top\tsince\tuntil\tinputs\toutputs\ttypes\tcpu_inputs\tcpu_outputs")
     for dom, op, since, until, types_s, cpu_in, cpu_out in rows:
         s = schemas.at(dom, op, since)
