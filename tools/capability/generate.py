@@ -526,6 +526,50 @@ def parse_jsep_md(text):
 
 
 # ---------------------------------------------------------------------------------------------
+# CoreML: the tables the onnxruntime wheel ships (onnxruntime/tools/mobile_helpers)
+
+COREML_TABLES = {
+    "coreml": ("coreml_supported_mlprogram_ops.md", "MLProgram"),
+    "coreml_neuralnetwork": ("coreml_supported_neuralnetwork_ops.md", "NeuralNetwork"),
+}
+
+
+def parse_coreml_md(text, known_ops, log):
+    """-> [Row]: `|ai.onnx:Add|note|` rows; every opset from 1 on (the table states none).
+    An op spelled differently from ONNX's name only in case takes ONNX's spelling."""
+    rows = []
+    by_lower = {}
+    for dom, op in known_ops:
+        by_lower.setdefault((dom, op.lower()), op)
+    for line in text.splitlines():
+        m = re.match(r"^\|\s*([\w.]+)[:.](\w+)\s*\|", line)
+        if not m or m.group(1) in ("Operator",):
+            continue
+        dom, op = m.group(1), m.group(2)
+        if (dom, op) not in known_ops:
+            fixed = by_lower.get((dom, op.lower()))
+            if fixed:
+                log("coreml: %s:%s is spelled %s in ONNX" % (dom, op, fixed))
+                op = fixed
+        rows.append(Row(dom, op, 1, None, types="*"))
+    return rows
+
+
+def wheel_version(pkg_dir):
+    """The version of the installed onnxruntime wheel that holds pkg_dir, from its dist-info."""
+    site = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(pkg_dir))))
+    found = []
+    if os.path.isdir(site):
+        for name in sorted(os.listdir(site)):
+            m = re.fullmatch(r"onnxruntime[\w-]*?-(\d[\w.]*)\.dist-info", name)
+            if m and os.path.isfile(os.path.join(site, name, "METADATA")):
+                meta = read(os.path.join(site, name, "METADATA"))
+                pm = re.search(r"^Name: (.*)$", meta, re.M)
+                found.append("%s %s" % (pm.group(1).strip() if pm else "onnxruntime", m.group(1)))
+    return found[0] if found else "onnxruntime (wheel version unknown)"
+
+
+# ---------------------------------------------------------------------------------------------
 # output
 
 
@@ -569,7 +613,7 @@ def cite(commits, rel):
     return "%s@%s %s" % (REPO, commits.get(rel, "unknown"), rel)
 
 
-def generate(ort_src, commits, version, log):
+def generate(ort_src, commits, version, log, coreml_dir=None):
     """-> {file stem: text}."""
     out = {}
     kpath = os.path.join(ort_src, KERNELS_MD)
@@ -652,6 +696,25 @@ def generate(ort_src, commits, version, log):
         out["webgpu"] = render("WebGpuExecutionProvider", version, [cite(commits, u) for u in used], notes, defs)
     else:
         log("%s missing: webgpu.tsv not written" % os.path.join(ort_src, WEBGPU_DIR))
+    if coreml_dir:
+        known = {(r.domain, r.op) for r in all_rows}
+        wheel = wheel_version(coreml_dir)
+        for stem, (fname, fmt) in sorted(COREML_TABLES.items()):
+            path = os.path.join(coreml_dir, fname)
+            if not os.path.isfile(path):
+                log("%s missing: %s.tsv not written" % (path, stem))
+                continue
+            rows = parse_coreml_md(read(path), known, log)
+            fill_formals(rows, sections.get("CPUExecutionProvider", []))
+            notes = [
+                "model format %s; CoreML compiles the nodes it supports (no kernel registry): a row covers every"
+                " since-version from `since` on, and the table states no minimum opset, so since is 1" % fmt,
+                "types unknown: *; the table's per-op conditions (constant inputs, ranks) are not kept here",
+                "inputs/outputs: the formals of the same op in the CPU section of %s" % KERNELS_MD,
+            ]
+            src = ["%s wheel onnxruntime/tools/mobile_helpers/%s" % (wheel, fname)]
+            ver = wheel.split(" ", 1)[1] if " " in wheel else wheel
+            out[stem] = render("CoreMLExecutionProvider", ver, src, notes, rows)
     return out
 
 
@@ -811,6 +874,17 @@ def self_test():
     except ValueError:
         pass
 
+    cm = parse_coreml_md(
+        "|Operator|Note|\n|--------|------|\n|ai.onnx:Argmax||\n|ai.onnx.ReduceSum||\n|com.microsoft:FusedConv|x|\n",
+        {("ai.onnx", "ArgMax"), ("ai.onnx", "ReduceSum")},
+        lambda m: None,
+    )
+    check("coreml", [r.line() for r in cm], [
+        "ai.onnx\tArgMax\t1\t-\t-\t-\t*\t-\t-",
+        "ai.onnx\tReduceSum\t1\t-\t-\t-\t*\t-\t-",
+        "com.microsoft\tFusedConv\t1\t-\t-\t-\t*\t-\t-",
+    ])
+
     for f in failures:
         print("FAIL " + f)
     print("self-test: %d failures" % len(failures))
@@ -826,6 +900,10 @@ def main():
     ap.add_argument("--out", help="output folder (default: runtimes/capability in this repository)")
     ap.add_argument("--commits", help="PATH<TAB>COMMIT lines (default: <ort-src>/COMMITS)")
     ap.add_argument("--ort-version", help="ONNX Runtime version (default: <ort-src>/VERSION_NUMBER)")
+    ap.add_argument(
+        "--coreml-dir",
+        help="onnxruntime/tools/mobile_helpers of an installed onnxruntime wheel (the CoreML tables)",
+    )
     ap.add_argument("--check", action="store_true", help="fail if the files under --out differ; write nothing")
     ap.add_argument("--self-test", action="store_true", help="run the parsers on embedded samples")
     ap.add_argument("--verbose", action="store_true", help="print every note and disagreement")
@@ -842,8 +920,8 @@ def main():
         vpath = os.path.join(a.ort_src, "VERSION_NUMBER")
         version = read(vpath).strip() if os.path.isfile(vpath) else "unknown"
     messages = []
-    files = generate(a.ort_src, commits, version, messages.append)
-    for m in messages if a.verbose else [m for m in messages if not m.startswith(("dml: ", "jsep: "))]:
+    files = generate(a.ort_src, commits, version, messages.append, a.coreml_dir)
+    for m in messages if a.verbose else [m for m in messages if not m.startswith(("dml: ", "jsep: ", "coreml: "))]:
         print(m, file=sys.stderr)
     status = 0
     for stem, text in sorted(files.items()):
