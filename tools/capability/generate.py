@@ -333,8 +333,18 @@ CPP_TYPES = {
     "bool": "bool", "std::string": "string", "Int4x2": "int4", "UInt4x2": "uint4",
     "Float8E4M3FN": "float8e4m3fn", "Float8E5M2": "float8e5m2",
 }
-MEM_IN_RE = re.compile(r"\.InputMemoryType\(\s*OrtMemTypeCPU(?:Input)?\s*,\s*(\d+)\s*\)")
-MEM_OUT_RE = re.compile(r"\.OutputMemoryType\(\s*OrtMemTypeCPU(?:Output)?\s*,\s*(\d+)\s*\)")
+# .InputMemoryType(OrtMemTypeCPUInput, 1) or the older .InputMemoryType<OrtMemTypeCPUInput>(1);
+# OrtMemTypeCPUInput and OrtMemTypeCPUOutput are both CPU memory (some outputs use the former)
+MEM_IN_RE = re.compile(
+    r"\.InputMemoryType(?:\(\s*OrtMemTypeCPU(?:Input|Output)?\s*,\s*(\d+)\s*\)|<\s*OrtMemTypeCPU(?:Input|Output)?\s*>\(\s*(\d+)\s*\))"
+)
+MEM_OUT_RE = re.compile(
+    r"\.OutputMemoryType(?:\(\s*OrtMemTypeCPU(?:Input|Output)?\s*,\s*(\d+)\s*\)|<\s*OrtMemTypeCPU(?:Input|Output)?\s*>\(\s*(\d+)\s*\))"
+)
+
+
+def mem_indices(regex, text):
+    return [int(a or b) for a, b in regex.findall(text)]
 
 
 def balanced(text, start):
@@ -453,8 +463,8 @@ def parse_kernel_defs(text):
         rows.append(
             Row(
                 DOMAIN_CONST[dom], op, since, until, types=types,
-                cpu_inputs=[int(x) for x in MEM_IN_RE.findall(builder)],
-                cpu_outputs=[int(x) for x in MEM_OUT_RE.findall(builder)],
+                cpu_inputs=mem_indices(MEM_IN_RE, builder),
+                cpu_outputs=mem_indices(MEM_OUT_RE, builder),
             )
         )
     return rows
@@ -480,14 +490,27 @@ def kernel_defs_under(root, rel_dir, used):
     return rows
 
 
-def merge_memory(rows, defs):
+def merge_memory(rows, defs, carry=False):
     """Copy CPU-memory inputs/outputs (and resolved types where a row has none) from kernel
-    definitions onto rows with the same (domain, op, since)."""
-    by_key = {}
+    definitions onto rows with the same (domain, op, since). With `carry`, a row with no such
+    definition takes the CPU-memory columns of the op's latest earlier definition (the
+    sources were read at older commits than the table)."""
+    by_key, by_op = {}, {}
     for d in defs:
         by_key.setdefault(d.key(), []).append(d)
+        by_op.setdefault((d.domain, d.op), []).append(d)
     for r in rows:
-        for d in by_key.get(r.key(), []):
+        found = by_key.get(r.key(), [])
+        if not found and carry:
+            earlier = [d for d in by_op.get((r.domain, r.op), []) if d.since <= r.since]
+            if earlier:
+                latest = max(d.since for d in earlier)
+                for d in earlier:
+                    if d.since == latest:
+                        r.cpu_inputs = sorted(set(r.cpu_inputs) | set(d.cpu_inputs))
+                        r.cpu_outputs = sorted(set(r.cpu_outputs) | set(d.cpu_outputs))
+            continue
+        for d in found:
             r.cpu_inputs = sorted(set(r.cpu_inputs) | set(d.cpu_inputs))
             r.cpu_outputs = sorted(set(r.cpu_outputs) | set(d.cpu_outputs))
             if r.types == "*" and d.types:
@@ -648,8 +671,12 @@ def generate(ort_src, commits, version, log, coreml_dir=None):
             used = []
             defs = kernel_defs_under(ort_src, CUDA_DIR, used)
             if used:
-                merge_memory(rows, defs)
-                sources.append("%s (%d files) cpu_inputs/cpu_outputs" % (cite(commits, CUDA_DIR), len(used)))
+                merge_memory(rows, defs, carry=True)
+                sources += [cite(commits, u) for u in used]
+                notes.append(
+                    "cpu_inputs/cpu_outputs from the kernel definitions of the listed files only (- for every other op);"
+                    " a registration with no definition there takes the op's latest earlier one"
+                )
             else:
                 notes.append("cpu_inputs/cpu_outputs unknown (%s not available): written as -" % CUDA_DIR)
         out[stem] = render(provider, version, sources, notes, rows)
@@ -794,7 +821,7 @@ ONNX_OPERATOR_KERNEL_EX(
     15,
     kCudaExecutionProvider,
     (*KernelDefBuilder::Create())
-        .OutputMemoryType(OrtMemTypeCPUOutput, 0)
+        .OutputMemoryType<OrtMemTypeCPUOutput>(0)
         .TypeConstraint("T", BuildKernelDefConstraints<float, MLFloat16>())
         .TypeConstraint("T1", DataTypeImpl::GetTensorType<int64_t>()),
     Shape);
