@@ -57,6 +57,7 @@ DML_REG = "onnxruntime/core/providers/dml/DmlExecutionProvider/src/Operators/Ope
 JSEP_MD = "js/web/docs/webgpu-operators.md"
 JSEP_DIR = "onnxruntime/core/providers/js"
 WEBGPU_DIR = "onnxruntime/core/providers/webgpu"
+WEBGPU_EP = WEBGPU_DIR + "/webgpu_execution_provider.cc"
 CUDA_DIR = "onnxruntime/core/providers/cuda"
 COLUMNS = ["domain", "op", "since", "until", "inputs", "outputs", "types", "cpu_inputs", "cpu_outputs"]
 
@@ -470,6 +471,38 @@ def parse_kernel_defs(text):
     return rows
 
 
+CLASS_NAME_RE = re.compile(r"\bONNX_OPERATOR_(VERSIONED_)?(TYPED_)?KERNEL_CLASS_NAME\s*\(")
+
+
+def parse_registration_table(text):
+    """-> [Row] for the kernels an execution provider's `function_table[]` registers
+    (BuildKernelCreateInfo<ONNX_OPERATOR_*KERNEL_CLASS_NAME(...)> entries, after the file's
+    macros are expanded; commented-out entries do not count). Typed registrations of one
+    (domain, op, since) are one row. Types are unknown here: *."""
+    text = re.sub(r"//[^\n]*", "", text)
+    text = expand_macros(text)
+    m = re.search(r"function_table\s*\[\s*\]\s*=\s*\{", text)
+    if not m:
+        return []
+    end = text.find("};", m.end())
+    table = text[m.end() : end if end >= 0 else len(text)]
+    rows = {}
+    for cm in CLASS_NAME_RE.finditer(table):
+        versioned, typed = bool(cm.group(1)), bool(cm.group(2))
+        args = split_top(balanced(table, cm.end()))
+        try:
+            dom = args[1]
+            since = int(args[2])
+            until = int(args[3]) if versioned else None
+            op = args[-1]
+        except (IndexError, ValueError):
+            continue
+        if dom not in DOMAIN_CONST or not re.fullmatch(r"\w+", op):
+            continue
+        rows.setdefault((DOMAIN_CONST[dom], op, since), Row(DOMAIN_CONST[dom], op, since, until, types="*"))
+    return [rows[k] for k in sorted(rows)]
+
+
 def kernel_defs_under(root, rel_dir, used):
     """Parse every .cc under root/rel_dir (sorted) -> [Row]."""
     base = os.path.join(root, rel_dir)
@@ -715,14 +748,35 @@ def generate(ort_src, commits, version, log, coreml_dir=None):
     else:
         log("%s missing: jsep.tsv not written" % jpath)
 
-    used = []
-    defs = kernel_defs_under(ort_src, WEBGPU_DIR, used)
-    if defs:
-        fill_formals(defs, sections.get("CPUExecutionProvider", []))
-        notes = ["types resolved from TypeConstraint arguments where literal; * where a helper names them"]
-        out["webgpu"] = render("WebGpuExecutionProvider", version, [cite(commits, u) for u in used], notes, defs)
+    epath = os.path.join(ort_src, WEBGPU_EP)
+    if os.path.isfile(epath):
+        etext = read(epath)
+        rows = parse_registration_table(etext)
+        registered = {r.op for r in rows}
+        disabled = sorted(
+            {
+                m.group(1)
+                for line in etext.splitlines()
+                if line.strip().startswith("//")
+                for m in [re.search(r"KERNEL_CLASS_NAME\([^)]*?,\s*(\w+)\)", line)]
+                if m and m.group(1) not in registered
+            }
+        )
+        used = []
+        defs = kernel_defs_under(ort_src, WEBGPU_DIR, used)
+        merge_memory(rows, defs)
+        fill_formals(rows, sections.get("CPUExecutionProvider", []))
+        sources = [cite(commits, WEBGPU_EP)] + [cite(commits, u) for u in used if u != WEBGPU_EP]
+        notes = [
+            "rows: the function_table of %s (commented-out entries excluded); contrib-domain kernels"
+            " (webgpu_contrib_kernels.cc) not read" % WEBGPU_EP,
+            "types unknown: *; cpu_inputs/cpu_outputs only where the listed files define the kernel",
+            "ops commented out of that table (not registered at this commit): %s" % (", ".join(disabled) or "none"),
+            "inputs/outputs: the formals of the same op in the CPU section of %s" % KERNELS_MD,
+        ]
+        out["webgpu"] = render("WebGpuExecutionProvider", version, sources, notes, rows)
     else:
-        log("%s missing: webgpu.tsv not written" % os.path.join(ort_src, WEBGPU_DIR))
+        log("%s missing: webgpu.tsv not written" % epath)
     if coreml_dir:
         known = {(r.domain, r.op) for r in all_rows}
         wheel = wheel_version(coreml_dir)
@@ -910,6 +964,21 @@ def self_test():
         "ai.onnx\tArgMax\t1\t-\t-\t-\t*\t-\t-",
         "ai.onnx\tReduceSum\t1\t-\t-\t-\t*\t-\t-",
         "com.microsoft\tFusedConv\t1\t-\t-\t-\t*\t-\t-",
+    ])
+
+    reg = parse_registration_table(
+        "#define KCI(S, Op) BuildKernelCreateInfo<ONNX_OPERATOR_KERNEL_CLASS_NAME(kWebGpuExecutionProvider, kOnnxDomain, S, Op)>\n"
+        "static const BuildKernelCreateInfoFn function_table[] = {\n"
+        "  BuildKernelCreateInfo<void>,\n"
+        "  KCI(13, Abs),\n"
+        "  // KCI(11, Conv),\n"
+        "  BuildKernelCreateInfo<ONNX_OPERATOR_VERSIONED_TYPED_KERNEL_CLASS_NAME(kWebGpuExecutionProvider, kOnnxDomain, 11, 11, float, Clip)>,\n"
+        "  BuildKernelCreateInfo<ONNX_OPERATOR_VERSIONED_TYPED_KERNEL_CLASS_NAME(kWebGpuExecutionProvider, kOnnxDomain, 11, 11, MLFloat16, Clip)>,\n"
+        "  BuildKernelCreateInfo<ONNX_OPERATOR_KERNEL_CLASS_NAME(kWebGpuExecutionProvider, kMSInternalNHWCDomain, 12, MaxPool)>,\n"
+        "};\n"
+    )
+    check("registration table", [(r.key(), r.until) for r in reg], [
+        (("ai.onnx", "Abs", 13), None), (("ai.onnx", "Clip", 11), 11), (("com.ms.internal.nhwc", "MaxPool", 12), None),
     ])
 
     for f in failures:
