@@ -53,6 +53,13 @@ enum Command {
         /// Summary format (json: for scripts; not with --ir).
         #[arg(long, value_enum, default_value_t = Format::Text, conflicts_with = "ir")]
         format: Format,
+        /// Predict where the target's runtime runs each node (its provider's kernels by op,
+        /// since-version and type; ONNX Runtime's CPU preference; the pins).
+        #[arg(long, value_name = "NAME|FILE.yaml", conflicts_with = "ir")]
+        target: Option<String>,
+        /// Size for a symbolic dimension (as for a compile), for the element types and sizes.
+        #[arg(long = "dim", value_name = "NAME=VALUE")]
+        dims: Vec<String>,
     },
     /// Prove that a rewritten model computes the same function as the original (ONNX Runtime, CPU).
     Verify(onnx_safeify::verify::VerifyArgs),
@@ -263,6 +270,13 @@ where
         Some(Command::Check(a)) => check(&a),
         Some(Command::Explain(a)) => explain(&a),
         Some(Command::Targets) => targets(),
+        Some(Command::Inspect {
+            model,
+            format,
+            target: Some(t),
+            dims,
+            ..
+        }) => inspect_placement(&model, &t, &dims, format),
         Some(Command::Inspect {
             model,
             format: Format::Json,
@@ -960,6 +974,43 @@ fn doctor(a: &DoctorArgs) -> Result<u8, Error> {
             a.model.as_deref().and_then(Path::to_str),
         ))?,
         Format::Json => emit(&onnx_safeify::doctor::render_json(&ds))?,
+    }
+    Ok(0)
+}
+
+fn inspect_placement(model: &Path, t: &str, dims: &[String], format: Format) -> Result<u8, Error> {
+    let target = onnx_safeify::compile::load_target(t, &[])?;
+    let dims = dims
+        .iter()
+        .map(|d| onnx_safeify::compile::parse_dim(d))
+        .collect::<Result<Vec<_>, Error>>()?;
+    let opts = onnx_safeify::compile::options(dims)?;
+    let profile = onnx_safeify::cost::profile_of(&target).ok_or_else(|| {
+        Error::new(
+            ErrorKind::Usage,
+            format!(
+                "target '{}' names no execution provider (`provider:`), so there is no placement to predict",
+                target.name
+            ),
+        )
+    })?;
+    let doc = onnx_safeify::load(model)?;
+    let sizes = onnx_safeify::analysis::Sizes::for_model(
+        &doc.model,
+        &opts.dims,
+        &onnx_safeify::rewrite::pass::assumed_sizes(&target),
+    );
+    let facts = sizes.infer(&doc.model);
+    let r = onnx_safeify::runtime::placement_report(
+        &doc.model,
+        &facts,
+        &target.name,
+        profile,
+        &opts.annotation,
+    );
+    match format {
+        Format::Text => emit(&r.text())?,
+        Format::Json => emit(&(serde_json::to_string_pretty(&r).unwrap_or_default() + "\n"))?,
     }
     Ok(0)
 }

@@ -2,8 +2,11 @@
 //! many pieces, and what moves between the CPU and the GPU per inference.
 //!
 //! One analysis over a graph and its facts at the sizes a compile assumes ([`Sizes`]):
-//! - a node is on the CPU when it carries `layer_ann` metadata equal to the compile's
-//!   annotation ([`LAYER_ANN_KEY`]); every other node is on the GPU. `Constant` nodes are
+//! - where a node runs is the runtime's prediction when the target names its execution
+//!   provider (`provider:`; [`crate::runtime::placement`]: kernels by op, since-version and
+//!   type, ONNX Runtime's CPU preference for shape computations, and the pins); for a target
+//!   that names none, a node is on the CPU when it carries `layer_ann` metadata equal to the
+//!   compile's annotation ([`LAYER_ANN_KEY`]) and on the GPU otherwise. `Constant` nodes are
 //!   neither: ONNX Runtime turns them into initializers before it places nodes;
 //! - *heavy ops* ([`is_heavy`]): the ops that hold a model's arithmetic (convolutions, matrix
 //!   products, recurrent and attention ops, and their fused and quantized forms), counted in
@@ -120,14 +123,9 @@ fn is_constant_node(g: &Graph, n: NodeId) -> bool {
     node.op_type == "Constant" && node.domain().is_empty()
 }
 
-/// Where a node runs, for these figures.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Side {
-    Cpu,
-    Gpu,
-    /// A `Constant` (an initializer to the runtime).
-    None,
-}
+/// Where a node runs, for these figures: the runtime's placement ([`crate::runtime::placement`]).
+pub use crate::runtime::placement::Side;
+use crate::runtime::Profile;
 
 /// One graph's figures, its crossings still to be sized (the graph only, not its bodies).
 pub struct GraphCost {
@@ -163,19 +161,39 @@ impl GraphCost {
     }
 }
 
-/// The figures of `g` alone (not its bodies), nodes on the CPU when annotated `annotation`.
+/// The figures of `g` alone (not its bodies), nodes on the CPU when annotated `annotation`
+/// and on the GPU otherwise (a target that names no provider).
 pub fn of_graph(g: &Graph, annotation: &str) -> GraphCost {
-    let bound = petgraph::visit::NodeIndexable::node_bound(&g.nodes);
-    let mut side = vec![Side::None; bound];
-    let mut cost = Cost::default();
-    for &n in &g.order {
-        let s = if is_constant_node(g, n) {
+    of_graph_placed(g, &|n| {
+        if is_constant_node(g, n) {
             Side::None
         } else if g.node(n).metadata(LAYER_ANN_KEY) == Some(annotation) {
             Side::Cpu
         } else {
             Side::Gpu
-        };
+        }
+    })
+}
+
+/// The figures of `g` alone where the runtime of `profile` will place each node.
+pub fn of_graph_predicted(
+    model: &Model,
+    g: &Graph,
+    facts: &Facts,
+    profile: &Profile,
+    annotation: &str,
+) -> GraphCost {
+    let p = crate::runtime::placement::predict_graph(model, g, facts, profile, annotation);
+    of_graph_placed(g, &|n| p.side(n))
+}
+
+/// The figures of `g` alone with nodes placed by `place`.
+pub fn of_graph_placed(g: &Graph, place: &dyn Fn(NodeId) -> Side) -> GraphCost {
+    let bound = petgraph::visit::NodeIndexable::node_bound(&g.nodes);
+    let mut side = vec![Side::None; bound];
+    let mut cost = Cost::default();
+    for &n in &g.order {
+        let s = place(n);
         side[n.index()] = s;
         if is_heavy(&g.node(n).op_type) {
             match s {
@@ -235,33 +253,60 @@ pub fn of_graph(g: &Graph, annotation: &str) -> GraphCost {
     GraphCost { cost, crossing }
 }
 
-/// The figures of every body of `g` at any depth (their crossings of unknown size).
-pub fn of_bodies(g: &Graph, annotation: &str) -> Cost {
+/// The figures of every body of `g` at any depth (their crossings of unknown size); placed by
+/// `profile`'s runtime when given (element types as the bodies declare them).
+pub fn of_bodies(model: &Model, g: &Graph, annotation: &str, profile: Option<&Profile>) -> Cost {
     let mut cost = Cost::default();
     for sg in crate::ir::scope::graphs(g) {
         if !sg.path.is_root() {
-            cost.add(&of_graph(sg.graph, annotation).without_sizes());
+            let c = match profile {
+                Some(p) => {
+                    let facts = crate::infer::declared(sg.graph);
+                    of_graph_predicted(model, sg.graph, &facts, p, annotation)
+                }
+                None => of_graph(sg.graph, annotation),
+            };
+            cost.add(&c.without_sizes());
         }
     }
     cost
 }
 
 /// The figures of `model`: its main graph with crossings sized by `facts` (called only when a
-/// value crosses there), and its bodies.
-pub fn of_model_with(model: &Model, annotation: &str, facts: impl FnOnce() -> Facts) -> Cost {
-    let main = of_graph(&model.graph, annotation);
-    let mut cost = if main.needs_facts() {
-        main.with_sizes(&facts())
-    } else {
-        main.cost
+/// value crosses there, or always when a provider's placement needs the element types), and
+/// its bodies.
+pub fn of_model_with(
+    model: &Model,
+    annotation: &str,
+    profile: Option<&Profile>,
+    facts: impl FnOnce() -> Facts,
+) -> Cost {
+    let mut cost = match profile {
+        Some(p) => {
+            let facts = facts();
+            of_graph_predicted(model, &model.graph, &facts, p, annotation).with_sizes(&facts)
+        }
+        None => {
+            let main = of_graph(&model.graph, annotation);
+            if main.needs_facts() {
+                main.with_sizes(&facts())
+            } else {
+                main.cost
+            }
+        }
     };
-    cost.add(&of_bodies(&model.graph, annotation));
+    cost.add(&of_bodies(model, &model.graph, annotation, profile));
     cost
 }
 
-/// The figures of `model` at `sizes` (inferred only when some value crosses).
-pub fn of_model(model: &Model, annotation: &str, sizes: &Sizes) -> Cost {
-    of_model_with(model, annotation, || sizes.infer(model))
+/// The figures of `model` at `sizes` (inferred only when needed).
+pub fn of_model(model: &Model, annotation: &str, profile: Option<&Profile>, sizes: &Sizes) -> Cost {
+    of_model_with(model, annotation, profile, || sizes.infer(model))
+}
+
+/// The profile of the provider `target` names (`provider:`), if any.
+pub fn profile_of(target: &crate::rules::schema::Target) -> Option<&'static Profile> {
+    target.provider.as_deref().and_then(Profile::named)
 }
 
 /// The figures of `model` as `check` sees it for `target`: at the sizes a compile assumes
@@ -276,7 +321,7 @@ pub fn for_target(
         &opts.dims,
         &crate::rewrite::pass::assumed_sizes(target),
     );
-    of_model(model, &opts.annotation, &sizes)
+    of_model(model, &opts.annotation, profile_of(target), &sizes)
 }
 
 /// A byte count for people: `0 B`, `512 B`, `1.2 kB`, `3.4 MB`, `5.6 GB`.

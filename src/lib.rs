@@ -139,6 +139,7 @@ pub mod probe;
 pub mod report;
 pub mod rewrite;
 pub mod rules;
+pub mod runtime;
 pub mod tensor;
 pub mod verify;
 

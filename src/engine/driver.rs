@@ -313,14 +313,27 @@ impl<'t> Driver<'t> {
         }
         // The output's cost of safety (main graph; its bodies are added once compiled), its
         // crossings sized with the facts the check used.
-        let after = self.outer.is_none().then(|| {
-            let c = crate::cost::of_graph(cx.graph(), &self.opts.annotation);
-            if c.needs_facts() {
-                c.with_sizes(cx.facts())
-            } else {
-                c.cost
-            }
-        });
+        let after = self
+            .outer
+            .is_none()
+            .then(|| match crate::cost::profile_of(self.target) {
+                Some(p) => crate::cost::of_graph_predicted(
+                    cx.model,
+                    cx.graph(),
+                    cx.facts(),
+                    p,
+                    &self.opts.annotation,
+                )
+                .with_sizes(cx.facts()),
+                None => {
+                    let c = crate::cost::of_graph(cx.graph(), &self.opts.annotation);
+                    if c.needs_facts() {
+                        c.with_sizes(cx.facts())
+                    } else {
+                        c.cost
+                    }
+                }
+            });
         drop(cx);
         for f in findings {
             let dup = self.report.remaining.iter().any(|r| {

@@ -197,7 +197,12 @@ fn compile_at_own_opset(
     external: Option<&crate::io::ExternalData>,
 ) -> Report {
     let sizes = sizes(model, target, opts);
-    let before = crate::cost::of_model(model, &opts.annotation, &sizes);
+    let before = crate::cost::of_model(
+        model,
+        &opts.annotation,
+        crate::cost::profile_of(target),
+        &sizes,
+    );
     if has_bodies(&model.graph) {
         // New names must not shadow (or be shadowed by) a name of an enclosing or inner scope.
         crate::ir::scope::reserve_names_across_scopes(&mut model.graph);
@@ -222,8 +227,12 @@ fn compile_at_own_opset(
     }
     if let Some(c) = report.cost.as_mut() {
         c.before = before;
-        c.after
-            .add(&crate::cost::of_bodies(&model.graph, &opts.annotation));
+        c.after.add(&crate::cost::of_bodies(
+            model,
+            &model.graph,
+            &opts.annotation,
+            crate::cost::profile_of(target),
+        ));
     }
     report
 }

@@ -113,6 +113,7 @@ struct Acc {
     runtime: Vec<RuntimeSetting>,
     fallback: Option<crate::rules::schema::Fallback>,
     approximate: Option<bool>,
+    provider: Option<String>,
     chain: Vec<String>,
     /// Every file of the chain was read and checked without error.
     ok: bool,
@@ -205,6 +206,7 @@ impl<'f> Loader<'f> {
             runtime: acc.runtime,
             fallback: acc.fallback,
             approximate: acc.approximate,
+            provider: acc.provider,
         })
     }
 
@@ -350,6 +352,9 @@ impl<'f> Loader<'f> {
                     if sub.approximate.is_some() {
                         acc.approximate = sub.approximate;
                     }
+                    if sub.provider.is_some() {
+                        acc.provider = sub.provider;
+                    }
                     for c in sub.chain {
                         if !acc.chain.contains(&c) {
                             acc.chain.push(c);
@@ -403,6 +408,9 @@ impl<'f> Loader<'f> {
         }
         if doc.approximate.is_some() {
             acc.approximate = doc.approximate;
+        }
+        if doc.provider.is_some() {
+            acc.provider = doc.provider.clone();
         }
     }
 }

@@ -31,6 +31,8 @@ pub(crate) struct FileDoc {
     pub fallback: Option<Fallback>,
     /// `approximate: allow|deny` for the target's rules.
     pub approximate: Option<bool>,
+    /// `provider: NAME`: the execution provider whose placement the figures predict.
+    pub provider: Option<String>,
 }
 
 /// The keys of a target file.
@@ -43,6 +45,7 @@ pub(crate) const TOP_KEYS: &[&str] = &[
     "disable",
     "fallback",
     "approximate",
+    "provider",
 ];
 /// The keys of a rule.
 pub(crate) const RULE_KEYS: &[&str] = &[
@@ -1353,7 +1356,31 @@ impl<'a> P<'a> {
         if let Some((_, v)) = field(&f, "approximate") {
             doc.approximate = self.approximate(v);
         }
+        if let Some((_, v)) = field(&f, "provider") {
+            doc.provider = self.provider(v);
+        }
         doc
+    }
+
+    /// The execution provider a target runs on: one of the built-in profiles.
+    fn provider(&mut self, v: &Node) -> Option<String> {
+        let s = self.string(v, "`provider`")?;
+        if crate::runtime::Profile::named(&s).is_some() {
+            return Some(s);
+        }
+        let names: Vec<&str> = crate::runtime::Profile::all()
+            .iter()
+            .map(|p| p.name)
+            .collect();
+        let mut d = self.diag(v.loc, format!("unknown `provider` `{s}`"));
+        if let Some(h) = ops::suggest(&s, names.iter().copied()) {
+            d = d.label(format!("did you mean `{h}`?"));
+        }
+        self.error(d.note(format!(
+            "`provider` names the execution provider whose kernels predict placement: {}",
+            names.join(", ")
+        )));
+        None
     }
 
     /// Whether approximate rewrites may run: `allow` or `deny`.

@@ -171,6 +171,9 @@ pub struct Target {
     /// last file of the chain that sets it). Rules may say otherwise; `--allow-approximate`
     /// allows them all.
     pub approximate: Option<bool>,
+    /// The execution provider the target runs on (`provider:`, the last file of the chain
+    /// that sets one): its kernels predict where each node runs ([`crate::runtime`]).
+    pub provider: Option<String>,
 }
 
 impl Target {

@@ -1,0 +1,384 @@
+//! Where ONNX Runtime will run each node of a graph under a target's execution provider,
+//! predicted the way its partitioner decides (`graph_partitioner.cc` and the provider's
+//! `GetCapability`):
+//!
+//! 1. a `Constant` node is an initializer to the runtime, on neither side;
+//! 2. a node pinned with the compile's `layer_ann` annotation goes to the CPU (ONNX Runtime
+//!    1.32 assigns it before partitioning, when the session sets
+//!    `session.layer_assignment_settings`);
+//! 3. the provider claims a node when it registers a kernel for the node's domain, op, schema
+//!    since-version and element types ([`super::capability`]), and the kernel is not on the
+//!    known-deficient list;
+//! 4. of the claimed nodes, those ONNX Runtime prefers on the CPU move there
+//!    (`GetCpuPreferredNodes`, `fallback_cpu_capability.cc`, which the DirectML, CUDA, JSEP and
+//!    WebGPU providers all call): starting from the consumers of values a provider kernel
+//!    leaves in CPU memory (`Shape`, `Size`...), a node moves when each of its inputs is a
+//!    small initializer (at most 100 elements), a graph input, or a CPU value the kernel does
+//!    not itself declare as a CPU input, and none is float16/bfloat16/float8; its outputs then
+//!    become CPU values in turn. Nodes already on the CPU pass their outputs on the same way;
+//! 5. every other node goes to the CPU provider, which must register a kernel for it:
+//!    otherwise the session cannot be created (the model does not load).
+//!
+//! What this does not model, and says so: graph transformations (constant folding, ONNX
+//! Runtime's fusions, which rename and merge nodes), a provider's per-node support checks
+//! beyond kernel registration (DirectML's `supportQuery`, the device's data types), and
+//! bodies of control-flow nodes on the provider's side (a body is predicted as a graph of its
+//! own).
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashSet};
+
+use super::capability::{range_text, Capability, Function, Lookup, Schemas};
+use super::Profile;
+use crate::infer::Facts;
+use crate::ir::{Graph, Model, NodeId, Origin, ValueId};
+use crate::rewrite::cpu::LAYER_ANN_KEY;
+use crate::tensor::dtype_name;
+
+/// Where a node runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    Cpu,
+    Gpu,
+    /// A `Constant`: an initializer to the runtime.
+    None,
+}
+
+/// Why a node runs where it does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Why {
+    Constant,
+    /// The provider registers a kernel for it.
+    Kernel,
+    /// Pinned to the CPU with the compile's annotation.
+    Pinned,
+    /// The provider has no kernel for it (what it lacks).
+    NoKernel(String),
+    /// The provider's kernel is known to compute it wrongly (so it is not emitted; an input
+    /// that has one is reported).
+    Deficient(String),
+    /// ONNX Runtime prefers the CPU for it (a shape computation fed by CPU values).
+    CpuPreferred,
+    /// Neither the provider nor the CPU provider has a kernel: the session cannot be created.
+    NoProvider(String),
+    /// No provider registers the op, but its schema has a function body: ONNX Runtime inlines
+    /// it and places the body's nodes (the side is where they go).
+    Inlined(String),
+}
+
+impl Why {
+    /// A short label for reports (`pinned`, `no kernel`, `cpu preferred`...).
+    pub fn label(&self) -> &'static str {
+        match self {
+            Why::Constant => "constant",
+            Why::Kernel => "kernel",
+            Why::Pinned => "pinned",
+            Why::NoKernel(_) => "no kernel",
+            Why::Deficient(_) => "deficient kernel",
+            Why::CpuPreferred => "cpu preferred",
+            Why::NoProvider(_) => "no provider",
+            Why::Inlined(_) => "inlined",
+        }
+    }
+
+    /// The sentence for a person.
+    pub fn text(&self, provider: &str) -> String {
+        match self {
+            Why::Constant => "a Constant (an initializer to the runtime)".into(),
+            Why::Kernel => format!("{provider} registers a kernel for it"),
+            Why::Pinned => "pinned to the CPU (layer_ann)".into(),
+            Why::NoKernel(d) => format!("{provider} has no kernel for it: {d}"),
+            Why::Deficient(d) => format!("{provider}'s kernel is known to compute it wrongly: {d}"),
+            Why::CpuPreferred => "ONNX Runtime prefers the CPU for it (a small computation fed by CPU values, GetCpuPreferredNodes)".into(),
+            Why::NoProvider(d) => format!("no provider of the runtime has a kernel for it ({d}): the model will not load"),
+            Why::Inlined(d) => format!("no provider registers it; ONNX Runtime inlines its function body ({d})"),
+        }
+    }
+}
+
+/// The placement of one graph.
+#[derive(Debug, Clone, Default)]
+pub struct GraphPlacement {
+    /// Per node index (`NodeId::index`): side and reason; nodes not in the graph are `None`.
+    places: Vec<Option<(Side, Why)>>,
+}
+
+impl GraphPlacement {
+    pub fn side(&self, n: NodeId) -> Side {
+        self.places
+            .get(n.index())
+            .and_then(|p| p.as_ref())
+            .map_or(Side::None, |p| p.0)
+    }
+    pub fn why(&self, n: NodeId) -> Option<&Why> {
+        self.places
+            .get(n.index())
+            .and_then(|p| p.as_ref())
+            .map(|p| &p.1)
+    }
+    fn set(&mut self, n: NodeId, s: Side, w: Why) {
+        if self.places.len() <= n.index() {
+            self.places.resize(n.index() + 1, None);
+        }
+        self.places[n.index()] = Some((s, w));
+    }
+}
+
+fn input_dtypes(g: &Graph, facts: &Facts, n: NodeId) -> (Vec<Option<i32>>, Vec<Option<i32>>) {
+    let node = g.node(n);
+    let ty = |v: &Option<ValueId>| v.and_then(|v| facts.dtype(v));
+    (
+        node.inputs.iter().map(ty).collect(),
+        node.outputs.iter().map(ty).collect(),
+    )
+}
+
+fn lookup_text(op: &str, since: i64, l: &Lookup<'_>) -> String {
+    match l {
+        Lookup::Kernel(_) => String::new(),
+        Lookup::NoOp => format!("no {op} kernel at all"),
+        Lookup::NoVersion(r) => {
+            let mut rs: Vec<String> = r.iter().map(|(a, b)| range_text(*a, *b)).collect();
+            rs.dedup();
+            format!(
+                "{op}-{since} is not registered (it registers {})",
+                rs.join(", ")
+            )
+        }
+        Lookup::NoType {
+            output,
+            index,
+            dtype,
+        } => format!(
+            "{op}-{since} with {} {index} of type {}",
+            if *output { "output" } else { "input" },
+            dtype_name(*dtype)
+        ),
+    }
+}
+
+/// Predicts the placement of `g` (a graph of `model`) under `profile`. `facts` gives element
+/// types (unknown types are accepted by every kernel).
+pub fn predict_graph(
+    model: &Model,
+    g: &Graph,
+    facts: &Facts,
+    profile: &Profile,
+    annotation: &str,
+) -> GraphPlacement {
+    let schemas = Schemas::builtin();
+    let cap: &Capability = profile.capability();
+    let cpu: &Capability = profile.cpu_capability();
+    let mut out = GraphPlacement::default();
+    let order: Vec<NodeId> = g.order.clone();
+    let bound = petgraph::visit::NodeIndexable::node_bound(&g.nodes);
+    let mut pos = vec![usize::MAX; bound];
+    for (i, &n) in order.iter().enumerate() {
+        pos[n.index()] = i;
+    }
+    // Tentative provider nodes, with the kernel's CPU inputs.
+    let mut tentative: Vec<Option<(Vec<usize>, Vec<usize>)>> = vec![None; bound];
+    let local_functions: HashSet<(String, String)> = model
+        .functions
+        .iter()
+        .map(|f| {
+            (
+                f.domain.clone().unwrap_or_default(),
+                f.name.clone().unwrap_or_default(),
+            )
+        })
+        .collect();
+    for &n in &order {
+        let node = g.node(n);
+        let domain = node.domain();
+        if node.op_type == "Constant" && domain.is_empty() {
+            out.set(n, Side::None, Why::Constant);
+            continue;
+        }
+        if node.metadata(LAYER_ANN_KEY) == Some(annotation) && profile.honours_layer_ann {
+            out.set(n, Side::Cpu, Why::Pinned);
+            continue;
+        }
+        if local_functions.contains(&(domain.to_string(), node.op_type.clone())) {
+            // ONNX Runtime inlines a model-local function before it partitions; its body's
+            // nodes are placed, not the call. Counted on the GPU as the body usually is.
+            out.set(n, Side::Gpu, Why::Kernel);
+            continue;
+        }
+        let opset = model
+            .opset(domain)
+            .or_else(|| {
+                if domain == "ai.onnx" {
+                    model.opset("")
+                } else {
+                    None
+                }
+            })
+            .unwrap_or(1);
+        let since = schemas.since(domain, &node.op_type, opset);
+        let (ins, outs) = input_dtypes(g, facts, n);
+        let Some(since) = since else {
+            let d = format!(
+                "{} has no schema {}at opset {opset}",
+                node.op_type,
+                if domain.is_empty() {
+                    String::new()
+                } else {
+                    format!("in {domain} ")
+                }
+            );
+            out.set(n, Side::Cpu, Why::NoProvider(d));
+            continue;
+        };
+        let on_provider = cap.lookup(domain, &node.op_type, since, &ins, &outs);
+        if let Lookup::Kernel(k) = on_provider {
+            if let Some(d) = profile.deficient(model, g, facts, n) {
+                out.set(n, Side::Cpu, Why::Deficient(d));
+            } else {
+                tentative[n.index()] = Some((k.cpu_inputs.clone(), k.cpu_outputs.clone()));
+                out.set(n, Side::Gpu, Why::Kernel);
+            }
+            continue;
+        }
+        let why = lookup_text(&node.op_type, since, &on_provider);
+        let on_cpu = cpu.lookup(domain, &node.op_type, since, &ins, &outs);
+        if !matches!(on_cpu, Lookup::Kernel(_)) {
+            match schemas
+                .at(domain, &node.op_type, opset)
+                .map(|s| &s.function)
+            {
+                Some(Function::Ops(ops)) => {
+                    let on_gpu = ops.iter().all(|op| {
+                        schemas
+                            .since("", op, opset)
+                            .is_some_and(|v| cap.kernels("", op).iter().any(|k| k.serves(v)))
+                    });
+                    let side = if on_gpu { Side::Gpu } else { Side::Cpu };
+                    out.set(n, side, Why::Inlined(ops.join(", ")));
+                    continue;
+                }
+                Some(Function::Dynamic) => {
+                    out.set(
+                        n,
+                        Side::Gpu,
+                        Why::Inlined("a body built for the node; assumed on the provider".into()),
+                    );
+                    continue;
+                }
+                _ => {}
+            }
+        }
+        match on_cpu {
+            Lookup::Kernel(_) => out.set(n, Side::Cpu, Why::NoKernel(why)),
+            l => out.set(
+                n,
+                Side::Cpu,
+                Why::NoProvider(format!(
+                    "{}; on the CPU side: {}",
+                    why,
+                    lookup_text(&node.op_type, since, &l)
+                )),
+            ),
+        }
+    }
+    if profile.cpu_preferred {
+        cpu_preferred(g, facts, &order, &pos, &tentative, &mut out);
+    }
+    out
+}
+
+/// ONNX Runtime's `GetCpuPreferredNodes` over the tentative provider nodes.
+fn cpu_preferred(
+    g: &Graph,
+    facts: &Facts,
+    order: &[NodeId],
+    pos: &[usize],
+    tentative: &[Option<(Vec<usize>, Vec<usize>)>],
+    out: &mut GraphPlacement,
+) {
+    let consumers = g.consumers();
+    let mut heap: BinaryHeap<Reverse<(usize, u32)>> = BinaryHeap::new();
+    let mut cpu_values: HashSet<ValueId> = HashSet::new();
+    let push_consumers = |v: ValueId, heap: &mut BinaryHeap<Reverse<(usize, u32)>>| {
+        for &(c, slot) in consumers.of(v) {
+            if slot == crate::ir::IMPLICIT_SLOT {
+                continue;
+            }
+            if let Some(&p) = pos.get(c.index()) {
+                if p != usize::MAX {
+                    heap.push(Reverse((p, c.index() as u32)));
+                }
+            }
+        }
+    };
+    for &n in order {
+        let Some((_, cpu_outs)) = &tentative[n.index()] else {
+            continue;
+        };
+        for &i in cpu_outs {
+            if let Some(Some(v)) = g.node(n).outputs.get(i) {
+                cpu_values.insert(*v);
+                push_consumers(*v, &mut heap);
+            }
+        }
+    }
+    let graph_inputs: HashSet<ValueId> = g
+        .values
+        .iter()
+        .enumerate()
+        .filter(|(_, v)| v.origin == Origin::Input)
+        .map(|(i, _)| ValueId(i as u32))
+        .collect();
+    let small_initializer = |v: ValueId| -> bool {
+        g.initializer(v)
+            .map(|t| t.dims.iter().product::<i64>() <= 100)
+            .unwrap_or(false)
+    };
+    let low_float = |v: ValueId| matches!(facts.dtype(v), Some(10 | 16 | 17 | 18 | 19 | 20));
+    let mut visited: HashSet<u32> = HashSet::new();
+    while let Some(Reverse((_, idx))) = heap.pop() {
+        if !visited.insert(idx) {
+            continue;
+        }
+        let n = order[pos[idx as usize]];
+        let node = g.node(n);
+        let Some((cpu_ins, _)) = &tentative[n.index()] else {
+            // Not a provider node: on the CPU already (or a Constant); its outputs are CPU
+            // values for its consumers.
+            if out.side(n) == Side::Cpu {
+                for v in node.outputs.iter().flatten() {
+                    cpu_values.insert(*v);
+                    push_consumers(*v, &mut heap);
+                }
+            }
+            continue;
+        };
+        let mut place = true;
+        for (i, input) in node.inputs.iter().enumerate() {
+            let Some(v) = *input else {
+                // An omitted input is a NodeArg that is neither an initializer, a graph
+                // input nor a CPU value: the node stays.
+                place = false;
+                break;
+            };
+            if low_float(v) {
+                place = false;
+                break;
+            }
+            if small_initializer(v) || graph_inputs.contains(&v) {
+                continue;
+            }
+            if !cpu_values.contains(&v) || cpu_ins.contains(&i) {
+                place = false;
+                break;
+            }
+        }
+        if place {
+            out.set(n, Side::Cpu, Why::CpuPreferred);
+            for v in node.outputs.iter().flatten() {
+                cpu_values.insert(*v);
+                push_consumers(*v, &mut heap);
+            }
+        }
+    }
+}

@@ -1,0 +1,186 @@
+#!/usr/bin/env python3
+"""Holds onnx-safeify's placement prediction against onnxruntime-web's own record.
+
+For each model: `onnx-safeify inspect MODEL --target T --format json` predicts, per node, whether
+the target's provider or the CPU runs it; onnxruntime-web (WebGPU provider, headless Chromium,
+tools/webgpu) creates a session for the model at verbose log level and logs its placement
+(`VerifyEachNodeIsAssignedToAnEp`: the nodes each provider received). A node agrees when the
+predicted side is the logged one. Nodes the runtime renamed or removed (a function it inlined)
+are counted apart, and so are CPU nodes in the log that the prediction does not name.
+
+Usage: tools/placement_check.py --bin target/release/onnx-safeify --target webgpu
+           [--opt disabled|basic|extended|all] [--json OUT] [--compile] MODEL...
+  --compile   hold the prediction for the target's output of each model too (compiled first)
+Prints a table per model, the misses with their predicted reason, and the total agreement.
+Exit 0 when every model was read (whatever the agreement), 2 on a harness failure.
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+PLACED = re.compile(r"Node\(s\) placed on \[(\w+)\]\. Number of nodes: (\d+)")
+ALL = re.compile(r"All nodes placed on \[(\w+)\]\. Number of nodes: (\d+)")
+NODE = re.compile(r"VerifyEachNodeIsAssignedToAnEp\]\s{2,}(\S+) \((.*)\)\s*$")
+
+
+def predict(binary, model, target):
+    out = subprocess.run(
+        [binary, "inspect", str(model), "--target", target, "--format", "json"],
+        capture_output=True, text=True,
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"inspect failed on {model}: {out.stderr.strip()}")
+    return json.loads(out.stdout)
+
+
+def logged(log_lines):
+    """{provider: count}, {node name: provider} from one session's log lines."""
+    counts, where, current = {}, {}, None
+    for line in log_lines:
+        m = ALL.search(line)
+        if m:
+            counts[m.group(1)] = int(m.group(2))
+            current = None
+            continue
+        m = PLACED.search(line)
+        if m:
+            current = m.group(1)
+            counts[current] = int(m.group(2))
+            continue
+        m = NODE.search(line)
+        if m and current:
+            where[m.group(2)] = current
+    return counts, where
+
+
+def run_jobs(models, opt, timeout_ms=300000):
+    d = Path(tempfile.mkdtemp(prefix="placement-"))
+    req = {
+        "jobs": [{"model": str(Path(m).resolve()), "runs": [], "graph_optimization_level": opt}
+                 for m in models],
+        "provider": "webgpu",
+        "timeout_ms": timeout_ms,
+    }
+    (d / "request.json").write_text(json.dumps(req))
+    subprocess.run(["node", str(HERE / "webgpu" / "run.mjs"), str(d)],
+                   capture_output=True, text=True, timeout=timeout_ms / 1000 + 120)
+    res = json.loads((d / "result.json").read_text())
+    # Split the console log per job ("=== job J").
+    per_job, cur = {}, None
+    for line in res.get("log", []):
+        m = re.match(r"=== job (\d+)", line)
+        if m:
+            cur = int(m.group(1))
+            per_job[cur] = []
+        elif cur is not None:
+            per_job[cur].append(line)
+    jobs = res.get("jobs", [])
+    return [(jobs[i] if i < len(jobs) else {"ok": False, "error": res.get("error")},
+             per_job.get(i, [])) for i in range(len(models))]
+
+
+def compare(pred, job, lines):
+    counts, where = logged(lines)
+    provider = pred["provider"]
+    if not counts:
+        return {"loaded": False, "error": (job or {}).get("error", "no placement logged")}
+    names = {n["name"] for n in pred["nodes"]}
+    agree = disagree = absent = 0
+    misses = []
+    for n in pred["nodes"]:
+        if n["side"] == "none":
+            continue
+        if n["why"] == "inlined":
+            absent += 1
+            continue
+        if where:
+            got = where.get(n["name"])
+            if got is None:
+                # Listed providers name their nodes; a node in none of them was removed or
+                # renamed by the runtime (a fusion, an inlined function).
+                if len(counts) == 1:
+                    got = next(iter(counts))
+                else:
+                    absent += 1
+                    continue
+        else:
+            got = next(iter(counts))
+        side = "cpu" if got == "CPUExecutionProvider" else "gpu"
+        if side == n["side"]:
+            agree += 1
+        else:
+            disagree += 1
+            misses.append({"node": n["name"], "op": n["op"], "predicted": n["side"],
+                           "why": n["why"], "detail": n.get("detail"), "logged": got})
+    extra_cpu = [nm for nm, p in where.items() if p == "CPUExecutionProvider" and nm not in names]
+    return {"loaded": True, "agree": agree, "disagree": disagree, "absent": absent,
+            "runtime_cpu_unnamed": len(extra_cpu), "counts": counts, "misses": misses,
+            "provider": provider}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", default=str(HERE.parent / "target" / "release" / "onnx-safeify"))
+    ap.add_argument("--target", default="webgpu")
+    ap.add_argument("--opt", default="disabled")
+    ap.add_argument("--json")
+    ap.add_argument("--compile", action="store_true")
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("models", nargs="+")
+    a = ap.parse_args()
+    models = [Path(m) for m in a.models]
+    work = Path(tempfile.mkdtemp(prefix="placement-out-"))
+    if a.compile:
+        outs = []
+        for m in models:
+            o = work / (m.stem + f".{a.target}.onnx")
+            r = subprocess.run([a.bin, str(m), "--target", a.target, "-o", str(o)],
+                               capture_output=True, text=True)
+            if r.returncode in (0, 1) and o.exists():
+                outs.append(o)
+        models = models + outs
+    preds = {}
+    for m in models:
+        try:
+            preds[m] = predict(a.bin, m, a.target)
+        except Exception as e:  # noqa: BLE001 - reported per model
+            print(f"{m.name}: {e}", file=sys.stderr)
+    todo = [m for m in models if m in preds]
+    results = {}
+    for i in range(0, len(todo), a.batch):
+        batch = todo[i:i + a.batch]
+        for m, (job, lines) in zip(batch, run_jobs(batch, a.opt)):
+            results[m] = compare(preds[m], job, lines)
+    tot_a = tot_d = tot_abs = 0
+    print(f"{'model':60} {'agree':>6} {'differ':>6} {'absent':>6}  logged")
+    for m in todo:
+        r = results[m]
+        if not r.get("loaded"):
+            print(f"{m.name[:60]:60} {'-':>6} {'-':>6} {'-':>6}  did not load: {str(r.get('error'))[:80]}")
+            continue
+        tot_a += r["agree"]
+        tot_d += r["disagree"]
+        tot_abs += r["absent"]
+        counts = ", ".join(f"{k} {v}" for k, v in r["counts"].items())
+        print(f"{m.name[:60]:60} {r['agree']:>6} {r['disagree']:>6} {r['absent']:>6}  {counts}")
+        for x in r["misses"]:
+            print(f"    miss: {x['node']} ({x['op']}): predicted {x['predicted']} ({x['why']}"
+                  f"{': ' + x['detail'] if x.get('detail') else ''}), logged {x['logged']}")
+    n = tot_a + tot_d
+    share = 100.0 * tot_a / n if n else 0.0
+    print(f"agreement: {tot_a} of {n} placed nodes ({share:.2f} %); {tot_abs} renamed or inlined by the runtime")
+    if a.json:
+        Path(a.json).write_text(json.dumps(
+            {"target": a.target, "opt": a.opt, "agree": tot_a, "placed": n,
+             "models": {str(m): results[m] for m in todo}}, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
