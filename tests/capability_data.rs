@@ -441,8 +441,14 @@ fn cuda_and_webgpu_shape_inputs_live_on_the_cpu() {
     assert!(wg.lookup("ai.onnx", "MatMul", 13).is_some());
     assert!(wg.lookup("ai.onnx", "Conv", 11).is_some());
     assert!(wg.regs("ai.onnx", "MatMulInteger").is_empty());
-    assert_eq!(wg.lookup("ai.onnx", "Shape", 15).unwrap().cpu_outputs, vec![0]);
-    assert_eq!(wg.lookup("ai.onnx", "Reshape", 14).unwrap().cpu_inputs, vec![1]);
+    assert_eq!(
+        wg.lookup("ai.onnx", "Shape", 15).unwrap().cpu_outputs,
+        vec![0]
+    );
+    assert_eq!(
+        wg.lookup("ai.onnx", "Reshape", 14).unwrap().cpu_inputs,
+        vec![1]
+    );
 }
 
 #[test]

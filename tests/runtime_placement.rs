@@ -1,0 +1,282 @@
+//! The placement prediction (`src/runtime/`): where a target's runtime runs each node, from
+//! its provider's kernels, ONNX Runtime's function inlining and CPU preference, and the pins;
+//! then the prediction held against onnxruntime-web's own record (headless Chromium, WebGPU
+//! provider; needs scripts/setup-runtimes.sh, fails without it unless
+//! ONNX_SAFEIFY_ALLOW_MISSING_RUNTIMES=1).
+
+mod common;
+mod runtimes_support;
+
+use std::path::{Path, PathBuf};
+
+use common::*;
+use onnx_safeify::proto::{AttributeProto, OperatorSetIdProto, TensorProto};
+use onnx_safeify::verify::RuntimeKind;
+
+fn write(dir: &Path, name: &str, m: &onnx_safeify::proto::ModelProto) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, encode(m)).unwrap();
+    p
+}
+
+fn tmp() -> PathBuf {
+    let d = std::env::temp_dir().join(format!(
+        "safeify-placement-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    ));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// `inspect MODEL --target T --format json`: node name -> (side, why, detail).
+fn predict(model: &Path, target: &str) -> Vec<(String, String, String, String)> {
+    let out = std::process::Command::new(bin())
+        .args([
+            "inspect",
+            model.to_str().unwrap(),
+            "--target",
+            target,
+            "--format",
+            "json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    v["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| {
+            (
+                n["name"].as_str().unwrap().to_string(),
+                n["side"].as_str().unwrap().to_string(),
+                n["why"].as_str().unwrap().to_string(),
+                n["detail"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect()
+}
+
+fn place<'a>(p: &'a [(String, String, String, String)], name: &str) -> (&'a str, &'a str) {
+    let n = p
+        .iter()
+        .find(|n| n.0 == name)
+        .unwrap_or_else(|| panic!("no node {name} in {p:?}"));
+    (n.1.as_str(), n.2.as_str())
+}
+
+fn int_tensor(name: &str, dims: &[i64], v: &[i64]) -> TensorProto {
+    TensorProto {
+        name: Some(name.into()),
+        dims: dims.to_vec(),
+        data_type: Some(7),
+        int64_data: v.to_vec(),
+        ..Default::default()
+    }
+}
+
+/// x -> Relu -> r; Shape(r) -> Cast(int64) -> Reshape(r, ·) under a target of the user's
+/// naming the CUDA provider: Shape's output is in CPU memory there, so ONNX Runtime prefers the
+/// CPU for the Cast fed by it, while Reshape declares its shape input a CPU input and stays on
+/// the GPU. On WebGPU the same Cast has no kernel at all (no int64 without `enable_int64`).
+#[test]
+fn shape_computations_go_to_the_cpu_as_onnx_runtime_prefers() {
+    let mut g = tiny_graph();
+    g.node = vec![
+        node("Relu", "relu", &["x"], &["r"]),
+        node("Shape", "shape", &["r"], &["s"]),
+        {
+            let mut n = node("Cast", "cast", &["s"], &["c"]);
+            n.attribute.push(int_attr("to", 7));
+            n
+        },
+        node("Reshape", "reshape", &["r", "c"], &["y"]),
+    ];
+    let d = tmp();
+    let m = write(&d, "shape.onnx", &model(g));
+    let target = d.join("cuda.yaml");
+    std::fs::write(
+        &target,
+        "target: my-cuda\ndescription: a user's CUDA target\nextends: none\nprovider: cuda\n",
+    )
+    .unwrap();
+    let p = predict(&m, target.to_str().unwrap());
+    assert_eq!(place(&p, "relu"), ("gpu", "kernel"));
+    assert_eq!(place(&p, "shape"), ("gpu", "kernel"));
+    assert_eq!(place(&p, "cast"), ("cpu", "cpu preferred"));
+    assert_eq!(place(&p, "reshape"), ("gpu", "kernel"));
+    let p = predict(&m, "webgpu");
+    assert_eq!(place(&p, "cast"), ("cpu", "no kernel"));
+    // A provider that does not exist is a rule-file error naming the ones that do.
+    std::fs::write(&target, "target: my-cuda\nextends: none\nprovider: cudaa\n").unwrap();
+    let out = std::process::Command::new(bin())
+        .args([
+            "inspect",
+            m.to_str().unwrap(),
+            "--target",
+            target.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("unknown `provider` `cudaa`") && err.contains("did you mean `cuda`?"),
+        "{err}"
+    );
+}
+
+/// HardSwish: no provider of DirectML's runtime registers it (the CPU provider neither);
+/// ONNX Runtime inlines its function body (HardSigmoid, Mul), which DirectML runs.
+#[test]
+fn a_function_op_no_provider_registers_is_inlined() {
+    let mut g = tiny_graph();
+    g.node = vec![node("HardSwish", "hs", &["x"], &["y"])];
+    let d = tmp();
+    let m = write(&d, "hs.onnx", &model(g));
+    let p = predict(&m, "rx580");
+    assert_eq!(place(&p, "hs"), ("gpu", "inlined"));
+}
+
+/// ScatterND at opset 18: DirectML registers 11, 13 and 16 (open-ended, so each only at its
+/// own since-version): the node runs on the CPU, and the prediction says why.
+#[test]
+fn an_open_ended_registration_serves_only_its_own_since_version() {
+    let mut g = tiny_graph();
+    g.node = vec![
+        node("Relu", "relu", &["x"], &["r"]),
+        node("ScatterND", "scatter", &["r", "idx", "upd"], &["y"]),
+    ];
+    g.initializer = vec![
+        int_tensor("idx", &[1, 1], &[0]),
+        float_init("upd", &[1, 4], &[1.0, 2.0, 3.0, 4.0]),
+    ];
+    let d = tmp();
+    for (opset, side) in [(16, "gpu"), (18, "cpu")] {
+        let mut mp = model(g.clone());
+        mp.opset_import = vec![OperatorSetIdProto {
+            domain: Some(String::new()),
+            version: Some(opset),
+        }];
+        let m = write(&d, &format!("scatter{opset}.onnx"), &mp);
+        let p = predict(&m, "directml");
+        assert_eq!(place(&p, "scatter").0, side, "opset {opset}: {p:?}");
+        if side == "cpu" {
+            let n = p.iter().find(|n| n.0 == "scatter").unwrap();
+            assert_eq!(n.2, "no kernel");
+            assert!(n.3.contains("ScatterND-18 is not registered"), "{}", n.3);
+        }
+    }
+}
+
+/// A blocked DequantizeLinear (opset 21, block_size) is on DirectML's deficient list: the
+/// directml target pins it, and the prediction of an unpinned one says why it is refused.
+#[test]
+fn directml_blocked_dequantize_is_pinned() {
+    let mut g = tiny_graph();
+    let mut dq = node("DequantizeLinear", "dq", &["w", "sc"], &["wf"]);
+    dq.attribute.push(AttributeProto {
+        name: Some("block_size".into()),
+        r#type: Some(2),
+        i: Some(2),
+        ..Default::default()
+    });
+    dq.attribute.push(int_attr("axis", 1));
+    g.node = vec![dq, node("MatMul", "mm", &["x", "wf"], &["y"])];
+    g.initializer = vec![
+        TensorProto {
+            name: Some("w".into()),
+            dims: vec![4, 4],
+            data_type: Some(3),
+            int32_data: vec![1; 16],
+            ..Default::default()
+        },
+        float_init("sc", &[4, 2], &[0.5; 8]),
+    ];
+    let mut mp = model(g);
+    mp.ir_version = Some(10);
+    mp.opset_import[0].version = Some(21);
+    let d = tmp();
+    let m = write(&d, "dq.onnx", &mp);
+    let p = predict(&m, "directml");
+    assert_eq!(place(&p, "dq"), ("cpu", "deficient kernel"));
+    let out = d.join("dq.dml.onnx");
+    let c = std::process::Command::new(bin())
+        .args([
+            m.to_str().unwrap(),
+            "--target",
+            "directml",
+            "-o",
+            out.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        c.status.code() == Some(0),
+        "{}",
+        String::from_utf8_lossy(&c.stderr)
+    );
+    let p = predict(&out, "directml");
+    assert_eq!(place(&p, "dq"), ("cpu", "pinned"));
+    assert_eq!(place(&p, "mm"), ("gpu", "kernel"));
+}
+
+/// The prediction against onnxruntime-web's log (graph optimisations off, so that the
+/// runtime's nodes are the model's): at least 99 % of the placed nodes agree.
+#[test]
+fn webgpu_prediction_agrees_with_onnxruntime_web() {
+    if !runtimes_support::ready(RuntimeKind::Webgpu) {
+        return;
+    }
+    let mut models = vec![sample()];
+    if let Some(c) = corpus() {
+        for f in [
+            "transformers/bert_plain.onnx",
+            "transformers/llama_gqa.onnx",
+            "transformers/vit_plain.onnx",
+            "quantized/ch_ppocr_mobile_v2.0_cls_infer.qop.onnx",
+        ] {
+            let p = c.join(f);
+            if p.exists() {
+                models.push(p);
+            }
+        }
+    }
+    let d = tmp();
+    let json = d.join("placement.json");
+    let mut cmd = std::process::Command::new("python3");
+    cmd.arg(repo().join("tools/placement_check.py"))
+        .args([
+            "--bin",
+            bin().to_str().unwrap(),
+            "--target",
+            "webgpu",
+            "--json",
+        ])
+        .arg(&json)
+        .args(&models);
+    let out = cmd.output().expect("python3 runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let (agree, placed) = (v["agree"].as_u64().unwrap(), v["placed"].as_u64().unwrap());
+    assert!(placed > 300, "{text}");
+    assert!(
+        agree * 100 >= placed * 99,
+        "prediction agrees on {agree} of {placed} nodes:\n{text}"
+    );
+}
