@@ -731,20 +731,34 @@ fn check(a: &CheckArgs) -> Result<u8, Error> {
     let mut doc = onnx_safeify::load(&a.model)?;
     let findings = engine::check(&mut doc.model, &target, &opts);
     let name = a.model.display().to_string();
+    // What the runtime runs on the CPU by itself: a warning, not a finding (nothing to fix
+    // in the model; the cost counts it).
+    let placed = onnx_safeify::runtime::predict_for_target(&doc.model, &target, &opts);
     match a.format {
-        Format::Text => emit(&onnx_safeify::report::findings_text(
-            &target.name,
-            &name,
-            &findings,
-        ))?,
+        Format::Text => {
+            let mut text = onnx_safeify::report::findings_text(&target.name, &name, &findings);
+            if let Some(note) = placed.as_ref().and_then(|p| p.moved_note()) {
+                text.push_str(&format!("warning: {note}\n"));
+            }
+            emit(&text)?
+        }
         Format::Json => {
             let cost = onnx_safeify::cost::for_target(&doc.model, &target, &opts);
-            emit(&onnx_safeify::report::findings_json_with_cost(
-                &target.name,
-                &name,
-                &findings,
-                Some(&cost),
-            ))?
+            let mut v: serde_json::Value =
+                serde_json::from_str(&onnx_safeify::report::findings_json_with_cost(
+                    &target.name,
+                    &name,
+                    &findings,
+                    Some(&cost),
+                ))
+                .unwrap_or_default();
+            if let (Some(p), Some(o)) = (placed.as_ref(), v.as_object_mut()) {
+                o.insert(
+                    "runtime_cpu".into(),
+                    serde_json::to_value(p.moved().collect::<Vec<_>>()).unwrap_or_default(),
+                );
+            }
+            emit(&(serde_json::to_string_pretty(&v).unwrap_or_default() + "\n"))?
         }
     }
     release(doc);

@@ -13,6 +13,9 @@ pub enum FindingKind {
     OverBudget,
     /// The rule's action cannot be applied to this node; it falls back to the CPU.
     FallsBack,
+    /// No provider of the target's runtime registers a kernel for this node: the session
+    /// cannot be created (the model does not load).
+    WillNotLoad,
 }
 
 impl FindingKind {
@@ -23,6 +26,7 @@ impl FindingKind {
             FindingKind::Unsupported => "unsupported",
             FindingKind::OverBudget => "over-budget",
             FindingKind::FallsBack => "fallback",
+            FindingKind::WillNotLoad => "will-not-load",
         }
     }
 }

@@ -225,6 +225,12 @@ fn compile_at_own_opset(
         };
         bodies.compile(&mut model.graph, &ScopePath::root(), &outer);
     }
+    if let Some(note) = crate::runtime::predict_for_target(model, target, opts)
+        .as_ref()
+        .and_then(|p| p.moved_note())
+    {
+        report.notes.push(note);
+    }
     if let Some(c) = report.cost.as_mut() {
         c.before = before;
         c.after.add(&crate::cost::of_bodies(
@@ -383,6 +389,34 @@ fn check_at_own_opset(model: &mut Model, target: &Target, opts: &Options) -> Vec
     let model: &Model = model;
     let cx = context(model, target, &sizes, opts);
     let mut out = check_graph(&cx, opts);
+    if let Some(profile) = crate::cost::profile_of(target) {
+        // A node no provider of the runtime takes: the output would not load.
+        let p = crate::runtime::placement::predict_graph(
+            model,
+            &model.graph,
+            cx.facts(),
+            profile,
+            &opts.annotation,
+        );
+        for &n in &model.graph.order {
+            if let Some(crate::runtime::placement::Why::NoProvider(d)) = p.why(n) {
+                let node = model.graph.node(n);
+                out.push(Finding {
+                    node: node.name().to_string(),
+                    op: node.op_type.clone(),
+                    rule: "runtime-cannot-load".into(),
+                    action: "none".into(),
+                    why: format!(
+                        "no provider of the target's runtime ({} and the CPU provider) registers a kernel for this node: the session cannot be created",
+                        profile.provider
+                    ),
+                    evidence: Vec::new(),
+                    kind: FindingKind::WillNotLoad,
+                    reason: Some(d.clone()),
+                });
+            }
+        }
+    }
     if has_bodies(&model.graph) {
         let outer = OuterFacts::default().for_bodies_of(&cx);
         check_bodies(

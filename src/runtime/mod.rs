@@ -235,3 +235,60 @@ impl PlacementReport {
         s
     }
 }
+
+/// The predicted placement of `model`'s main graph under `target` at the sizes a compile
+/// assumes (`--dim`, then the target's defaults); `None` when the target names no provider.
+pub fn predict_for_target(
+    model: &Model,
+    target: &crate::rules::schema::Target,
+    opts: &crate::engine::Options,
+) -> Option<PlacementReport> {
+    let profile = crate::cost::profile_of(target)?;
+    let sizes = crate::analysis::Sizes::for_model(
+        model,
+        &opts.dims,
+        &crate::rewrite::pass::assumed_sizes(target),
+    );
+    let facts = sizes.infer(model);
+    Some(placement_report(
+        model,
+        &facts,
+        &target.name,
+        profile,
+        &opts.annotation,
+    ))
+}
+
+impl PlacementReport {
+    /// Nodes the runtime runs on the CPU by itself because its provider has no kernel for
+    /// them (or a deficient one): neither pinned nor preferred there by ONNX Runtime.
+    pub fn moved(&self) -> impl Iterator<Item = &PlacedNode> {
+        self.nodes
+            .iter()
+            .filter(|n| n.side == "cpu" && matches!(n.why, "no kernel" | "deficient kernel"))
+    }
+
+    /// Nodes no provider takes: the session cannot be created.
+    pub fn unloadable(&self) -> impl Iterator<Item = &PlacedNode> {
+        self.nodes.iter().filter(|n| n.why == "no provider")
+    }
+
+    /// One line naming what [`PlacementReport::moved`] holds, by op (`None` when empty).
+    pub fn moved_note(&self) -> Option<String> {
+        let mut by_op: std::collections::BTreeMap<&str, usize> = Default::default();
+        for n in self.moved() {
+            *by_op.entry(n.op.as_str()).or_default() += 1;
+        }
+        if by_op.is_empty() {
+            return None;
+        }
+        let total: usize = by_op.values().sum();
+        let ops: Vec<String> = by_op.iter().map(|(o, c)| format!("{o} {c}")).collect();
+        Some(format!(
+            "the runtime runs {total} node(s) on the CPU by itself ({} has no kernel for them at their since-version and types; counted in the cost; `inspect --target {}` lists them): {}",
+            self.provider,
+            self.target,
+            ops.join(", ")
+        ))
+    }
+}
