@@ -122,6 +122,21 @@ pub fn compile_with(
             return report;
         }
     };
+    // A raise must not move a node off the GPU: a provider registers kernels per
+    // since-version, and a node's since-version may change with the opset (DirectML has
+    // ScatterND at 11, 13 and 16, not 18).
+    if let Some(moved) = raise_moves_off_gpu(&before, model, target, opts) {
+        *model = before;
+        let mut report = compile_at_own_opset(model, target, opts, external);
+        report.notes.push(format!(
+            "opset kept at {from}: raising it to {} for the packed MatMulNBits decomposition \
+             would move {moved} off the GPU (the target's provider has no kernel for its new \
+             since-version); MatMulNBits is unpacked (or falls back) below opset {}",
+            opset::PACKED_OPSET,
+            opset::PACKED_OPSET
+        ));
+        return report;
+    }
     let mut report = compile_at_own_opset(model, target, opts, external);
     if any_packed_nbits(&model.graph) {
         let rewrites = raised.rewrites();
@@ -148,6 +163,57 @@ pub fn compile_with(
     report
 }
 
+/// The nodes (named, with their op) that the target's provider runs before an opset raise and
+/// not after it, when there are any (`None` for a target that names no provider).
+fn raise_moves_off_gpu(
+    before: &Model,
+    raised: &Model,
+    target: &Target,
+    opts: &Options,
+) -> Option<String> {
+    use crate::runtime::placement::Why;
+    let profile = crate::cost::profile_of(target)?;
+    let on_gpu = |m: &Model| -> std::collections::HashSet<String> {
+        let facts = sizes(m, target, opts).infer(m);
+        let p = crate::runtime::placement::predict_graph(
+            m,
+            &m.graph,
+            &facts,
+            profile,
+            &opts.annotation,
+        );
+        m.graph
+            .order
+            .iter()
+            .filter(|&&n| {
+                matches!(p.why(n), Some(Why::Kernel | Why::Inlined(_)))
+                    && p.side(n) == crate::runtime::placement::Side::Gpu
+            })
+            .map(|&n| format!("{} ({})", m.graph.node(n).name(), m.graph.node(n).op_type))
+            .collect()
+    };
+    let (a, b) = (on_gpu(before), on_gpu(raised));
+    let mut lost: Vec<&String> = a.difference(&b).collect();
+    if lost.is_empty() {
+        return None;
+    }
+    lost.sort();
+    let n = lost.len();
+    let shown: Vec<&str> = lost.iter().take(3).map(|s| s.as_str()).collect();
+    Some(format!(
+        "{n} node(s): {}{}",
+        shown.join(", "),
+        if n > 3 { ", ..." } else { "" }
+    ))
+}
+
+/// Whether the target's provider computes the packed MatMulNBits form (a blocked
+/// `DequantizeLinear` at opset 21) wrongly: DirectML ignores `block_size`
+/// ([`crate::runtime::Profile::deficient`]).
+fn packed_form_deficient(target: &Target) -> bool {
+    crate::cost::profile_of(target).is_some_and(|p| p.name == "directml")
+}
+
 /// Whether the target would decompose a MatMulNBits of the main graph that opset 21 keeps
 /// packed (4 or 8 bits, no `g_idx`) while the model is below opset 21: an `unfuse` rule
 /// matches it.
@@ -155,7 +221,7 @@ fn wants_packed_opset(model: &Model, target: &Target, opts: &Options) -> bool {
     let Some(from) = model.opset("") else {
         return false;
     };
-    if from >= crate::rewrite::opset::PACKED_OPSET {
+    if from >= crate::rewrite::opset::PACKED_OPSET || packed_form_deficient(target) {
         return false;
     }
     let g = &model.graph;
