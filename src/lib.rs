@@ -140,6 +140,7 @@ pub mod report;
 pub mod rewrite;
 pub mod rules;
 pub mod tensor;
+pub mod timing;
 pub mod verify;
 
 #[cfg(feature = "python")]

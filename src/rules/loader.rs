@@ -113,6 +113,7 @@ struct Acc {
     runtime: Vec<RuntimeSetting>,
     fallback: Option<crate::rules::schema::Fallback>,
     approximate: Option<bool>,
+    device: crate::rules::schema::DeviceSpec,
     chain: Vec<String>,
     /// Every file of the chain was read and checked without error.
     ok: bool,
@@ -205,6 +206,7 @@ impl<'f> Loader<'f> {
             runtime: acc.runtime,
             fallback: acc.fallback,
             approximate: acc.approximate,
+            device: acc.device,
         })
     }
 
@@ -350,6 +352,7 @@ impl<'f> Loader<'f> {
                     if sub.approximate.is_some() {
                         acc.approximate = sub.approximate;
                     }
+                    acc.device.merge(&sub.device);
                     for c in sub.chain {
                         if !acc.chain.contains(&c) {
                             acc.chain.push(c);
@@ -404,6 +407,7 @@ impl<'f> Loader<'f> {
         if doc.approximate.is_some() {
             acc.approximate = doc.approximate;
         }
+        acc.device.merge(&doc.device);
     }
 }
 
