@@ -717,19 +717,23 @@ fn check(a: &CheckArgs) -> Result<u8, Error> {
     let mut doc = onnx_safeify::load(&a.model)?;
     let findings = engine::check(&mut doc.model, &target, &opts);
     let name = a.model.display().to_string();
+    let timing = onnx_safeify::timing::for_target(&doc.model, &target, &opts);
     match a.format {
-        Format::Text => emit(&onnx_safeify::report::findings_text(
-            &target.name,
-            &name,
-            &findings,
-        ))?,
+        Format::Text => {
+            let mut text = onnx_safeify::report::findings_text(&target.name, &name, &findings);
+            if let Some(t) = &timing {
+                text.push_str(&onnx_safeify::report::check_timing_text(&name, t));
+            }
+            emit(&text)?
+        }
         Format::Json => {
             let cost = onnx_safeify::cost::for_target(&doc.model, &target, &opts);
-            emit(&onnx_safeify::report::findings_json_with_cost(
+            emit(&onnx_safeify::report::findings_json_with_timing(
                 &target.name,
                 &name,
                 &findings,
                 Some(&cost),
+                timing.as_ref(),
             ))?
         }
     }

@@ -3,7 +3,10 @@
 //! docs/hazards.md; a user's target inherits and overrides it key by key; a bad section is an
 //! error with its file, line and column.
 
+mod common;
+
 use std::path::{Path, PathBuf};
+use std::process::Command;
 
 use onnx_safeify::rules::{builtin_names, load_target, load_target_from, parse_target_str, MemFs};
 use onnx_safeify::timing::DeviceModel;
@@ -122,4 +125,89 @@ fn a_bad_device_section_is_an_error_with_its_place() {
         e.to_string().contains("its device model is the target's"),
         "{e}"
     );
+}
+
+fn run(args: &[&str]) -> std::process::Output {
+    Command::new(common::bin()).args(args).output().unwrap()
+}
+
+#[test]
+fn the_report_gives_the_cost_of_safety_in_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let sample = common::sample();
+    let out = dir.path().join("out.onnx");
+    let report = dir.path().join("r.json");
+    let o = run(&[
+        sample.to_str().unwrap(),
+        "--target",
+        "rx580",
+        "-o",
+        out.to_str().unwrap(),
+        "--report",
+        report.to_str().unwrap(),
+    ]);
+    let summary = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(o.status.success(), "{summary}");
+    assert!(
+        summary.contains("estimated time on AMD Radeon RX 580 8 GB"),
+        "{summary}"
+    );
+    assert!(summary.contains("slowdown"), "{summary}");
+    assert!(summary.contains("of the 2000 ms limit"), "{summary}");
+    let j: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let t = &j["timing"];
+    for side in ["input", "output"] {
+        let s = &t[side];
+        assert!(s["total_ms"].as_f64().unwrap() > 0.0, "{j}");
+        assert_eq!(s["limit_ms"].as_f64(), Some(2000.0));
+        assert!(s["submissions"].as_u64().unwrap() >= 1);
+        let total = s["gpu_ms"].as_f64().unwrap()
+            + s["cpu_ms"].as_f64().unwrap()
+            + s["crossing_ms"].as_f64().unwrap();
+        assert!(
+            (total - s["total_ms"].as_f64().unwrap()).abs() < 0.01,
+            "{s}"
+        );
+        assert!(s["meets_limit_with_margin"].is_boolean());
+    }
+    let slowdown = j["slowdown"].as_f64().unwrap();
+    assert_eq!(t["slowdown"].as_f64(), Some(slowdown));
+    let ratio =
+        t["output"]["total_ms"].as_f64().unwrap() / t["input"]["total_ms"].as_f64().unwrap();
+    assert!(
+        (slowdown - ratio).abs() < 0.01 * ratio,
+        "{slowdown} vs {ratio}"
+    );
+
+    // check: the JSON's `timing`, and a line in words.
+    let o = run(&[
+        "check",
+        sample.to_str().unwrap(),
+        "--target",
+        "rx580",
+        "--format",
+        "json",
+    ]);
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(
+        j["timing"]["longest_submission_ms"].as_f64().unwrap() > 0.0,
+        "{j}"
+    );
+    let o = run(&["check", sample.to_str().unwrap(), "--target", "rx580"]);
+    let text = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(text.contains("longest GPU submission"), "{text}");
+    assert!(text.contains("meets the limit with margin"), "{text}");
+
+    // No device, no time: `none`.
+    let o = run(&[
+        "check",
+        sample.to_str().unwrap(),
+        "--target",
+        "none",
+        "--format",
+        "json",
+    ]);
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(j.get("timing").is_none(), "{j}");
 }

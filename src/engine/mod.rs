@@ -198,6 +198,7 @@ fn compile_at_own_opset(
 ) -> Report {
     let sizes = sizes(model, target, opts);
     let before = crate::cost::of_model(model, &opts.annotation, &sizes);
+    let time_before = crate::timing::of_model(model, target, &opts.annotation, &sizes);
     if has_bodies(&model.graph) {
         // New names must not shadow (or be shadowed by) a name of an enclosing or inner scope.
         crate::ir::scope::reserve_names_across_scopes(&mut model.graph);
@@ -225,6 +226,10 @@ fn compile_at_own_opset(
         c.after
             .add(&crate::cost::of_bodies(&model.graph, &opts.annotation));
     }
+    report.timing = time_before.and_then(|before| {
+        let after = crate::timing::of_model(model, target, &opts.annotation, &sizes)?;
+        Some(crate::timing::TimingOfSafety { before, after })
+    });
     report
 }
 
