@@ -106,7 +106,21 @@ pub fn timing_text(t: &TimingOfSafety) -> String {
         longest_text(a),
         longest_text(b)
     );
+    if a.bounded_nodes > 0 || b.bounded_nodes > 0 {
+        let _ = writeln!(
+            s,
+            "  {}",
+            bounded_text(a.bounded_nodes.max(b.bounded_nodes))
+        );
+    }
     s
+}
+
+/// The warning of estimates resting on sizes the compile does not know.
+fn bounded_text(n: usize) -> String {
+    format!(
+        "{n} node(s) at sizes bounded from their neighbours, not known: the times are rough; give the sizes you run with --dim"
+    )
 }
 
 /// `check`'s time line: the checked model's estimate, and whether its longest submission
@@ -114,6 +128,9 @@ pub fn timing_text(t: &TimingOfSafety) -> String {
 pub fn check_timing_text(model: &str, t: &Timing) -> String {
     let verdict = match t.longest_share() {
         None => "the runtime has no per-submission limit".to_string(),
+        Some(_) if t.bounded_nodes > 0 => {
+            "whether it holds the limit is not known at these sizes".to_string()
+        }
         Some(x) if x <= crate::timing::MARGIN => format!(
             "it meets the limit with margin (under {:.0}% of it)",
             100.0 * crate::timing::MARGIN
@@ -124,12 +141,16 @@ pub fn check_timing_text(model: &str, t: &Timing) -> String {
         ),
         Some(_) => "over the limit".to_string(),
     };
-    format!(
+    let mut s = format!(
         "{model}: estimated {} per inference on {}; longest GPU submission {}: {verdict}\n",
         crate::timing::ms_text(t.total_s()),
         t.device,
         longest_text(t),
-    )
+    );
+    if t.bounded_nodes > 0 {
+        let _ = writeln!(s, "{model}: {}", bounded_text(t.bounded_nodes));
+    }
+    s
 }
 
 /// A share in percent: whole numbers without decimals (`100%`), others with one (`69.5%`);

@@ -637,8 +637,12 @@ impl Timing {
     pub fn longest_share(&self) -> Option<f64> {
         self.limit_s.map(|l| self.longest_s() / l)
     }
-    /// Every submission within [`MARGIN`] of the limit (`None` without a limit).
+    /// Every submission within [`MARGIN`] of the limit (`None` without a limit, or when some
+    /// node's sizes are not known: bounded from the neighbours, which is no upper bound).
     pub fn meets_limit_with_margin(&self) -> Option<bool> {
+        if self.bounded_nodes > 0 {
+            return None;
+        }
         self.longest_share().map(|s| s <= MARGIN)
     }
     /// The figures as JSON.
