@@ -734,22 +734,27 @@ fn check(a: &CheckArgs) -> Result<u8, Error> {
     // What the runtime runs on the CPU by itself: a warning, not a finding (nothing to fix
     // in the model; the cost counts it).
     let placed = onnx_safeify::runtime::predict_for_target(&doc.model, &target, &opts);
+    let timing = onnx_safeify::timing::for_target(&doc.model, &target, &opts);
     match a.format {
         Format::Text => {
             let mut text = onnx_safeify::report::findings_text(&target.name, &name, &findings);
             if let Some(note) = placed.as_ref().and_then(|p| p.moved_note()) {
                 text.push_str(&format!("warning: {note}\n"));
             }
+            if let Some(t) = &timing {
+                text.push_str(&onnx_safeify::report::check_timing_text(&name, t));
+            }
             emit(&text)?
         }
         Format::Json => {
             let cost = onnx_safeify::cost::for_target(&doc.model, &target, &opts);
             let mut v: serde_json::Value =
-                serde_json::from_str(&onnx_safeify::report::findings_json_with_cost(
+                serde_json::from_str(&onnx_safeify::report::findings_json_with_timing(
                     &target.name,
                     &name,
                     &findings,
                     Some(&cost),
+                    timing.as_ref(),
                 ))
                 .unwrap_or_default();
             if let (Some(p), Some(o)) = (placed.as_ref(), v.as_object_mut()) {

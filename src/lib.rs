@@ -141,6 +141,7 @@ pub mod rewrite;
 pub mod rules;
 pub mod runtime;
 pub mod tensor;
+pub mod timing;
 pub mod verify;
 
 #[cfg(feature = "python")]

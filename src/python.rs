@@ -141,11 +141,13 @@ fn check(
         let mut doc = load(path, data.as_deref(), &label)?;
         let findings = crate::engine::check(&mut doc.model, &target, &opts);
         let cost = crate::cost::for_target(&doc.model, &target, &opts);
-        Ok::<_, crate::Error>(crate::report::findings_json_with_cost(
+        let timing = crate::timing::for_target(&doc.model, &target, &opts);
+        Ok::<_, crate::Error>(crate::report::findings_json_with_timing(
             &target.name,
             &shown.display().to_string(),
             &findings,
             Some(&cost),
+            timing.as_ref(),
         ))
     })
     .map_err(err)

@@ -7,6 +7,7 @@ use crate::cost::{Cost, CostOfSafety};
 use crate::engine::{Finding, Report};
 use crate::rewrite::Exactness;
 use crate::rules::schema::{RuntimeSetting, Target};
+use crate::timing::{Timing, TimingOfSafety};
 
 fn finding_json(f: &Finding) -> serde_json::Value {
     serde_json::json!({
@@ -36,6 +37,20 @@ pub fn findings_json_with_cost(
     findings: &[Finding],
     cost: Option<&Cost>,
 ) -> String {
+    findings_json_with_timing(target, model, findings, cost, None)
+}
+
+/// `check --format json`: [`findings_json_with_cost`]'s fields, and `timing`: the checked
+/// model's estimated time on the target's device ([`crate::timing::Timing::to_json`]: GPU,
+/// CPU and crossing time, the longest submission against the limit and whether it holds it
+/// with margin), when given.
+pub fn findings_json_with_timing(
+    target: &str,
+    model: &str,
+    findings: &[Finding],
+    cost: Option<&Cost>,
+    timing: Option<&Timing>,
+) -> String {
     let mut v = serde_json::json!({
         "target": target,
         "model": model,
@@ -44,7 +59,98 @@ pub fn findings_json_with_cost(
     if let (Some(c), Some(o)) = (cost, v.as_object_mut()) {
         o.insert("cost".into(), c.to_json());
     }
+    if let (Some(t), Some(o)) = (timing, v.as_object_mut()) {
+        o.insert("timing".into(), t.to_json());
+    }
     serde_json::to_string_pretty(&v).unwrap_or_default() + "\n"
+}
+
+/// The longest submission against the limit, in words: `12.3 ms, 0.6% of the 2000 ms limit`.
+fn longest_text(t: &Timing) -> String {
+    let mut s = crate::timing::ms_text(t.longest_s());
+    if let (Some(l), Some(share)) = (t.limit_s, t.longest_share()) {
+        let p = 100.0 * share;
+        let p = if p >= 10.0 {
+            format!("{p:.0}%")
+        } else if p >= 0.1 {
+            format!("{p:.1}%")
+        } else {
+            "<0.1%".to_string()
+        };
+        let _ = write!(s, ", {p} of the {} limit", crate::timing::ms_text(l));
+    }
+    s
+}
+
+/// The summary's time lines: the output's estimate on the target's device, the input's in
+/// parentheses, and the slowdown.
+pub fn timing_text(t: &TimingOfSafety) -> String {
+    let (a, b) = (&t.after, &t.before);
+    let mut s = format!("estimated time on {}:\n", a.device);
+    let _ = write!(
+        s,
+        "  {} per inference (input {}): GPU {}, CPU {}, crossings {}",
+        crate::timing::ms_text(a.total_s()),
+        crate::timing::ms_text(b.total_s()),
+        crate::timing::ms_text(a.gpu_s),
+        crate::timing::ms_text(a.cpu_s),
+        crate::timing::ms_text(a.crossing_s),
+    );
+    if let Some(x) = t.slowdown() {
+        let _ = write!(s, "; slowdown {x:.2}x");
+    }
+    s.push('\n');
+    let _ = writeln!(
+        s,
+        "  longest GPU submission {} (input {})",
+        longest_text(a),
+        longest_text(b)
+    );
+    if a.bounded_nodes > 0 || b.bounded_nodes > 0 {
+        let _ = writeln!(
+            s,
+            "  {}",
+            bounded_text(a.bounded_nodes.max(b.bounded_nodes))
+        );
+    }
+    s
+}
+
+/// The warning of estimates resting on sizes the compile does not know.
+fn bounded_text(n: usize) -> String {
+    format!(
+        "{n} node(s) at sizes bounded from their neighbours, not known: the times are rough; give the sizes you run with --dim"
+    )
+}
+
+/// `check`'s time line: the checked model's estimate, and whether its longest submission
+/// holds the device's limit with margin ([`crate::timing::MARGIN`]).
+pub fn check_timing_text(model: &str, t: &Timing) -> String {
+    let verdict = match t.longest_share() {
+        None => "the runtime has no per-submission limit".to_string(),
+        Some(_) if t.bounded_nodes > 0 => {
+            "whether it holds the limit is not known at these sizes".to_string()
+        }
+        Some(x) if x <= crate::timing::MARGIN => format!(
+            "it meets the limit with margin (under {:.0}% of it)",
+            100.0 * crate::timing::MARGIN
+        ),
+        Some(x) if x <= 1.0 => format!(
+            "under the limit, but not by the {:.0}% margin",
+            100.0 * crate::timing::MARGIN
+        ),
+        Some(_) => "over the limit".to_string(),
+    };
+    let mut s = format!(
+        "{model}: estimated {} per inference on {}; longest GPU submission {}: {verdict}\n",
+        crate::timing::ms_text(t.total_s()),
+        t.device,
+        longest_text(t),
+    );
+    if t.bounded_nodes > 0 {
+        let _ = writeln!(s, "{model}: {}", bounded_text(t.bounded_nodes));
+    }
+    s
 }
 
 /// A share in percent: whole numbers without decimals (`100%`), others with one (`69.5%`);
@@ -319,6 +425,9 @@ pub fn summary_text(report: &Report, target: &Target) -> String {
     if let Some(c) = &report.cost {
         s.push_str(&cost_text(c));
     }
+    if let Some(t) = &report.timing {
+        s.push_str(&timing_text(t));
+    }
     if !report.pieces.is_empty() {
         let max = report.pieces.iter().map(|p| p.work).max().unwrap_or(0);
         let _ = writeln!(
@@ -403,6 +512,8 @@ pub fn compile_json(report: &Report, target: &Target, input: &str, outputs: &[St
         "cost": report.cost.map(|c| serde_json::json!({
             "input": c.before.to_json(), "output": c.after.to_json(),
         })),
+        "timing": report.timing.as_ref().map(TimingOfSafety::to_json),
+        "slowdown": report.timing.as_ref().and_then(TimingOfSafety::slowdown).map(|x| (x * 1e4).round() / 1e4),
         "pinned": report.pinned,
         "notes": report.notes,
         "annotation": report.annotation,

@@ -112,6 +112,14 @@ class Result:
         ``path + ".data"``). Returns the list of paths written."""
         return [os.fsdecode(p) for p in self._native.save(os.fspath(path))]
 
+    @property
+    def slowdown(self):
+        """How many times slower the output is estimated to run than the input on the
+        target's device (``report["slowdown"]``; ``report["timing"]`` has the input's and the
+        output's GPU, CPU and crossing times and the longest submission against the limit),
+        or ``None`` for a target without a device model."""
+        return self.report.get("slowdown")
+
     def __repr__(self):
         r = self.report
         return "<onnx_safeify.Result target=%r applied=%d remaining=%d>" % (
@@ -137,7 +145,8 @@ def compile(model, target, *, rules=(), dims=None, allow_unsafe=False, strict=Fa
     (to the CPU, cause ``approximate``). ``report["exactness"]`` is the loosest class of the
     rewrites applied, each of ``report["applied"]`` has its ``exactness`` and ``bound``, and
     ``report["cost"]`` gives heavy ops on the GPU, GPU pieces and CPU<->GPU crossings of the
-    input and the output.
+    input and the output; ``report["timing"]`` their estimated time on the target's device and
+    ``report["slowdown"]`` (also ``Result.slowdown``) how much slower the output runs.
     """
     path, data, label = _model_args(model)
     native = _native.compile(

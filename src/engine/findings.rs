@@ -77,6 +77,9 @@ pub struct Report {
     /// The cost of safety: heavy ops on the GPU, GPU pieces and CPU<->GPU crossings, of the
     /// input model and of the output (set by a whole compile, `None` in a body's report).
     pub cost: Option<crate::cost::CostOfSafety>,
+    /// The cost of safety in time on the target's device (`crate::timing`), of the input and
+    /// the output; `None` without a device model, or in a body's report.
+    pub timing: Option<crate::timing::TimingOfSafety>,
 }
 
 impl Report {

@@ -269,6 +269,7 @@ fn compile_at_own_opset(
         crate::cost::profile_of(target),
         &sizes,
     );
+    let time_before = crate::timing::of_model(model, target, &opts.annotation, &sizes);
     if has_bodies(&model.graph) {
         // New names must not shadow (or be shadowed by) a name of an enclosing or inner scope.
         crate::ir::scope::reserve_names_across_scopes(&mut model.graph);
@@ -306,6 +307,10 @@ fn compile_at_own_opset(
             crate::cost::profile_of(target),
         ));
     }
+    report.timing = time_before.and_then(|before| {
+        let after = crate::timing::of_model(model, target, &opts.annotation, &sizes)?;
+        Some(crate::timing::TimingOfSafety { before, after })
+    });
     report
 }
 

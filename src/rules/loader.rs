@@ -114,6 +114,7 @@ struct Acc {
     fallback: Option<crate::rules::schema::Fallback>,
     approximate: Option<bool>,
     provider: Option<String>,
+    device: crate::rules::schema::DeviceSpec,
     chain: Vec<String>,
     /// Every file of the chain was read and checked without error.
     ok: bool,
@@ -207,6 +208,7 @@ impl<'f> Loader<'f> {
             fallback: acc.fallback,
             approximate: acc.approximate,
             provider: acc.provider,
+            device: acc.device,
         })
     }
 
@@ -355,6 +357,7 @@ impl<'f> Loader<'f> {
                     if sub.provider.is_some() {
                         acc.provider = sub.provider;
                     }
+                    acc.device.merge(&sub.device);
                     for c in sub.chain {
                         if !acc.chain.contains(&c) {
                             acc.chain.push(c);
@@ -412,6 +415,7 @@ impl<'f> Loader<'f> {
         if doc.provider.is_some() {
             acc.provider = doc.provider.clone();
         }
+        acc.device.merge(&doc.device);
     }
 }
 

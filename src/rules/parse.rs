@@ -8,7 +8,7 @@ use super::pattern::{
     AttrCheck, AttrTest, CmpOp, DimPat, Fact, Flag, Link, Lit, Num, NumTest, Pattern, Pred,
     PredKind, SourceLoc, StrTest, TensorCheck, TensorTest,
 };
-use super::schema::{Action, Fallback, Rule, RuntimeSetting, SplitAxis};
+use super::schema::{Action, DeviceSpec, Fallback, Rule, RuntimeSetting, SplitAxis};
 use super::yaml::{Loc, Node, Value};
 use crate::tensor::{dtype_from_name, dtype_name};
 
@@ -33,6 +33,8 @@ pub(crate) struct FileDoc {
     pub approximate: Option<bool>,
     /// `provider: NAME`: the execution provider whose placement the figures predict.
     pub provider: Option<String>,
+    /// `device:`, the device model of the time estimates.
+    pub device: DeviceSpec,
 }
 
 /// The keys of a target file.
@@ -46,6 +48,7 @@ pub(crate) const TOP_KEYS: &[&str] = &[
     "fallback",
     "approximate",
     "provider",
+    "device",
 ];
 /// The keys of a rule.
 pub(crate) const RULE_KEYS: &[&str] = &[
@@ -1359,6 +1362,19 @@ impl<'a> P<'a> {
         if let Some((_, v)) = field(&f, "provider") {
             doc.provider = self.provider(v);
         }
+        if let Some((k, v)) = field(&f, "device") {
+            if mode == Mode::Overlay {
+                let d = self
+                    .diag(
+                        k.loc,
+                        "a rules file adds rules to a target; its device model is the target's",
+                    )
+                    .label("set `device:` in a target file (one that `extends` the target)");
+                self.error(d);
+            } else if let Some(dev) = self.device(v) {
+                doc.device = dev;
+            }
+        }
         doc
     }
 
@@ -1381,6 +1397,57 @@ impl<'a> P<'a> {
             names.join(", ")
         )));
         None
+    }
+
+    /// A `device:` section: positive numbers, a name, `unified`, and `evidence`.
+    fn device(&mut self, n: &Node) -> Option<DeviceSpec> {
+        let before = self.count;
+        let f = self.fields(n, "`device`", DeviceSpec::KEYS)?;
+        let mut d = DeviceSpec::default();
+        for (key, _, v) in &f {
+            let what = format!("`device.{key}`");
+            match *key {
+                "name" => d.name = self.string(v, &what),
+                "unified" => d.unified = self.boolean(v, &what),
+                "evidence" => d.evidence = self.evidence(v).unwrap_or_default(),
+                _ => {
+                    let Some(x) = self.num(v, &what).map(Num::as_f64) else {
+                        continue;
+                    };
+                    if x <= 0.0 {
+                        let e = self
+                            .diag(v.loc, format!("{what} must be a positive number"))
+                            .label("a figure of the device, in the unit its name says");
+                        self.error(e);
+                        continue;
+                    }
+                    let slot = match *key {
+                        "timeout_ms" => &mut d.timeout_ms,
+                        "tflops_f32" => &mut d.tflops_f32,
+                        "tflops_f16" => &mut d.tflops_f16,
+                        "tops_int8" => &mut d.tops_int8,
+                        "memory_gbs" => &mut d.memory_gbs,
+                        "link_gbs" => &mut d.link_gbs,
+                        "link_latency_us" => &mut d.link_latency_us,
+                        _ => &mut d.launch_us,
+                    };
+                    *slot = Some(x);
+                }
+            }
+        }
+        let figures = DeviceSpec {
+            evidence: Vec::new(),
+            name: None,
+            ..d.clone()
+        };
+        if !figures.is_empty() && d.evidence.is_empty() && self.count == before {
+            let e = self
+                .diag(n.loc, "`device` gives figures without `evidence`")
+                .label("`evidence` is required")
+                .note("say where each figure comes from (a specification page, a heading of docs/hazards.md, a measurement)");
+            self.error(e);
+        }
+        (self.count == before).then_some(d)
     }
 
     /// Whether approximate rewrites may run: `allow` or `deny`.

@@ -174,6 +174,82 @@ pub struct Target {
     /// The execution provider the target runs on (`provider:`, the last file of the chain
     /// that sets one): its kernels predict where each node runs ([`crate::runtime`]).
     pub provider: Option<String>,
+    /// The device model the time estimates rest on (`device:`; each key from the last file of
+    /// the chain that sets it). Empty for a target without one.
+    pub device: DeviceSpec,
+}
+
+/// A target's `device:` section: published figures of the device its time estimates assume
+/// ([`crate::timing`]). Every key is optional in one file; a file that `extends` another
+/// overrides key by key, and its `evidence` is added to the base's.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DeviceSpec {
+    /// The device the figures assume (a family's target names one representative device).
+    pub name: Option<String>,
+    /// The timeout one GPU submission must stay under, in milliseconds (Windows' TDR:
+    /// `TdrDelay`, 2 s by default); `None` where the runtime has none.
+    pub timeout_ms: Option<f64>,
+    /// Peak throughput, 10^12 operations per second, for float32, float16 and 8-bit integer
+    /// arithmetic (a multiply-add is 2).
+    pub tflops_f32: Option<f64>,
+    pub tflops_f16: Option<f64>,
+    pub tops_int8: Option<f64>,
+    /// Peak memory bandwidth of the device, GB/s (10^9 bytes).
+    pub memory_gbs: Option<f64>,
+    /// The CPU-GPU link: bandwidth per direction, GB/s, and the latency of one copy, µs.
+    pub link_gbs: Option<f64>,
+    pub link_latency_us: Option<f64>,
+    /// The GPU shares the CPU's memory (a crossing is a copy in that memory, or none).
+    pub unified: Option<bool>,
+    /// Fixed cost of one GPU submission (record, submit, wait), µs.
+    pub launch_us: Option<f64>,
+    /// Where the figures come from (each entry a heading of docs/hazards.md for the built-in
+    /// targets).
+    pub evidence: Vec<String>,
+}
+
+impl DeviceSpec {
+    /// The keys of a `device:` section.
+    pub const KEYS: &'static [&'static str] = &[
+        "name",
+        "timeout_ms",
+        "tflops_f32",
+        "tflops_f16",
+        "tops_int8",
+        "memory_gbs",
+        "link_gbs",
+        "link_latency_us",
+        "unified",
+        "launch_us",
+        "evidence",
+    ];
+    /// No key set.
+    pub fn is_empty(&self) -> bool {
+        *self == DeviceSpec::default()
+    }
+    /// `later`'s keys over this one's; evidence added.
+    pub fn merge(&mut self, later: &DeviceSpec) {
+        fn over<T: Clone>(a: &mut Option<T>, b: &Option<T>) {
+            if b.is_some() {
+                a.clone_from(b);
+            }
+        }
+        over(&mut self.name, &later.name);
+        over(&mut self.timeout_ms, &later.timeout_ms);
+        over(&mut self.tflops_f32, &later.tflops_f32);
+        over(&mut self.tflops_f16, &later.tflops_f16);
+        over(&mut self.tops_int8, &later.tops_int8);
+        over(&mut self.memory_gbs, &later.memory_gbs);
+        over(&mut self.link_gbs, &later.link_gbs);
+        over(&mut self.link_latency_us, &later.link_latency_us);
+        over(&mut self.unified, &later.unified);
+        over(&mut self.launch_us, &later.launch_us);
+        for e in &later.evidence {
+            if !self.evidence.contains(e) {
+                self.evidence.push(e.clone());
+            }
+        }
+    }
 }
 
 impl Target {
