@@ -280,3 +280,41 @@ fn webgpu_prediction_agrees_with_onnxruntime_web() {
         "prediction agrees on {agree} of {placed} nodes:\n{text}"
     );
 }
+
+/// onnxruntime-web 1.30 refuses IR 14 (what current `onnx` writes): the webgpu output of an
+/// IR 14 model that needs nothing newer than IR 13 is written as IR 13, with a note; the
+/// rx580 output (ONNX Runtime 1.32 reads IR 14) keeps the model's version.
+#[test]
+fn webgpu_outputs_are_written_at_an_ir_version_onnxruntime_web_reads() {
+    let mut g = tiny_graph();
+    g.node = vec![node("HardSwish", "hs", &["x"], &["y"])];
+    let mut mp = model(g);
+    mp.ir_version = Some(14);
+    let d = tmp();
+    let m = write(&d, "ir14.onnx", &mp);
+    for (target, want) in [("webgpu", 13), ("rx580", 14)] {
+        let out = d.join(format!("ir14.{target}.onnx"));
+        let c = std::process::Command::new(bin())
+            .args([
+                m.to_str().unwrap(),
+                "--target",
+                target,
+                "-o",
+                out.to_str().unwrap(),
+            ])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&c.stderr);
+        assert_eq!(c.status.code(), Some(0), "{err}");
+        let written = <onnx_safeify::proto::ModelProto as prost::Message>::decode(
+            std::fs::read(&out).unwrap().as_slice(),
+        )
+        .unwrap();
+        assert_eq!(written.ir_version, Some(want), "{target}: {err}");
+        assert_eq!(
+            err.contains("IR version written as 13"),
+            want == 13,
+            "{err}"
+        );
+    }
+}

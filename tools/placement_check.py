@@ -131,7 +131,8 @@ def main():
     ap.add_argument("--opt", default="disabled")
     ap.add_argument("--json")
     ap.add_argument("--compile", action="store_true")
-    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--batch", type=int, default=1,
+                    help="models per browser (1: a job's log lines cannot be mixed with another's)")
     ap.add_argument("models", nargs="+")
     a = ap.parse_args()
     models = [Path(m) for m in a.models]

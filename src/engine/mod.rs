@@ -94,9 +94,69 @@ pub fn compile(model: &mut Model, target: &Target, opts: &Options) -> Report {
     compile_with(model, target, opts, None)
 }
 
+/// The IR version that holds `model`: what its default-domain opset came with (ONNX's
+/// release table: opset 22 and older with IR 10 or older, 23 with 11, 24 with 12, 25-27 with
+/// 13, 28 with 14) and what its element types need (int4/uint4 10, float4e2m1 11,
+/// float8e8m0 12); `None` when a type newer than those is declared (not lowered).
+fn ir_needed(model: &Model) -> Option<i64> {
+    let by_opset = match model.opset("").unwrap_or(1) {
+        o if o <= 22 => 10,
+        23 => 11,
+        24 => 12,
+        25..=27 => 13,
+        _ => 14,
+    };
+    let facts = crate::infer::declared(&model.graph);
+    let mut by_type = 0;
+    for i in 0..model.graph.values.len() {
+        match facts.dtype(crate::ir::ValueId(i as u32)) {
+            Some(21 | 22) => by_type = by_type.max(10),
+            Some(23) => by_type = by_type.max(11),
+            Some(24) => by_type = by_type.max(12),
+            Some(t) if t > 24 => return None,
+            _ => {}
+        }
+    }
+    Some(by_opset.max(by_type))
+}
+
+/// Lowers the IR version to the most the target's runtime reads, when the model declares a
+/// newer one and needs nothing newer (onnxruntime-web 1.30 refuses IR 14, which current `onnx`
+/// writes): a note says so. Nothing changes for a target whose runtime reads it.
+fn fit_ir_version(model: &mut Model, target: &Target, report: &mut Report) {
+    let Some(max) = crate::cost::profile_of(target).and_then(|p| p.max_ir) else {
+        return;
+    };
+    let Some(ir) = model.ir_version.filter(|&v| v > max) else {
+        return;
+    };
+    match ir_needed(model) {
+        Some(need) if need <= max => {
+            model.ir_version = Some(max);
+            report.notes.push(format!(
+                "IR version written as {max} (the model declared {ir}): the target's runtime reads IR {max} at most, and the model needs nothing newer (IR {need} holds its opset and element types)"
+            ));
+        }
+        _ => report.notes.push(format!(
+            "the model declares IR version {ir} and needs it; the target's runtime reads IR {max} at most, so the output will not load there"
+        )),
+    }
+}
+
 /// [`compile`] with the resolver of the model's external data: the unpacked MatMulNBits form
 /// reads quantized weights from it, up to [`Options::unpack_limit`] bytes of float weights.
 pub fn compile_with(
+    model: &mut Model,
+    target: &Target,
+    opts: &Options,
+    external: Option<&crate::io::ExternalData>,
+) -> Report {
+    let mut report = compile_raising(model, target, opts, external);
+    fit_ir_version(model, target, &mut report);
+    report
+}
+
+fn compile_raising(
     model: &mut Model,
     target: &Target,
     opts: &Options,

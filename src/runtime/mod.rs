@@ -30,6 +30,8 @@ pub struct Profile {
     pub honours_layer_ann: bool,
     /// Where the facts about the provider's own placement logic come from.
     pub evidence: &'static str,
+    /// The newest ONNX IR version the runtime reads (`None`: whatever ONNX Runtime 1.32 reads).
+    pub max_ir: Option<i64>,
     cap: OnceLock<Capability>,
     cpu: OnceLock<Capability>,
 }
@@ -45,6 +47,7 @@ static PROFILES: [Profile; 3] = [
         cpu_preferred: true,
         honours_layer_ann: true,
         evidence: "ExecutionProviderImpl::GetCapability (onnxruntime/core/providers/dml/DmlExecutionProvider/src/ExecutionProvider.cpp) looks up each node's kernel, then removes GetCpuPreferredNodes",
+        max_ir: None,
         cap: OnceLock::new(),
         cpu: OnceLock::new(),
     },
@@ -56,6 +59,9 @@ static PROFILES: [Profile; 3] = [
         cpu_preferred: true,
         honours_layer_ann: true,
         evidence: "WebGpuExecutionProvider::GetCapability (onnxruntime/core/providers/webgpu/webgpu_execution_provider.cc) looks up kernels, then removes GetCpuPreferredNodes",
+        // onnxruntime-web 1.30.0 refuses an IR 14 model at session creation (model.cc); IR 13
+        // loads (measured in Chromium, tests/runtime_placement.rs).
+        max_ir: Some(13),
         cap: OnceLock::new(),
         cpu: OnceLock::new(),
     },
@@ -67,6 +73,7 @@ static PROFILES: [Profile; 3] = [
         cpu_preferred: true,
         honours_layer_ann: true,
         evidence: "CUDAExecutionProvider::GetCapability (onnxruntime/core/providers/cuda/cuda_execution_provider.cc) looks up kernels, then removes GetCpuPreferredNodes",
+        max_ir: None,
         cap: OnceLock::new(),
         cpu: OnceLock::new(),
     },
