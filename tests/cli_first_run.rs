@@ -367,3 +367,24 @@ fn setup_skips_what_it_cannot_install_and_ci_fails_on_it() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("CI=true: every runtime is required"), "{err}");
 }
+
+/// The tour's setup builds the corpus before it copies from it, and works in a scratch folder
+/// outside the checkout; the README says what the first runs cost.
+#[test]
+fn the_tour_builds_the_corpus_first_and_leaves_the_checkout_alone() {
+    let tour = std::fs::read_to_string(repo().join("docs/tour.md")).unwrap();
+    let corpus = tour
+        .find("\nscripts/corpus.sh")
+        .expect("the tour runs scripts/corpus.sh");
+    let copy = tour.find("cp \"$CORPUS\"").unwrap();
+    assert!(corpus < copy, "scripts/corpus.sh comes after the copy");
+    assert!(
+        !tour.contains("mkdir tour"),
+        "the tour makes a folder in the checkout"
+    );
+    assert!(tour.contains("mktemp -d"));
+    let readme = flat(&std::fs::read_to_string(repo().join("README.md")).unwrap());
+    for figure in ["about 4 minutes on 2 cores", "229 packages and 290 MB"] {
+        assert!(readme.contains(figure), "the README omits '{figure}'");
+    }
+}
