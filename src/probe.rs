@@ -202,8 +202,11 @@ pub fn nearest_builtin(runtime: &str) -> &'static str {
     }
 }
 
+/// The Python that runs the case generator (onnx and numpy), found as `verify` finds ONNX
+/// Runtime.
 fn python() -> Result<PathBuf, VerifyError> {
-    crate::verify::ort_ep::find_python()
+    use crate::verify::discover;
+    discover::find_python(&discover::Discovery::from_env(), &["onnx", "numpy"])
 }
 
 /// Writes the suite into `dir` and returns its cases.

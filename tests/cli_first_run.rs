@@ -388,3 +388,50 @@ fn the_tour_builds_the_corpus_first_and_leaves_the_checkout_alone() {
         assert!(readme.contains(figure), "the README omits '{figure}'");
     }
 }
+
+
+/// `probe` and `bisect --runtime ort-ep:NAME` find ONNX Runtime as `verify` does: first in the
+/// Python environment the command runs from (the wheel's console script names its interpreter
+/// in ONNX_SAFEIFY_PYTHON), not only in the cache venv.
+#[test]
+fn probe_and_bisect_use_the_environment_the_command_runs_in() {
+    let Some(py) = common::venv_python() else {
+        eprintln!("SKIPPED: no venv with onnxruntime (run scripts/corpus.sh)");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        let o = Command::new(bin())
+            .args(args)
+            .current_dir(repo())
+            .env("ONNX_SAFEIFY_PYTHON", &py)
+            .env("ONNX_SAFEIFY_VENV", dir.path().join("no-such-venv"))
+            .env_remove("VIRTUAL_ENV")
+            .env_remove("ORT_DYLIB_PATH")
+            .output()
+            .unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr),
+        )
+    };
+    let target = dir.path().join("learned.yaml");
+    let (code, text) = run(&[
+        "probe",
+        "--runtime",
+        "ort-ep:CPUExecutionProvider",
+        "--only",
+        "TopK",
+        "-o",
+        target.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(0), "{text}");
+    let (code, text) = run(&[
+        "bisect",
+        "samples/ocr_tiny.onnx",
+        "--runtime",
+        "ort-ep:CPUExecutionProvider",
+    ]);
+    assert_ne!(code, Some(2), "{text}");
+    assert!(!text.contains("no-such-venv"), "{text}");
+}

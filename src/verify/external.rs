@@ -19,7 +19,7 @@ use serde::Serialize;
 
 use super::ort_ep::{run_ort_ep, FailureClass, OrtEpRequest};
 
-use super::discover::default_venv;
+use super::discover;
 use super::error::{one_line, VerifyError};
 use super::model::{read_model_proto, ModelInfo, LAYER_ANN_KEY};
 use super::npz::{npy_bytes, read_npy};
@@ -683,17 +683,15 @@ fn find_webgpu() -> Result<Helper, VerifyError> {
 }
 
 fn find_openvino() -> Result<Helper, VerifyError> {
-    let venv = default_venv();
-    let py = [venv.join("bin/python3"), venv.join("bin/python")]
-        .into_iter()
-        .find(|p| p.is_file())
-        .ok_or_else(|| {
+    // Found as `verify` finds ONNX Runtime: the wheel's interpreter, an active venv, the
+    // project's venv, python3 on PATH; the first with the openvino package.
+    let py =
+        discover::find_python(&discover::Discovery::from_env(), &["openvino"]).map_err(|e| {
             missing(
                 &RuntimeKind::Openvino,
-                &format!("the Python venv {} with openvino", venv.display()),
+                &format!("the openvino Python package: {e}"),
             )
         })?;
-    // Whether openvino imports is found out by the helper itself (stage "import").
     Ok(Helper {
         program: py,
         args: Vec::new(),
