@@ -62,6 +62,14 @@ enum Command {
     Bisect(onnx_safeify::bisect::BisectArgs),
     /// Run a suite of small models on a runtime, compare with ONNX Runtime CPU, and write a target with a rule per failure.
     Probe(onnx_safeify::probe::ProbeArgs),
+    /// Install what a runtime needs into the cache folder: `setup webgpu` writes the web
+    /// harness into $ONNX_SAFEIFY_CACHE/webgpu (default ~/.cache/onnx-safeify/webgpu; or
+    /// $ONNX_SAFEIFY_WEBGPU_HARNESS) and installs its npm packages there (npm ci).
+    Setup {
+        /// What to set up.
+        #[arg(value_enum)]
+        what: SetupWhat,
+    },
     /// Print a shell completion script (bash, zsh, fish, powershell, elvish) to stdout.
     Completions {
         /// The shell.
@@ -73,6 +81,13 @@ enum Command {
         /// A subcommand's page instead of the main one (`check`, `verify`...).
         subcommand: Option<String>,
     },
+}
+
+/// What `setup` installs.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+enum SetupWhat {
+    /// The web harness of `--runtime webgpu` (onnxruntime-web and playwright-core, with npm).
+    Webgpu,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -273,6 +288,11 @@ where
         Some(Command::Doctor(a)) => doctor(&a),
         Some(Command::Bisect(a)) => Ok(onnx_safeify::bisect::run_cli(&a)),
         Some(Command::Probe(a)) => Ok(onnx_safeify::probe::run_cli(&a)),
+        Some(Command::Setup {
+            what: SetupWhat::Webgpu,
+        }) => onnx_safeify::verify::harness::setup()
+            .map_err(|e| Error::new(ErrorKind::Io, e.to_string()))
+            .and_then(|done| emit(&done).map(|_| 0)),
         Some(Command::Completions { shell }) => completions(shell),
         Some(Command::Man { subcommand }) => man(subcommand.as_deref()),
         None => compile(&cli.compile),

@@ -389,7 +389,6 @@ fn the_tour_builds_the_corpus_first_and_leaves_the_checkout_alone() {
     }
 }
 
-
 /// `probe` and `bisect --runtime ort-ep:NAME` find ONNX Runtime as `verify` does: first in the
 /// Python environment the command runs from (the wheel's console script names its interpreter
 /// in ONNX_SAFEIFY_PYTHON), not only in the cache venv.
@@ -434,4 +433,96 @@ fn probe_and_bisect_use_the_environment_the_command_runs_in() {
     ]);
     assert_ne!(code, Some(2), "{text}");
     assert!(!text.contains("no-such-venv"), "{text}");
+}
+
+/// `setup webgpu` writes the web harness that ships inside the command into the cache folder
+/// and installs its npm packages there (`npm ci`, faked here), where `verify --runtime webgpu`
+/// then finds it, without the checkout's tools/webgpu. Before it, the error names the command
+/// and ONNX_SAFEIFY_WEBGPU_HARNESS.
+#[cfg(unix)]
+#[test]
+fn setup_webgpu_installs_the_harness_into_the_cache_folder() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let bin_dir = dir.path().join("bin");
+    std::fs::create_dir_all(&bin_dir).unwrap();
+    let npm = bin_dir.join("npm");
+    std::fs::write(
+        &npm,
+        "#!/bin/sh\necho \"$@\" > npm-args\nfor p in onnxruntime-web playwright-core; do mkdir -p node_modules/$p && echo '{}' > node_modules/$p/package.json; done\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&npm, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = std::env::join_paths(
+        std::iter::once(bin_dir.clone()).chain(std::env::split_paths(
+            &std::env::var_os("PATH").unwrap_or_default(),
+        )),
+    )
+    .unwrap();
+    let cache = dir.path().join("cache");
+    // ONNX Runtime for the reference run, where the cache folder no longer leads to it.
+    let venv = common::venv_python()
+        .and_then(|p| Some(p.parent()?.parent()?.to_path_buf()))
+        .unwrap_or_default();
+    let run = |args: &[&str]| {
+        let o = Command::new(bin())
+            .args(args)
+            .current_dir(repo())
+            .env("PATH", &path)
+            .env("ONNX_SAFEIFY_CACHE", &cache)
+            .env("ONNX_SAFEIFY_VENV", &venv)
+            .env_remove("ONNX_SAFEIFY_WEBGPU_HARNESS")
+            .env("ONNX_SAFEIFY_NODE", "/bin/sh")
+            .env("ONNX_SAFEIFY_CHROMIUM", dir.path().join("no-chromium"))
+            .output()
+            .unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    let s = sample();
+    let verify = [
+        "verify",
+        s.to_str().unwrap(),
+        s.to_str().unwrap(),
+        "--runtime",
+        "webgpu",
+    ];
+    let checkout_has_it = repo()
+        .join("tools/webgpu/node_modules/onnxruntime-web/package.json")
+        .is_file();
+    if !checkout_has_it {
+        let (code, _, err) = run(&verify);
+        assert_eq!(code, Some(2), "{err}");
+        assert!(
+            err.contains("`onnx-safeify setup webgpu`")
+                && err.contains("ONNX_SAFEIFY_WEBGPU_HARNESS"),
+            "{err}"
+        );
+    }
+    let (code, out, err) = run(&["setup", "webgpu"]);
+    assert_eq!(code, Some(0), "{err}");
+    let harness = cache.join("webgpu");
+    assert!(out.contains(&harness.display().to_string()), "{out}");
+    for f in [
+        "run.mjs",
+        "page.html",
+        "page.mjs",
+        "package.json",
+        "package-lock.json",
+    ] {
+        assert_eq!(
+            std::fs::read(harness.join(f)).unwrap(),
+            std::fs::read(repo().join("tools/webgpu").join(f)).unwrap(),
+            "{f}"
+        );
+    }
+    let args = std::fs::read_to_string(harness.join("npm-args")).unwrap();
+    assert!(args.starts_with("ci "), "{args}");
+    // The harness is found; what is missing now is Chromium.
+    let (code, _, err) = run(&verify);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("needs Chromium"), "{err}");
 }
