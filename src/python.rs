@@ -166,7 +166,21 @@ fn verify(py: Python<'_>, args: Vec<OsString>) -> PyResult<String> {
         let first = text.lines().next().unwrap_or("").trim();
         err(first.strip_prefix("error: ").unwrap_or(first))
     })?;
-    let opts = args.to_options().map_err(err)?;
+    let mut opts = args.to_options().map_err(err)?;
+    // ONNX Runtime is looked for in this interpreter's environment first, and a "not found"
+    // error tells to install it there (not into the command's cache venv).
+    if let Some(d) = opts.discovery.as_mut() {
+        if d.own_python.is_none() {
+            d.own_python = py
+                .import("sys")
+                .and_then(|sys| sys.getattr("executable"))
+                .and_then(|e| e.extract::<Option<String>>().map_err(Into::into))
+                .ok()
+                .flatten()
+                .filter(|e| !e.is_empty())
+                .map(std::path::PathBuf::from);
+        }
+    }
     py.detach(|| crate::verify::verify_models(&args.original, &args.rewritten, &opts))
         .map(|report| report.to_json())
         .map_err(err)
