@@ -332,6 +332,13 @@ fn emit(text: &str) -> Result<(), Error> {
     }
 }
 
+/// `warning:` lines for `--dim` sizes that name nothing in the model's inputs.
+fn warn_dims(doc: &onnx_safeify::Document, model: &Path, opts: &engine::Options) {
+    for w in onnx_safeify::compile::dim_warnings(&doc.model, model, &opts.dims) {
+        crate::errln!("warning: {w}");
+    }
+}
+
 fn load_target(a: &TargetArgs) -> Result<Target, Error> {
     let spec = a.target.as_deref().ok_or_else(|| {
         Error::new(
@@ -500,6 +507,7 @@ fn compile(a: &CompileArgs) -> Result<u8, Error> {
     }
     let pb = progress(&format!("reading {}", model.display()));
     let mut doc = onnx_safeify::load(model)?;
+    warn_dims(&doc, model, &opts);
     doc.weights = a.weights.into();
     let inline_before = onnx_safeify::inline_bytes(&doc.model);
     let input_size = onnx_safeify::input_size(&doc);
@@ -735,6 +743,7 @@ fn check(a: &CheckArgs) -> Result<u8, Error> {
     let target = load_target(&a.target)?;
     let opts = options(&a.target)?;
     let mut doc = onnx_safeify::load(&a.model)?;
+    warn_dims(&doc, &a.model, &opts);
     let findings = engine::check(&mut doc.model, &target, &opts);
     let name = a.model.display().to_string();
     match a.format {
@@ -762,6 +771,7 @@ fn explain(a: &ExplainArgs) -> Result<u8, Error> {
     let target = load_target(&a.target)?;
     let opts = options(&a.target)?;
     let doc = onnx_safeify::load(&a.model)?;
+    warn_dims(&doc, &a.model, &opts);
     // Named sizes only, as before the pass redesign (check and compile also fill unnamed dims).
     let sizes = onnx_safeify::analysis::Sizes {
         named: engine::dim_sizes(&doc.model, &target, &opts),

@@ -389,6 +389,65 @@ fn the_tour_builds_the_corpus_first_and_leaves_the_checkout_alone() {
     }
 }
 
+/// A `--dim` name no input has is warned about, naming the dimensions the model has: by
+/// compile and `check` as by `verify`.
+#[test]
+fn an_unknown_dim_name_is_warned_about_naming_the_models_dims() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("o.onnx");
+    let s = sample();
+    let want = format!(
+        "warning: --dim bogus: no input of {} has a dimension named 'bogus' (its inputs' dimensions are named N)",
+        s.display()
+    );
+    let (code, _, err) = cli(&[
+        s.to_str().unwrap(),
+        "--target",
+        "rx580",
+        "--dim",
+        "bogus=3",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains(&want), "{err}");
+    let (_, _, err) = cli(&[
+        "check",
+        s.to_str().unwrap(),
+        "--target",
+        "rx580",
+        "--dim",
+        "bogus=3",
+    ]);
+    assert!(err.contains(&want), "{err}");
+    let (_, _, err) = cli(&[
+        s.to_str().unwrap(),
+        "--target",
+        "none",
+        "--dim",
+        "x[9]=3",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(
+        err.contains(&format!(
+            "warning: --dim x[9]: {} has no such input axis",
+            s.display()
+        )),
+        "{err}"
+    );
+    // A model with named dims lists them.
+    let model = onnx_safeify::compile::unknown_dim_warning(
+        "bogus",
+        std::path::Path::new("m.onnx"),
+        &["batch".to_string(), "height".to_string()],
+    );
+    assert_eq!(
+        model,
+        "--dim bogus: no input of m.onnx has a dimension named 'bogus' (its inputs' dimensions are named batch, height)"
+    );
+}
+
 /// `probe` and `bisect --runtime ort-ep:NAME` find ONNX Runtime as `verify` does: first in the
 /// Python environment the command runs from (the wheel's console script names its interpreter
 /// in ONNX_SAFEIFY_PYTHON), not only in the cache venv.

@@ -378,6 +378,13 @@ def test_allow_approximate_runs_a_precision_fence_and_the_report_says_so(tmp_pat
     assert meta["onnx_safeify.exactness"] == r["exactness"]
 
 
+def test_unknown_dims_warn_as_the_command_does(sample):
+    with pytest.warns(UserWarning, match="--dim bogus: no input of .* has a dimension named 'bogus'"):
+        onnx_safeify.compile(sample, "rx580", dims={"bogus": 1})
+    with pytest.warns(UserWarning, match="its inputs. dimensions are named N"):
+        onnx_safeify.check(sample, "rx580", dims={"bogus": 1})
+
+
 def test_verify_without_onnxruntime_names_this_environment(sample, tmp_path):
     # An interpreter without onnxruntime that imports this wheel's module (copied for it), and
     # nothing else that could lead to an onnxruntime.
