@@ -263,7 +263,7 @@ where
     if args.len() <= 1 {
         // A bare invocation: what can be run, on stderr, and the usage-error code.
         use clap::CommandFactory;
-        eprint!("{}", Cli::command().render_help());
+        crate::errp!("{}", Cli::command().render_help());
         return 2;
     }
     let cli = match Cli::try_parse_from(&args) {
@@ -300,7 +300,7 @@ where
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e}");
+            crate::errln!("error: {e}");
             2
         }
     }
@@ -425,7 +425,7 @@ fn compile_genai_folder(a: &CompileArgs, dir: &Path) -> Result<u8, Error> {
         genai::copy_entry(&f, &staging.path.join(name))?;
     }
     staging.persist(&final_dir)?;
-    eprintln!(
+    crate::errln!(
         "wrote folder {} ({} model(s) for {}, {} with the target's runtime settings)",
         final_dir.display(),
         folder.models.len(),
@@ -539,8 +539,8 @@ fn compile(a: &CompileArgs) -> Result<u8, Error> {
             &model.display().to_string(),
             &report.remaining,
         );
-        eprint!("{text}");
-        eprintln!("error: {}", compiled.blocked_message(model, &target));
+        crate::errp!("{text}");
+        crate::errln!("error: {}", compiled.blocked_message(model, &target));
         return Ok(1);
     }
 
@@ -551,7 +551,7 @@ fn compile(a: &CompileArgs) -> Result<u8, Error> {
         let input = input_size;
         let factor = a.allow_growth.unwrap_or(2.0);
         let mb = |b: u64| b as f64 / 1e6;
-        eprintln!(
+        crate::errln!(
             "size: the rewrites add {:.1} MB of weights to an input of {:.1} MB (output about {:.1} MB)",
             mb(added),
             mb(input),
@@ -561,7 +561,7 @@ fn compile(a: &CompileArgs) -> Result<u8, Error> {
         const FREE: u64 = 64 << 20;
         let over = (input + added) as f64 > factor * input as f64;
         if factor.is_nan() || (over && (a.allow_growth.is_some() || added > FREE)) {
-            eprintln!(
+            crate::errln!(
                 "error: {}: the output would be {:.1}x the input's size (limit {factor}x); nothing was written (--allow-growth [FACTOR] lets it grow)",
                 model.display(),
                 (input + added) as f64 / input.max(1) as f64
@@ -617,9 +617,9 @@ fn compile(a: &CompileArgs) -> Result<u8, Error> {
             onnx_safeify::partition::save_partitioned(&doc, &segs, models, &manifest)?
         }
     };
-    eprint!("{}", onnx_safeify::report::summary_text(report, &target));
+    crate::errp!("{}", onnx_safeify::report::summary_text(report, &target));
     if !report.remaining.is_empty() {
-        eprint!(
+        crate::errp!(
             "{}",
             onnx_safeify::report::findings_text(
                 &target.name,
@@ -631,11 +631,11 @@ fn compile(a: &CompileArgs) -> Result<u8, Error> {
     let primary = outputs.last().cloned().unwrap_or_default();
     let unknown = doc.source.unknown()?.list().len();
     if unknown > 0 {
-        eprintln!(
+        crate::errln!(
             "kept {unknown} field(s) that this tool's ONNX schema does not define (a newer ONNX's data?), each in the message that held it"
         );
     }
-    eprintln!(
+    crate::errln!(
         "wrote {} in {:.0} ms",
         outputs
             .iter()
@@ -709,13 +709,13 @@ fn verify_output(model: &Path, out: &Path, all: &[PathBuf]) -> Result<u8, Error>
     };
     match onnx_safeify::verify::verify_models(model, out, &opts) {
         Ok(report) if report.passed() => {
-            eprint!("{}", report.to_text());
+            crate::errp!("{}", report.to_text());
             Ok(0)
         }
         Ok(report) => {
-            eprint!("{}", report.to_text());
+            crate::errp!("{}", report.to_text());
             remove_all();
-            eprintln!(
+            crate::errln!(
                 "error: {}: the rewrite is not faithful; output removed",
                 out.display()
             );

@@ -389,6 +389,42 @@ fn the_tour_builds_the_corpus_first_and_leaves_the_checkout_alone() {
     }
 }
 
+/// A command whose stdout and stderr are closed (`2>&1 | head -1` once head has its line)
+/// keeps its exit code: `check` with findings exits 1, not 101 (a panic on the closed pipe).
+#[cfg(unix)]
+#[test]
+fn a_closed_pipe_ends_the_output_and_keeps_the_exit_code() {
+    use std::process::Stdio;
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("o.onnx");
+    for args in [
+        // The compile's summary goes to stderr, its runtime settings to stdout.
+        vec![
+            "samples/ocr_tiny.onnx",
+            "--target",
+            "rx580",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        vec!["check", "samples/ocr_tiny.onnx", "--target", "rx580"],
+        vec!["targets"],
+    ] {
+        let mut child = Command::new(bin())
+            .args(&args)
+            .current_dir(repo())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Close both read ends before the command writes anything.
+        drop(child.stdout.take());
+        drop(child.stderr.take());
+        let code = child.wait().unwrap().code();
+        let want = if args[0] == "check" { 1 } else { 0 };
+        assert_eq!(code, Some(want), "{args:?}");
+    }
+}
+
 /// A `--dim` name no input has is warned about, naming the dimensions the model has: by
 /// compile and `check` as by `verify`.
 #[test]
