@@ -159,6 +159,10 @@ struct CompileArgs {
     /// Where to write the result (default: MODEL's stem + `.TARGET.onnx` beside it).
     #[arg(long, short = 'o')]
     output: Option<PathBuf>,
+    /// A genai folder's compile of one model writes into a temporary folder that is renamed
+    /// into place at the end: (that folder, its final path), for the paths the messages show.
+    #[arg(skip)]
+    staged: Option<(PathBuf, PathBuf)>,
     /// Write even when rules deny nodes or an action cannot be applied.
     #[arg(long)]
     allow_unsafe: bool,
@@ -405,16 +409,24 @@ fn compile_genai_folder(a: &CompileArgs, dir: &Path) -> Result<u8, Error> {
         let mut sub = a.clone();
         sub.model = Some(dir.join(m));
         sub.output = Some(staging.path.join(m));
+        sub.staged = Some((staging.path.clone(), final_dir.clone()));
         let code = compile(&sub)?;
         if code != 0 {
             return Ok(code);
         }
     }
-    let config = genai::merged_config(&folder.config, &target.runtime);
-    let text = serde_json::to_string_pretty(&config)
-        .map_err(|e| Error::new(ErrorKind::Io, format!("cannot write the config: {e}")))?;
+    // The user's config with the settings merged in, as text: its order and layout kept.
+    let text = match genai::merged_config_text(&folder.text, &target.runtime) {
+        Some(t) => t,
+        None => {
+            let config = genai::merged_config(&folder.config, &target.runtime);
+            serde_json::to_string_pretty(&config)
+                .map_err(|e| Error::new(ErrorKind::Io, format!("cannot write the config: {e}")))?
+                + "\n"
+        }
+    };
     let cfg = staging.path.join(genai::CONFIG);
-    std::fs::write(&cfg, text + "\n").map_err(|e| Error::io(&cfg, "cannot write", e))?;
+    std::fs::write(&cfg, text).map_err(|e| Error::io(&cfg, "cannot write", e))?;
     let placed: Vec<PathBuf> = std::fs::read_dir(&staging.path)
         .map_err(|e| Error::io(&staging.path, "cannot list", e))?
         .filter_map(|e| e.ok())
@@ -487,6 +499,16 @@ fn compile(a: &CompileArgs) -> Result<u8, Error> {
     let mut opts = options(&a.target)?;
     opts.strict = a.strict;
     let start = Instant::now();
+    // A path as the user will find it (inside a genai folder's final place, not its staging).
+    let shown = |p: &Path| -> PathBuf {
+        match &a.staged {
+            Some((staging, final_dir)) => match p.strip_prefix(staging) {
+                Ok(rest) => final_dir.join(rest),
+                Err(_) => p.to_path_buf(),
+            },
+            None => p.to_path_buf(),
+        }
+    };
     let slug = target_slug(&target);
     let annotate_out = || {
         a.output
@@ -575,12 +597,16 @@ fn compile(a: &CompileArgs) -> Result<u8, Error> {
             let out = annotate_out();
             let written = onnx_safeify::save_with(&doc, &out, early)?;
             for (file, how) in &written.shared {
-                eprintln!("external data: {} ({})", file.display(), how.as_str());
+                crate::errln!(
+                    "external data: {} ({})",
+                    shown(file).display(),
+                    how.as_str()
+                );
             }
             if let Some(f) = &written.external_file {
-                eprintln!(
+                crate::errln!(
                     "external data: {} ({} bytes written)",
-                    f.display(),
+                    shown(f).display(),
                     written.external_bytes
                 );
             }
@@ -639,13 +665,16 @@ fn compile(a: &CompileArgs) -> Result<u8, Error> {
         "wrote {} in {:.0} ms",
         outputs
             .iter()
-            .map(|p| p.display().to_string())
+            .map(|p| shown(p).display().to_string())
             .collect::<Vec<_>>()
             .join(", "),
         start.elapsed().as_secs_f64() * 1000.0
     );
     if let Some(path) = &a.report {
-        let names: Vec<String> = outputs.iter().map(|p| p.display().to_string()).collect();
+        let names: Vec<String> = outputs
+            .iter()
+            .map(|p| shown(p).display().to_string())
+            .collect();
         let json = onnx_safeify::report::compile_json(
             report,
             &target,
