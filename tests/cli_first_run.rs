@@ -425,6 +425,19 @@ fn a_closed_pipe_ends_the_output_and_keeps_the_exit_code() {
     }
 }
 
+/// An unknown target is one line that says so (with the nearest built-in), exit 2: not a
+/// rule-file error.
+#[test]
+fn an_unknown_target_is_one_line() {
+    let (code, out, err) = cli(&["samples/ocr_tiny.onnx", "--target", "rx58"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(out.is_empty(), "{out}");
+    assert_eq!(
+        err,
+        "error: unknown target `rx58`: not a built-in target and no such file (did you mean `rx580`?); `onnx-safeify targets` lists the built-in targets\n"
+    );
+}
+
 /// A `--dim` name no input has is warned about, naming the dimensions the model has: by
 /// compile and `check` as by `verify`.
 #[test]
