@@ -438,6 +438,30 @@ fn an_unknown_target_is_one_line() {
     );
 }
 
+/// A file cut short (a copy or download that stopped, or one still being written) is said to
+/// end early, with its size; not "buffer underflow".
+#[test]
+fn a_truncated_model_is_said_to_end_early() {
+    let dir = tempfile::tempdir().unwrap();
+    let bytes = std::fs::read(sample()).unwrap();
+    let cut = dir.path().join("cut.onnx");
+    std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
+    let size = bytes.len() / 2;
+    for args in [
+        vec![cut.to_str().unwrap(), "--target", "rx580"],
+        vec!["inspect", cut.to_str().unwrap()],
+        vec!["verify", cut.to_str().unwrap(), cut.to_str().unwrap()],
+    ] {
+        let (code, _, err) = cli(&args);
+        assert_eq!(code, 2, "{err}");
+        assert!(
+            err.contains("the file ends early") && err.contains(&format!("its {size} bytes")),
+            "{args:?}: {err}"
+        );
+        assert!(!err.contains("underflow"), "{err}");
+    }
+}
+
 /// A `--dim` name no input has is warned about, naming the dimensions the model has: by
 /// compile and `check` as by `verify`.
 #[test]
