@@ -677,19 +677,6 @@ fn find_webgpu() -> Result<Helper, VerifyError> {
             &format!("the web harness {} (set {HARNESS_ENV})", script.display()),
         ));
     }
-    for pkg in ["onnxruntime-web", "playwright-core"] {
-        if !dir
-            .join("node_modules")
-            .join(pkg)
-            .join("package.json")
-            .is_file()
-        {
-            return Err(missing(
-                &kind,
-                &format!("{pkg} in {}/node_modules (npm ci)", dir.display()),
-            ));
-        }
-    }
     let chromium = find_program(CHROMIUM_ENV, "chromium").ok_or_else(|| {
         missing(
             &kind,
