@@ -95,6 +95,10 @@ pub fn read(dir: &Path) -> Result<Folder> {
 /// is the one the compiled model needs).
 pub fn merged_config(config: &Value, settings: &[RuntimeSetting]) -> Value {
     let mut out = config.clone();
+    if settings.is_empty() {
+        // Nothing to merge: no empty `session_options` or `config_entries` either.
+        return out;
+    }
     if let Some(model) = out.get_mut("model").and_then(Value::as_object_mut) {
         for (_, section) in model.iter_mut() {
             let Some(section) = section.as_object_mut() else {

@@ -659,7 +659,8 @@ fn find_webgpu() -> Result<Helper, VerifyError> {
         return Err(VerifyError::RuntimeNotFound(format!(
             "--runtime webgpu needs the web harness's npm packages ({}) in {}: run `{}` \
              (it writes the harness there and runs npm ci; Node.js 20 or later with npm), or \
-             set {HARNESS_ENV} to a folder where it is installed",
+             set {HARNESS_ENV} to a folder where it is installed (in a checkout, \
+             {SETUP_SCRIPT} installs it in tools/webgpu)",
             harness::PACKAGES.join(", "),
             dir.join("node_modules").display(),
             harness::SETUP_COMMAND,
