@@ -193,7 +193,7 @@ fn verify(py: Python<'_>, args: Vec<OsString>) -> PyResult<String> {
             d.own_python = py
                 .import("sys")
                 .and_then(|sys| sys.getattr("executable"))
-                .and_then(|e| e.extract::<Option<String>>().map_err(Into::into))
+                .and_then(|e| e.extract::<Option<String>>())
                 .ok()
                 .flatten()
                 .filter(|e| !e.is_empty())
