@@ -124,15 +124,25 @@ fn model_decode_error(e: prost::DecodeError, bytes: &[u8]) -> Error {
 /// What is said of a model file that [`ends_early`].
 pub fn truncated_message(len: u64) -> String {
     format!(
-        "the file ends early: its last field runs past the end of its {len} bytes (a truncated \
-         copy or download, or a file still being written); not a complete ONNX model"
+        "not a valid ONNX model: the file ends early (its last field runs past the end of its \
+         {len} bytes): a truncated copy or download, or a file still being written"
     )
 }
 
-/// Whether the top-level protobuf fields of `bytes` are well formed up to the end of the bytes,
-/// where the last one needs more than there is: what a truncated file looks like (a corrupt
-/// one usually breaks the field structure first).
+/// Whether `bytes` are a ModelProto's top-level fields, well formed (each a field the format
+/// defines, with its wire type) up to the end of the bytes, where the last one needs more than
+/// there is, after at least one complete field: what a truncated file looks like (random or
+/// corrupt bytes break that structure first).
 pub fn ends_early(bytes: &[u8]) -> bool {
+    /// ModelProto's fields: ir_version and model_version are varints, the rest messages,
+    /// strings or repeated messages (length-delimited).
+    fn wire_type_of(field: u64) -> Option<u64> {
+        match field {
+            1 | 5 => Some(0),
+            2 | 3 | 4 | 6 | 7 | 8 | 14 | 20 | 25 | 26 => Some(2),
+            _ => None,
+        }
+    }
     fn varint(b: &[u8], at: &mut usize) -> Option<u64> {
         let mut v = 0u64;
         for shift in (0..64).step_by(7) {
@@ -146,30 +156,29 @@ pub fn ends_early(bytes: &[u8]) -> bool {
         Some(v)
     }
     let mut at = 0usize;
+    let mut complete = 0usize;
     while at < bytes.len() {
         let Some(key) = varint(bytes, &mut at) else {
-            return true;
+            return complete > 0;
         };
-        if key >> 3 == 0 {
+        if wire_type_of(key >> 3) != Some(key & 7) {
             return false;
         }
         let need = match key & 7 {
             0 => match varint(bytes, &mut at) {
                 Some(_) => 0,
-                None => return true,
+                None => return complete > 0,
             },
-            1 => 8,
-            2 => match varint(bytes, &mut at) {
+            _ => match varint(bytes, &mut at) {
                 Some(n) => n,
-                None => return true,
+                None => return complete > 0,
             },
-            5 => 4,
-            _ => return false,
         };
         match at.checked_add(usize::try_from(need).unwrap_or(usize::MAX)) {
             Some(end) if end <= bytes.len() => at = end,
-            _ => return true,
+            _ => return complete > 0,
         }
+        complete += 1;
     }
     false
 }
