@@ -1749,7 +1749,7 @@ pub fn run_cli(a: &BisectArgs) -> u8 {
     let dims = match DimOverrides::parse(&a.dims) {
         Ok(d) => d,
         Err(e) => {
-            eprintln!("error: {e}");
+            crate::errln!("error: {e}");
             return 2;
         }
     };
@@ -1770,24 +1770,24 @@ pub fn run_cli(a: &BisectArgs) -> u8 {
     match bisect(&a.model, &opts) {
         Ok(r) => {
             if a.json {
-                println!(
+                crate::outln!(
                     "{}",
                     serde_json::to_string_pretty(&r).unwrap_or_else(|_| "{}".into())
                 );
             } else {
-                print!("{}", report_text(&r));
+                crate::outp!("{}", report_text(&r));
             }
             if let (Some(out), Some(y)) = (&a.rules_out, &r.rule_yaml) {
                 if let Err(e) = std::fs::write(out, y) {
-                    eprintln!("error: cannot write {}: {e}", out.display());
+                    crate::errln!("error: cannot write {}: {e}", out.display());
                     return 2;
                 }
-                eprintln!("wrote {}", out.display());
+                crate::errln!("wrote {}", out.display());
             }
             u8::from(!r.culprits.is_empty())
         }
         Err(e) => {
-            eprintln!("error: {e}");
+            crate::errln!("error: {e}");
             2
         }
     }

@@ -69,6 +69,14 @@ enum Command {
     Bisect(onnx_safeify::bisect::BisectArgs),
     /// Run a suite of small models on a runtime, compare with ONNX Runtime CPU, and write a target with a rule per failure.
     Probe(onnx_safeify::probe::ProbeArgs),
+    /// Install what a runtime needs into the cache folder: `setup webgpu` writes the web
+    /// harness into $ONNX_SAFEIFY_CACHE/webgpu (default ~/.cache/onnx-safeify/webgpu; or
+    /// $ONNX_SAFEIFY_WEBGPU_HARNESS) and installs its npm packages there (npm ci).
+    Setup {
+        /// What to set up.
+        #[arg(value_enum)]
+        what: SetupWhat,
+    },
     /// Print a shell completion script (bash, zsh, fish, powershell, elvish) to stdout.
     Completions {
         /// The shell.
@@ -80,6 +88,13 @@ enum Command {
         /// A subcommand's page instead of the main one (`check`, `verify`...).
         subcommand: Option<String>,
     },
+}
+
+/// What `setup` installs.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+enum SetupWhat {
+    /// The web harness of `--runtime webgpu` (onnxruntime-web and playwright-core, with npm).
+    Webgpu,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -151,6 +166,10 @@ struct CompileArgs {
     /// Where to write the result (default: MODEL's stem + `.TARGET.onnx` beside it).
     #[arg(long, short = 'o')]
     output: Option<PathBuf>,
+    /// A genai folder's compile of one model writes into a temporary folder that is renamed
+    /// into place at the end: (that folder, its final path), for the paths the messages show.
+    #[arg(skip)]
+    staged: Option<(PathBuf, PathBuf)>,
     /// Write even when rules deny nodes or an action cannot be applied.
     #[arg(long)]
     allow_unsafe: bool,
@@ -255,7 +274,7 @@ where
     if args.len() <= 1 {
         // A bare invocation: what can be run, on stderr, and the usage-error code.
         use clap::CommandFactory;
-        eprint!("{}", Cli::command().render_help());
+        crate::errp!("{}", Cli::command().render_help());
         return 2;
     }
     let cli = match Cli::try_parse_from(&args) {
@@ -287,6 +306,11 @@ where
         Some(Command::Doctor(a)) => doctor(&a),
         Some(Command::Bisect(a)) => Ok(onnx_safeify::bisect::run_cli(&a)),
         Some(Command::Probe(a)) => Ok(onnx_safeify::probe::run_cli(&a)),
+        Some(Command::Setup {
+            what: SetupWhat::Webgpu,
+        }) => onnx_safeify::verify::harness::setup()
+            .map_err(|e| Error::new(ErrorKind::Io, e.to_string()))
+            .and_then(|done| emit(&done).map(|_| 0)),
         Some(Command::Completions { shell }) => completions(shell),
         Some(Command::Man { subcommand }) => man(subcommand.as_deref()),
         None => compile(&cli.compile),
@@ -294,7 +318,7 @@ where
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e}");
+            crate::errln!("error: {e}");
             2
         }
     }
@@ -323,6 +347,13 @@ fn emit(text: &str) -> Result<(), Error> {
             ErrorKind::Io,
             format!("cannot write to stdout: {e}"),
         )),
+    }
+}
+
+/// `warning:` lines for `--dim` sizes that name nothing in the model's inputs.
+fn warn_dims(doc: &onnx_safeify::Document, model: &Path, opts: &engine::Options) {
+    for w in onnx_safeify::compile::dim_warnings(&doc.model, model, &opts.dims) {
+        crate::errln!("warning: {w}");
     }
 }
 
@@ -392,16 +423,24 @@ fn compile_genai_folder(a: &CompileArgs, dir: &Path) -> Result<u8, Error> {
         let mut sub = a.clone();
         sub.model = Some(dir.join(m));
         sub.output = Some(staging.path.join(m));
+        sub.staged = Some((staging.path.clone(), final_dir.clone()));
         let code = compile(&sub)?;
         if code != 0 {
             return Ok(code);
         }
     }
-    let config = genai::merged_config(&folder.config, &target.runtime);
-    let text = serde_json::to_string_pretty(&config)
-        .map_err(|e| Error::new(ErrorKind::Io, format!("cannot write the config: {e}")))?;
+    // The user's config with the settings merged in, as text: its order and layout kept.
+    let text = match genai::merged_config_text(&folder.text, &target.runtime) {
+        Some(t) => t,
+        None => {
+            let config = genai::merged_config(&folder.config, &target.runtime);
+            serde_json::to_string_pretty(&config)
+                .map_err(|e| Error::new(ErrorKind::Io, format!("cannot write the config: {e}")))?
+                + "\n"
+        }
+    };
     let cfg = staging.path.join(genai::CONFIG);
-    std::fs::write(&cfg, text + "\n").map_err(|e| Error::io(&cfg, "cannot write", e))?;
+    std::fs::write(&cfg, text).map_err(|e| Error::io(&cfg, "cannot write", e))?;
     let placed: Vec<PathBuf> = std::fs::read_dir(&staging.path)
         .map_err(|e| Error::io(&staging.path, "cannot list", e))?
         .filter_map(|e| e.ok())
@@ -412,7 +451,7 @@ fn compile_genai_folder(a: &CompileArgs, dir: &Path) -> Result<u8, Error> {
         genai::copy_entry(&f, &staging.path.join(name))?;
     }
     staging.persist(&final_dir)?;
-    eprintln!(
+    crate::errln!(
         "wrote folder {} ({} model(s) for {}, {} with the target's runtime settings)",
         final_dir.display(),
         folder.models.len(),
@@ -474,6 +513,16 @@ fn compile(a: &CompileArgs) -> Result<u8, Error> {
     let mut opts = options(&a.target)?;
     opts.strict = a.strict;
     let start = Instant::now();
+    // A path as the user will find it (inside a genai folder's final place, not its staging).
+    let shown = |p: &Path| -> PathBuf {
+        match &a.staged {
+            Some((staging, final_dir)) => match p.strip_prefix(staging) {
+                Ok(rest) => final_dir.join(rest),
+                Err(_) => p.to_path_buf(),
+            },
+            None => p.to_path_buf(),
+        }
+    };
     let slug = target_slug(&target);
     let annotate_out = || {
         a.output
@@ -494,6 +543,7 @@ fn compile(a: &CompileArgs) -> Result<u8, Error> {
     }
     let pb = progress(&format!("reading {}", model.display()));
     let mut doc = onnx_safeify::load(model)?;
+    warn_dims(&doc, model, &opts);
     doc.weights = a.weights.into();
     let inline_before = onnx_safeify::inline_bytes(&doc.model);
     let input_size = onnx_safeify::input_size(&doc);
@@ -525,8 +575,8 @@ fn compile(a: &CompileArgs) -> Result<u8, Error> {
             &model.display().to_string(),
             &report.remaining,
         );
-        eprint!("{text}");
-        eprintln!("error: {}", compiled.blocked_message(model, &target));
+        crate::errp!("{text}");
+        crate::errln!("error: {}", compiled.blocked_message(model, &target));
         return Ok(1);
     }
 
@@ -537,7 +587,7 @@ fn compile(a: &CompileArgs) -> Result<u8, Error> {
         let input = input_size;
         let factor = a.allow_growth.unwrap_or(2.0);
         let mb = |b: u64| b as f64 / 1e6;
-        eprintln!(
+        crate::errln!(
             "size: the rewrites add {:.1} MB of weights to an input of {:.1} MB (output about {:.1} MB)",
             mb(added),
             mb(input),
@@ -547,7 +597,7 @@ fn compile(a: &CompileArgs) -> Result<u8, Error> {
         const FREE: u64 = 64 << 20;
         let over = (input + added) as f64 > factor * input as f64;
         if factor.is_nan() || (over && (a.allow_growth.is_some() || added > FREE)) {
-            eprintln!(
+            crate::errln!(
                 "error: {}: the output would be {:.1}x the input's size (limit {factor}x); nothing was written (--allow-growth [FACTOR] lets it grow)",
                 model.display(),
                 (input + added) as f64 / input.max(1) as f64
@@ -561,12 +611,16 @@ fn compile(a: &CompileArgs) -> Result<u8, Error> {
             let out = annotate_out();
             let written = onnx_safeify::save_with(&doc, &out, early)?;
             for (file, how) in &written.shared {
-                eprintln!("external data: {} ({})", file.display(), how.as_str());
+                crate::errln!(
+                    "external data: {} ({})",
+                    shown(file).display(),
+                    how.as_str()
+                );
             }
             if let Some(f) = &written.external_file {
-                eprintln!(
+                crate::errln!(
                     "external data: {} ({} bytes written)",
-                    f.display(),
+                    shown(f).display(),
                     written.external_bytes
                 );
             }
@@ -603,9 +657,9 @@ fn compile(a: &CompileArgs) -> Result<u8, Error> {
             onnx_safeify::partition::save_partitioned(&doc, &segs, models, &manifest)?
         }
     };
-    eprint!("{}", onnx_safeify::report::summary_text(report, &target));
+    crate::errp!("{}", onnx_safeify::report::summary_text(report, &target));
     if !report.remaining.is_empty() {
-        eprint!(
+        crate::errp!(
             "{}",
             onnx_safeify::report::findings_text(
                 &target.name,
@@ -617,21 +671,24 @@ fn compile(a: &CompileArgs) -> Result<u8, Error> {
     let primary = outputs.last().cloned().unwrap_or_default();
     let unknown = doc.source.unknown()?.list().len();
     if unknown > 0 {
-        eprintln!(
+        crate::errln!(
             "kept {unknown} field(s) that this tool's ONNX schema does not define (a newer ONNX's data?), each in the message that held it"
         );
     }
-    eprintln!(
+    crate::errln!(
         "wrote {} in {:.0} ms",
         outputs
             .iter()
-            .map(|p| p.display().to_string())
+            .map(|p| shown(p).display().to_string())
             .collect::<Vec<_>>()
             .join(", "),
         start.elapsed().as_secs_f64() * 1000.0
     );
     if let Some(path) = &a.report {
-        let names: Vec<String> = outputs.iter().map(|p| p.display().to_string()).collect();
+        let names: Vec<String> = outputs
+            .iter()
+            .map(|p| shown(p).display().to_string())
+            .collect();
         let json = onnx_safeify::report::compile_json(
             report,
             &target,
@@ -695,13 +752,13 @@ fn verify_output(model: &Path, out: &Path, all: &[PathBuf]) -> Result<u8, Error>
     };
     match onnx_safeify::verify::verify_models(model, out, &opts) {
         Ok(report) if report.passed() => {
-            eprint!("{}", report.to_text());
+            crate::errp!("{}", report.to_text());
             Ok(0)
         }
         Ok(report) => {
-            eprint!("{}", report.to_text());
+            crate::errp!("{}", report.to_text());
             remove_all();
-            eprintln!(
+            crate::errln!(
                 "error: {}: the rewrite is not faithful; output removed",
                 out.display()
             );
@@ -729,6 +786,7 @@ fn check(a: &CheckArgs) -> Result<u8, Error> {
     let target = load_target(&a.target)?;
     let opts = options(&a.target)?;
     let mut doc = onnx_safeify::load(&a.model)?;
+    warn_dims(&doc, &a.model, &opts);
     let findings = engine::check(&mut doc.model, &target, &opts);
     let name = a.model.display().to_string();
     // What the runtime runs on the CPU by itself: a warning, not a finding (nothing to fix
@@ -775,6 +833,7 @@ fn explain(a: &ExplainArgs) -> Result<u8, Error> {
     let target = load_target(&a.target)?;
     let opts = options(&a.target)?;
     let doc = onnx_safeify::load(&a.model)?;
+    warn_dims(&doc, &a.model, &opts);
     // Named sizes only, as before the pass redesign (check and compile also fill unnamed dims).
     let sizes = onnx_safeify::analysis::Sizes {
         named: engine::dim_sizes(&doc.model, &target, &opts),

@@ -62,6 +62,91 @@ pub fn parse_dim(spec: &str) -> Result<(String, i64)> {
     Ok((k.trim().to_string(), v))
 }
 
+/// The dimension names of a model's graph inputs (their `dim_param`s), sorted, each once.
+pub fn input_dim_names(model: &crate::ir::Model) -> Vec<String> {
+    input_dims(model)
+        .into_iter()
+        .flat_map(|(_, dims)| dims.into_iter().flatten())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect()
+}
+
+/// Each graph input that is not an initializer: its name and, per axis, its `dim_param`.
+fn input_dims(model: &crate::ir::Model) -> Vec<(String, Vec<Option<String>>)> {
+    use crate::proto::tensor_shape_proto::dimension::Value as DV;
+    use crate::proto::type_proto::Value as TV;
+    let g = &model.graph;
+    g.inputs
+        .iter()
+        .filter(|i| g.initializer(i.value).is_none())
+        .map(|i| {
+            let dims = match i.proto.r#type.as_ref().and_then(|t| t.value.as_ref()) {
+                Some(TV::TensorType(t)) => t
+                    .shape
+                    .as_ref()
+                    .map(|s| {
+                        s.dim
+                            .iter()
+                            .map(|d| match &d.value {
+                                Some(DV::DimParam(p)) if !p.is_empty() => Some(p.clone()),
+                                _ => None,
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+                _ => Vec::new(),
+            };
+            (g.values[i.value.index()].name.to_string(), dims)
+        })
+        .collect()
+}
+
+/// The warning for a `--dim NAME` (or Python `dims={NAME: ...}`) that no input of `model`
+/// has, naming the dimensions it has: the same words from `verify`, compile and Python.
+pub fn unknown_dim_warning(name: &str, model: &Path, known: &[String]) -> String {
+    let has = if known.is_empty() {
+        "its inputs have no named dimensions".to_string()
+    } else {
+        format!("its inputs' dimensions are named {}", known.join(", "))
+    };
+    format!(
+        "--dim {name}: no input of {} has a dimension named '{name}' ({has})",
+        model.display()
+    )
+}
+
+/// The warnings for `--dim` sizes (`NAME` or `INPUT[AXIS]`) that name nothing in `model`'s
+/// inputs (they would be accepted in silence and change nothing).
+pub fn dim_warnings(
+    model: &crate::ir::Model,
+    label: &Path,
+    dims: &BTreeMap<String, i64>,
+) -> Vec<String> {
+    if dims.is_empty() {
+        return Vec::new();
+    }
+    let inputs = input_dims(model);
+    let known = input_dim_names(model);
+    let mut out = Vec::new();
+    for k in dims.keys() {
+        match k.strip_suffix(']').and_then(|k| k.rsplit_once('[')) {
+            Some((input, axis)) if axis.parse::<usize>().is_ok() => {
+                let axis: usize = axis.parse().unwrap_or(0);
+                if !inputs.iter().any(|(n, d)| n == input && axis < d.len()) {
+                    out.push(format!(
+                        "--dim {k}: {} has no such input axis",
+                        label.display()
+                    ));
+                }
+            }
+            _ if !known.contains(k) => out.push(unknown_dim_warning(k, label, &known)),
+            _ => {}
+        }
+    }
+    out
+}
+
 /// Engine options with these symbolic dim sizes (every size must be positive).
 pub fn options(dims: impl IntoIterator<Item = (String, i64)>) -> Result<engine::Options> {
     let mut map = BTreeMap::new();

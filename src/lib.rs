@@ -118,6 +118,58 @@
 //! assert_eq!(err.kind, onnx_safeify::ErrorKind::Io);
 //! ```
 
+// The command's printing: `println!` and `eprintln!` panic when the stream is closed
+// (`onnx-safeify ... 2>&1 | head -1`), which turned the exit code into 101. These write the
+// same text and take a closed stream as the end of output; the exit code stays the command's.
+
+/// `println!` that ignores a closed stdout.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! outln {
+    () => {{
+        use ::std::io::Write as _;
+        let _ = ::std::writeln!(::std::io::stdout());
+    }};
+    ($($t:tt)*) => {{
+        use ::std::io::Write as _;
+        let _ = ::std::writeln!(::std::io::stdout(), $($t)*);
+    }};
+}
+
+/// `print!` that ignores a closed stdout.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! outp {
+    ($($t:tt)*) => {{
+        use ::std::io::Write as _;
+        let _ = ::std::write!(::std::io::stdout(), $($t)*);
+    }};
+}
+
+/// `eprintln!` that ignores a closed stderr.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! errln {
+    () => {{
+        use ::std::io::Write as _;
+        let _ = ::std::writeln!(::std::io::stderr());
+    }};
+    ($($t:tt)*) => {{
+        use ::std::io::Write as _;
+        let _ = ::std::writeln!(::std::io::stderr(), $($t)*);
+    }};
+}
+
+/// `eprint!` that ignores a closed stderr.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! errp {
+    ($($t:tt)*) => {{
+        use ::std::io::Write as _;
+        let _ = ::std::write!(::std::io::stderr(), $($t)*);
+    }};
+}
+
 pub mod analysis;
 pub mod bisect;
 pub mod cli;

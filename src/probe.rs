@@ -202,8 +202,11 @@ pub fn nearest_builtin(runtime: &str) -> &'static str {
     }
 }
 
+/// The Python that runs the case generator (onnx and numpy), found as `verify` finds ONNX
+/// Runtime.
 fn python() -> Result<PathBuf, VerifyError> {
-    crate::verify::ort_ep::find_python()
+    use crate::verify::discover;
+    discover::find_python(&discover::Discovery::from_env(), &["onnx", "numpy"])
 }
 
 /// Writes the suite into `dir` and returns its cases.
@@ -1099,7 +1102,7 @@ fn learn(
                 }
             };
             if opts.progress {
-                eprintln!(
+                crate::errln!(
                     "check {} with {}: {verdict} ({:.1} s)",
                     c,
                     rule.id,
@@ -1169,7 +1172,7 @@ pub fn probe(opts: &ProbeOptions) -> Result<ProbeReport, VerifyError> {
     let pending: Vec<&Case> = cases.iter().filter(|c| !done.contains(&c.name)).collect();
     let total = cases.len();
     if opts.progress && !done.is_empty() {
-        eprintln!(
+        crate::errln!(
             "probe: {} of {total} cases already in the results file, {} to run",
             done.len(),
             pending.len()
@@ -1217,9 +1220,11 @@ pub fn probe(opts: &ProbeOptions) -> Result<ProbeReport, VerifyError> {
                             clip(&gist(r.message.as_deref().unwrap_or("")), 160)
                         ),
                     };
-                    eprintln!(
+                    crate::errln!(
                         "[{n:>4}/{total}] {} ({}) {verdict} ({:.1} s)",
-                        r.case, r.op, r.seconds
+                        r.case,
+                        r.op,
+                        r.seconds
                     );
                 }
                 if let Some(f) = g.0.as_mut() {
@@ -1371,7 +1376,7 @@ pub fn run_cli(a: &ProbeArgs) -> u8 {
                 })
         });
         if !corpus.is_dir() {
-            eprintln!(
+            crate::errln!(
                 "error: --node-tests: no corpus folder at {} (run scripts/corpus.sh, or give --corpus DIR)",
                 corpus.display()
             );
@@ -1393,23 +1398,23 @@ pub fn run_cli(a: &ProbeArgs) -> u8 {
     match probe(&opts) {
         Ok(r) => {
             match a.format {
-                ProbeFormat::Json => println!(
+                ProbeFormat::Json => crate::outln!(
                     "{}",
                     serde_json::to_string_pretty(&r).unwrap_or_else(|_| "{}".into())
                 ),
-                ProbeFormat::Text => print!("{}", report_text(&r)),
+                ProbeFormat::Text => crate::outp!("{}", report_text(&r)),
             }
             if let Some(out) = &a.output {
                 if let Err(e) = std::fs::write(out, &r.target_yaml) {
-                    eprintln!("error: cannot write {}: {e}", out.display());
+                    crate::errln!("error: cannot write {}: {e}", out.display());
                     return 2;
                 }
-                eprintln!("wrote {}", out.display());
+                crate::errln!("wrote {}", out.display());
             }
             u8::from(r.failures() > 0)
         }
         Err(e) => {
-            eprintln!("error: {e}");
+            crate::errln!("error: {e}");
             2
         }
     }

@@ -107,6 +107,7 @@ fn compile_model(
     py.detach(move || {
         let target = compile::load_target(&target, &rules)?;
         let mut doc = load(path, data.as_deref(), &label)?;
+        let warned = compile::dim_warnings(&doc.model, &shown, &opts.dims);
         let done = compile::compile_document(&mut doc, &target, &opts, allow_unsafe, &shown)?;
         if !done.writable {
             return Err(crate::Error::new(
@@ -116,9 +117,22 @@ fn compile_model(
         }
         let report_json =
             crate::report::compile_json(&done.report, &target, &shown.display().to_string(), &[]);
-        Ok(Compiled { doc, report_json })
+        Ok((Compiled { doc, report_json }, warned))
     })
     .map_err(err)
+    .and_then(|(compiled, warned)| warn(py, &warned).map(|_| compiled))
+}
+
+/// Each text as a Python `UserWarning` (what the command prints as `warning:` lines).
+fn warn(py: Python<'_>, texts: &[String]) -> PyResult<()> {
+    if texts.is_empty() {
+        return Ok(());
+    }
+    let warnings = py.import("warnings")?;
+    for t in texts {
+        warnings.call_method1("warn", (t.as_str(),))?;
+    }
+    Ok(())
 }
 
 /// What the target's rules would change: `check --format json`.
@@ -139,18 +153,23 @@ fn check(
     py.detach(move || {
         let target = compile::load_target(&target, &rules)?;
         let mut doc = load(path, data.as_deref(), &label)?;
+        let warned = compile::dim_warnings(&doc.model, &shown, &opts.dims);
         let findings = crate::engine::check(&mut doc.model, &target, &opts);
         let cost = crate::cost::for_target(&doc.model, &target, &opts);
         let timing = crate::timing::for_target(&doc.model, &target, &opts);
-        Ok::<_, crate::Error>(crate::report::findings_json_with_timing(
-            &target.name,
-            &shown.display().to_string(),
-            &findings,
-            Some(&cost),
-            timing.as_ref(),
+        Ok::<_, crate::Error>((
+            crate::report::findings_json_with_timing(
+                &target.name,
+                &shown.display().to_string(),
+                &findings,
+                Some(&cost),
+                timing.as_ref(),
+            ),
+            warned,
         ))
     })
     .map_err(err)
+    .and_then(|(json, warned)| warn(py, &warned).map(|_| json))
 }
 
 /// The built-in target names.
@@ -168,7 +187,21 @@ fn verify(py: Python<'_>, args: Vec<OsString>) -> PyResult<String> {
         let first = text.lines().next().unwrap_or("").trim();
         err(first.strip_prefix("error: ").unwrap_or(first))
     })?;
-    let opts = args.to_options().map_err(err)?;
+    let mut opts = args.to_options().map_err(err)?;
+    // ONNX Runtime is looked for in this interpreter's environment first, and a "not found"
+    // error tells to install it there (not into the command's cache venv).
+    if let Some(d) = opts.discovery.as_mut() {
+        if d.own_python.is_none() {
+            d.own_python = py
+                .import("sys")
+                .and_then(|sys| sys.getattr("executable"))
+                .and_then(|e| e.extract::<Option<String>>())
+                .ok()
+                .flatten()
+                .filter(|e| !e.is_empty())
+                .map(std::path::PathBuf::from);
+        }
+    }
     py.detach(|| crate::verify::verify_models(&args.original, &args.rewritten, &opts))
         .map(|report| report.to_json())
         .map_err(err)

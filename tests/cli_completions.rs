@@ -18,13 +18,14 @@ fn run(args: &[&str]) -> (Option<i32>, String, String) {
     )
 }
 
-const SUBCOMMANDS: [&str; 8] = [
+const SUBCOMMANDS: [&str; 9] = [
     "check",
     "explain",
     "targets",
     "inspect",
     "verify",
     "doctor",
+    "setup",
     "completions",
     "man",
 ];

@@ -367,3 +367,294 @@ fn setup_skips_what_it_cannot_install_and_ci_fails_on_it() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("CI=true: every runtime is required"), "{err}");
 }
+
+/// The tour's setup builds the corpus before it copies from it, and works in a scratch folder
+/// outside the checkout; the README says what the first runs cost.
+#[test]
+fn the_tour_builds_the_corpus_first_and_leaves_the_checkout_alone() {
+    let tour = std::fs::read_to_string(repo().join("docs/tour.md")).unwrap();
+    let corpus = tour
+        .find("\nscripts/corpus.sh")
+        .expect("the tour runs scripts/corpus.sh");
+    let copy = tour.find("cp \"$CORPUS\"").unwrap();
+    assert!(corpus < copy, "scripts/corpus.sh comes after the copy");
+    assert!(
+        !tour.contains("mkdir tour"),
+        "the tour makes a folder in the checkout"
+    );
+    assert!(tour.contains("mktemp -d"));
+    let readme = flat(&std::fs::read_to_string(repo().join("README.md")).unwrap());
+    for figure in ["about 4 minutes on 2 cores", "229 packages and 290 MB"] {
+        assert!(readme.contains(figure), "the README omits '{figure}'");
+    }
+}
+
+/// A command whose stdout and stderr are closed (`2>&1 | head -1` once head has its line)
+/// keeps its exit code: `check` with findings exits 1, not 101 (a panic on the closed pipe).
+#[cfg(unix)]
+#[test]
+fn a_closed_pipe_ends_the_output_and_keeps_the_exit_code() {
+    use std::process::Stdio;
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("o.onnx");
+    for args in [
+        // The compile's summary goes to stderr, its runtime settings to stdout.
+        vec![
+            "samples/ocr_tiny.onnx",
+            "--target",
+            "rx580",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        vec!["check", "samples/ocr_tiny.onnx", "--target", "rx580"],
+        vec!["targets"],
+    ] {
+        let mut child = Command::new(bin())
+            .args(&args)
+            .current_dir(repo())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Close both read ends before the command writes anything.
+        drop(child.stdout.take());
+        drop(child.stderr.take());
+        let code = child.wait().unwrap().code();
+        let want = if args[0] == "check" { 1 } else { 0 };
+        assert_eq!(code, Some(want), "{args:?}");
+    }
+}
+
+/// An unknown target is one line that says so (with the nearest built-in), exit 2: not a
+/// rule-file error.
+#[test]
+fn an_unknown_target_is_one_line() {
+    let (code, out, err) = cli(&["samples/ocr_tiny.onnx", "--target", "rx58"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(out.is_empty(), "{out}");
+    assert_eq!(
+        err,
+        "error: unknown target `rx58`: not a built-in target and no such file (did you mean `rx580`?); `onnx-safeify targets` lists the built-in targets\n"
+    );
+}
+
+/// A file cut short (a copy or download that stopped, or one still being written) is said to
+/// end early, with its size; not "buffer underflow".
+#[test]
+fn a_truncated_model_is_said_to_end_early() {
+    let dir = tempfile::tempdir().unwrap();
+    let bytes = std::fs::read(sample()).unwrap();
+    let cut = dir.path().join("cut.onnx");
+    std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
+    let size = bytes.len() / 2;
+    for args in [
+        vec![cut.to_str().unwrap(), "--target", "rx580"],
+        vec!["inspect", cut.to_str().unwrap()],
+        vec!["verify", cut.to_str().unwrap(), cut.to_str().unwrap()],
+    ] {
+        let (code, _, err) = cli(&args);
+        assert_eq!(code, 2, "{err}");
+        assert!(
+            err.contains("the file ends early") && err.contains(&format!("its {size} bytes")),
+            "{args:?}: {err}"
+        );
+        assert!(!err.contains("underflow"), "{err}");
+    }
+}
+
+/// A `--dim` name no input has is warned about, naming the dimensions the model has: by
+/// compile and `check` as by `verify`.
+#[test]
+fn an_unknown_dim_name_is_warned_about_naming_the_models_dims() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("o.onnx");
+    let s = sample();
+    let want = format!(
+        "warning: --dim bogus: no input of {} has a dimension named 'bogus' (its inputs' dimensions are named N)",
+        s.display()
+    );
+    let (code, _, err) = cli(&[
+        s.to_str().unwrap(),
+        "--target",
+        "rx580",
+        "--dim",
+        "bogus=3",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains(&want), "{err}");
+    let (_, _, err) = cli(&[
+        "check",
+        s.to_str().unwrap(),
+        "--target",
+        "rx580",
+        "--dim",
+        "bogus=3",
+    ]);
+    assert!(err.contains(&want), "{err}");
+    let (_, _, err) = cli(&[
+        s.to_str().unwrap(),
+        "--target",
+        "none",
+        "--dim",
+        "x[9]=3",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(
+        err.contains(&format!(
+            "warning: --dim x[9]: {} has no such input axis",
+            s.display()
+        )),
+        "{err}"
+    );
+    // A model with named dims lists them.
+    let model = onnx_safeify::compile::unknown_dim_warning(
+        "bogus",
+        std::path::Path::new("m.onnx"),
+        &["batch".to_string(), "height".to_string()],
+    );
+    assert_eq!(
+        model,
+        "--dim bogus: no input of m.onnx has a dimension named 'bogus' (its inputs' dimensions are named batch, height)"
+    );
+}
+
+/// `probe` and `bisect --runtime ort-ep:NAME` find ONNX Runtime as `verify` does: first in the
+/// Python environment the command runs from (the wheel's console script names its interpreter
+/// in ONNX_SAFEIFY_PYTHON), not only in the cache venv.
+#[test]
+fn probe_and_bisect_use_the_environment_the_command_runs_in() {
+    let Some(py) = common::venv_python() else {
+        eprintln!("SKIPPED: no venv with onnxruntime (run scripts/corpus.sh)");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        let o = Command::new(bin())
+            .args(args)
+            .current_dir(repo())
+            .env("ONNX_SAFEIFY_PYTHON", &py)
+            .env("ONNX_SAFEIFY_VENV", dir.path().join("no-such-venv"))
+            .env_remove("VIRTUAL_ENV")
+            .env_remove("ORT_DYLIB_PATH")
+            .output()
+            .unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr),
+        )
+    };
+    let target = dir.path().join("learned.yaml");
+    let (code, text) = run(&[
+        "probe",
+        "--runtime",
+        "ort-ep:CPUExecutionProvider",
+        "--only",
+        "TopK",
+        "-o",
+        target.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(0), "{text}");
+    let (code, text) = run(&[
+        "bisect",
+        "samples/ocr_tiny.onnx",
+        "--runtime",
+        "ort-ep:CPUExecutionProvider",
+    ]);
+    assert_ne!(code, Some(2), "{text}");
+    assert!(!text.contains("no-such-venv"), "{text}");
+}
+
+/// `setup webgpu` writes the web harness that ships inside the command into the cache folder
+/// and installs its npm packages there (`npm ci`, faked here), where `verify --runtime webgpu`
+/// then finds it, without the checkout's tools/webgpu. Before it, the error names the command
+/// and ONNX_SAFEIFY_WEBGPU_HARNESS.
+#[cfg(unix)]
+#[test]
+fn setup_webgpu_installs_the_harness_into_the_cache_folder() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let bin_dir = dir.path().join("bin");
+    std::fs::create_dir_all(&bin_dir).unwrap();
+    let npm = bin_dir.join("npm");
+    std::fs::write(
+        &npm,
+        "#!/bin/sh\necho \"$@\" > npm-args\nfor p in onnxruntime-web playwright-core; do mkdir -p node_modules/$p && echo '{}' > node_modules/$p/package.json; done\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&npm, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = std::env::join_paths(
+        std::iter::once(bin_dir.clone()).chain(std::env::split_paths(
+            &std::env::var_os("PATH").unwrap_or_default(),
+        )),
+    )
+    .unwrap();
+    let cache = dir.path().join("cache");
+    // ONNX Runtime for the reference run, where the cache folder no longer leads to it.
+    let venv = common::venv_python()
+        .and_then(|p| Some(p.parent()?.parent()?.to_path_buf()))
+        .unwrap_or_default();
+    let run = |args: &[&str]| {
+        let o = Command::new(bin())
+            .args(args)
+            .current_dir(repo())
+            .env("PATH", &path)
+            .env("ONNX_SAFEIFY_CACHE", &cache)
+            .env("ONNX_SAFEIFY_VENV", &venv)
+            .env_remove("ONNX_SAFEIFY_WEBGPU_HARNESS")
+            .env("ONNX_SAFEIFY_NODE", "/bin/sh")
+            .env("ONNX_SAFEIFY_CHROMIUM", dir.path().join("no-chromium"))
+            .output()
+            .unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    let s = sample();
+    let verify = [
+        "verify",
+        s.to_str().unwrap(),
+        s.to_str().unwrap(),
+        "--runtime",
+        "webgpu",
+    ];
+    let checkout_has_it = repo()
+        .join("tools/webgpu/node_modules/onnxruntime-web/package.json")
+        .is_file();
+    if !checkout_has_it {
+        let (code, _, err) = run(&verify);
+        assert_eq!(code, Some(2), "{err}");
+        assert!(
+            err.contains("`onnx-safeify setup webgpu`")
+                && err.contains("ONNX_SAFEIFY_WEBGPU_HARNESS"),
+            "{err}"
+        );
+    }
+    let (code, out, err) = run(&["setup", "webgpu"]);
+    assert_eq!(code, Some(0), "{err}");
+    let harness = cache.join("webgpu");
+    assert!(out.contains(&harness.display().to_string()), "{out}");
+    for f in [
+        "run.mjs",
+        "page.html",
+        "page.mjs",
+        "package.json",
+        "package-lock.json",
+    ] {
+        assert_eq!(
+            std::fs::read(harness.join(f)).unwrap(),
+            std::fs::read(repo().join("tools/webgpu").join(f)).unwrap(),
+            "{f}"
+        );
+    }
+    let args = std::fs::read_to_string(harness.join("npm-args")).unwrap();
+    assert!(args.starts_with("ci "), "{args}");
+    // The harness is found; what is missing now is Chromium.
+    let (code, _, err) = run(&verify);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("needs Chromium"), "{err}");
+}

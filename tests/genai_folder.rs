@@ -215,3 +215,36 @@ fn verify_of_genai_folders_fails_on_changed_weights() {
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("is an onnxruntime-genai folder but"), "{err}");
 }
+
+/// The compile of a folder names the files where the user finds them (not the temporary
+/// folder it builds the output in), and the output's config is the user's text with the
+/// settings added: key order, indentation and everything else as they were.
+#[test]
+fn a_folder_compile_shows_final_paths_and_keeps_the_config_text() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some((folder, _)) = tiny_folder(tmp.path()) else {
+        eprintln!("SKIP: no venv (run scripts/corpus.sh)");
+        return;
+    };
+    let (code, err) = run(&[folder.to_str().unwrap(), "--target", "rx580"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(!err.contains(".tmp-"), "a temporary path is shown:\n{err}");
+    let out = tmp.path().join("llm.rx580");
+    assert!(
+        err.contains(&format!("wrote {}", out.join("model.onnx").display())),
+        "{err}"
+    );
+    let before = std::fs::read_to_string(folder.join("genai_config.json")).unwrap();
+    let after = std::fs::read_to_string(out.join("genai_config.json")).unwrap();
+    let at = before.find("\"provider_options\": []").unwrap() + "\"provider_options\": []".len();
+    let (head, tail) = before.split_at(at);
+    assert!(
+        after.starts_with(head) && after.ends_with(tail),
+        "the config was rewritten beyond the new entry:\n{after}"
+    );
+    let added = &after[head.len()..after.len() - tail.len()];
+    assert_eq!(
+        added,
+        ",\n                \"config_entries\": {\n                    \"ep.dml.disable_graph_fusion\": \"1\",\n                    \"session.layer_assignment_settings\": \"cpu(safeify_cpu)\"\n                }"
+    );
+}

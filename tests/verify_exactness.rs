@@ -468,7 +468,7 @@ mod openvino {
         let (c, t) = text(&p.a, &p.b, &["--runtime", "openvino"]);
         assert_eq!(c, 0, "{t}");
         assert!(
-            t.contains("openvino ITSELF DIFFERS from ONNX Runtime CPU"),
+            t.contains("openvino itself differs from ONNX Runtime CPU"),
             "{t}"
         );
         assert!(

@@ -376,3 +376,36 @@ def test_allow_approximate_runs_a_precision_fence_and_the_report_says_so(tmp_pat
     assert r["cost"]["output"]["heavy_ops_gpu"] == 1
     meta = {p.key: p.value for p in result.model.metadata_props}
     assert meta["onnx_safeify.exactness"] == r["exactness"]
+
+
+def test_unknown_dims_warn_as_the_command_does(sample):
+    with pytest.warns(UserWarning, match="--dim bogus: no input of .* has a dimension named 'bogus'"):
+        onnx_safeify.compile(sample, "rx580", dims={"bogus": 1})
+    with pytest.warns(UserWarning, match="its inputs. dimensions are named N"):
+        onnx_safeify.check(sample, "rx580", dims={"bogus": 1})
+
+
+def test_verify_without_onnxruntime_names_this_environment(sample, tmp_path):
+    # An interpreter without onnxruntime that imports this wheel's module (copied for it), and
+    # nothing else that could lead to an onnxruntime.
+    venv = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    py = venv / ("Scripts" if os.name == "nt" else "bin") / ("python.exe" if os.name == "nt" else "python")
+    pkg = tmp_path / "pkg"
+    shutil.copytree(os.path.dirname(onnx_safeify.__file__), pkg / "onnx_safeify")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("ORT_DYLIB_PATH", "VIRTUAL_ENV", "ONNX_SAFEIFY_PYTHON")}
+    env.update(PYTHONPATH=str(pkg), PATH=str(tmp_path / "empty"),
+               ONNX_SAFEIFY_VENV=str(tmp_path / "no-venv"),
+               ONNX_SAFEIFY_CACHE=str(tmp_path / "no-cache"))
+    code = ("import sys, onnx_safeify\n"
+            "try:\n"
+            "    onnx_safeify.verify(sys.argv[1], sys.argv[1])\n"
+            "except onnx_safeify.Error as e:\n"
+            "    print(e)\n")
+    p = subprocess.run([str(py), "-c", code, str(sample)], capture_output=True, text=True,
+                       env=env)
+    assert "ONNX Runtime was not found" in p.stdout, p.stdout + p.stderr
+    how = p.stdout.split("To get it:", 1)[1]
+    assert "-m pip install onnxruntime" in how and str(venv) in how, p.stdout
+    assert "no-venv" not in how, p.stdout

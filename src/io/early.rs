@@ -246,7 +246,7 @@ mod tests {
         assert!(!pages_pay(&File::open("/proc/self/status").unwrap()));
         match tempfile::tempfile_in("/dev/shm") {
             Ok(f) => assert!(pages_pay(&f)),
-            Err(e) => eprintln!("SKIPPED the tmpfs half: no /dev/shm to write in ({e})"),
+            Err(e) => crate::errln!("SKIPPED the tmpfs half: no /dev/shm to write in ({e})"),
         }
     }
 }

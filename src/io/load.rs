@@ -99,7 +99,9 @@ pub fn decode_model(bytes: Bytes) -> Result<ModelProto> {
             m.graph = Some(g);
         }
     }
-    m.merge(bytes).map(|_| m).map_err(decode_error)
+    m.merge(bytes.clone())
+        .map(|_| m)
+        .map_err(|e| model_decode_error(e, &bytes))
 }
 
 /// The error for bytes the protobuf decoder refuses.
@@ -108,6 +110,77 @@ pub(crate) fn decode_error(e: prost::DecodeError) -> Error {
         ErrorKind::Decode,
         format!("not a valid ONNX model (protobuf decode failed: {e})"),
     )
+}
+
+/// The error for a whole model's bytes the decoder refuses: a file whose last field runs past
+/// its end is said to end early (truncated, or still being written), with its size.
+fn model_decode_error(e: prost::DecodeError, bytes: &[u8]) -> Error {
+    if ends_early(bytes) {
+        return Error::new(ErrorKind::Decode, truncated_message(bytes.len() as u64));
+    }
+    decode_error(e)
+}
+
+/// What is said of a model file that [`ends_early`].
+pub fn truncated_message(len: u64) -> String {
+    format!(
+        "not a valid ONNX model: the file ends early (its last field runs past the end of its \
+         {len} bytes): a truncated copy or download, or a file still being written"
+    )
+}
+
+/// Whether `bytes` are a ModelProto's top-level fields, well formed (each a field the format
+/// defines, with its wire type) up to the end of the bytes, where the last one needs more than
+/// there is, after at least one complete field: what a truncated file looks like (random or
+/// corrupt bytes break that structure first).
+pub fn ends_early(bytes: &[u8]) -> bool {
+    /// ModelProto's fields: ir_version and model_version are varints, the rest messages,
+    /// strings or repeated messages (length-delimited).
+    fn wire_type_of(field: u64) -> Option<u64> {
+        match field {
+            1 | 5 => Some(0),
+            2 | 3 | 4 | 6 | 7 | 8 | 14 | 20 | 25 | 26 => Some(2),
+            _ => None,
+        }
+    }
+    fn varint(b: &[u8], at: &mut usize) -> Option<u64> {
+        let mut v = 0u64;
+        for shift in (0..64).step_by(7) {
+            let byte = *b.get(*at)?;
+            *at += 1;
+            v |= u64::from(byte & 0x7f) << shift;
+            if byte & 0x80 == 0 {
+                return Some(v);
+            }
+        }
+        Some(v)
+    }
+    let mut at = 0usize;
+    let mut complete = 0usize;
+    while at < bytes.len() {
+        let Some(key) = varint(bytes, &mut at) else {
+            return complete > 0;
+        };
+        if wire_type_of(key >> 3) != Some(key & 7) {
+            return false;
+        }
+        let need = match key & 7 {
+            0 => match varint(bytes, &mut at) {
+                Some(_) => 0,
+                None => return complete > 0,
+            },
+            _ => match varint(bytes, &mut at) {
+                Some(n) => n,
+                None => return complete > 0,
+            },
+        };
+        match at.checked_add(usize::try_from(need).unwrap_or(usize::MAX)) {
+            Some(end) if end <= bytes.len() => at = end,
+            _ => return complete > 0,
+        }
+        complete += 1;
+    }
+    false
 }
 
 /// The main graph's nodes and initializers as [`decode_model_split`] leaves them: each message
@@ -187,7 +260,16 @@ pub fn load_model_split(path: &Path) -> Result<(LoadedModel, Encoded)> {
         return Err(Error::new(ErrorKind::Io, "is a folder, not a model file").in_file(path));
     }
     let bytes = map_file(path)?;
-    let (proto, encoded) = decode_model_split(bytes.clone()).map_err(|e| e.in_file(path))?;
+    let (proto, encoded) = decode_model_split(bytes.clone())
+        .map_err(|e| {
+            // (A split decode refuses a cut field before `decode_model` sees it.)
+            if e.kind == ErrorKind::Decode && ends_early(&bytes) {
+                Error::new(ErrorKind::Decode, truncated_message(bytes.len() as u64))
+            } else {
+                e
+            }
+        })
+        .map_err(|e| e.in_file(path))?;
     let external = ExternalData::new(path).map_err(|e| e.in_file(path))?;
     let loaded = LoadedModel {
         path: path.to_path_buf(),

@@ -80,6 +80,9 @@ pub struct Diagnostic {
     pub source_line: Option<String>,
     /// Extra lines printed as `= note: ...`.
     pub notes: Vec<String>,
+    /// The whole error as one line, for an error that is about no file's contents (an unknown
+    /// target name): alone, it is reported as that line instead of as a rule-file error.
+    pub one_line: Option<String>,
     /// Position of the file in load order, for sorting.
     file_index: u32,
 }
@@ -96,6 +99,7 @@ impl Diagnostic {
             label: String::new(),
             source_line: sources.line(loc.file, loc.line).map(str::to_string),
             notes: Vec::new(),
+            one_line: None,
             file_index: loc.file,
         }
     }
@@ -110,6 +114,7 @@ impl Diagnostic {
             label: String::new(),
             source_line: None,
             notes: Vec::new(),
+            one_line: None,
             file_index: u32::MAX,
         }
     }
@@ -219,6 +224,13 @@ impl std::error::Error for RuleErrors {}
 
 impl From<RuleErrors> for crate::Error {
     fn from(e: RuleErrors) -> Self {
+        if let [Diagnostic {
+            one_line: Some(line),
+            ..
+        }] = e.diagnostics.as_slice()
+        {
+            return crate::Error::new(crate::ErrorKind::Usage, line.clone());
+        }
         crate::Error::new(crate::ErrorKind::Rules, format!("{}\n\n{e}", e.summary()))
     }
 }

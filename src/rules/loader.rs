@@ -154,9 +154,16 @@ impl<'f> Loader<'f> {
                     spec,
                     format!("unknown target `{spec}`: not a built-in target and no such file"),
                 );
-                if let Some(h) = suggest(spec, builtin_names()) {
+                let hint = suggest(spec, builtin_names());
+                if let Some(h) = hint {
                     d = d.label(format!("did you mean `{h}`?"));
                 }
+                d.one_line = Some(format!(
+                    "unknown target `{spec}`: not a built-in target and no such file{}; \
+                     `onnx-safeify targets` lists the built-in targets",
+                    hint.map(|h| format!(" (did you mean `{h}`?)"))
+                        .unwrap_or_default()
+                ));
                 self.errs
                     .push(d.note(format!("built-in targets: {}", builtin_names().join(", "))));
                 None

@@ -169,7 +169,7 @@ pub fn run_cli(args: &VerifyArgs) -> u8 {
     let opts = match args.to_options() {
         Ok(o) => o,
         Err(e) => {
-            eprintln!("error: {e}");
+            crate::errln!("error: {e}");
             return EXIT_ERROR;
         }
     };
@@ -179,7 +179,7 @@ pub fn run_cli(args: &VerifyArgs) -> u8 {
         Ok(true) => return run_genai(args, &opts),
         Ok(false) => {}
         Err(e) => {
-            eprintln!("error: {e}");
+            crate::errln!("error: {e}");
             return EXIT_ERROR;
         }
     }
@@ -192,7 +192,7 @@ pub fn run_cli(args: &VerifyArgs) -> u8 {
             report.passed(),
         ),
         Ok(Err(e)) => {
-            eprintln!("error: {e}");
+            crate::errln!("error: {e}");
             EXIT_ERROR
         }
         Err(panic) => {
@@ -201,7 +201,7 @@ pub fn run_cli(args: &VerifyArgs) -> u8 {
                 .cloned()
                 .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
                 .unwrap_or_else(|| "unknown panic".into());
-            eprintln!(
+            crate::errln!(
                 "error: internal failure while verifying {} against {}: {}",
                 args.original.display(),
                 args.rewritten.display(),
@@ -220,8 +220,8 @@ fn print_report(
     passed: bool,
 ) -> u8 {
     match format {
-        OutputFormat::Text => print!("{}", text()),
-        OutputFormat::Json => println!("{}", json()),
+        OutputFormat::Text => crate::outp!("{}", text()),
+        OutputFormat::Json => crate::outln!("{}", json()),
     }
     if passed {
         EXIT_PASS
@@ -243,11 +243,11 @@ fn run_genai(args: &VerifyArgs, opts: &VerifyOptions) -> u8 {
             report.passed(),
         ),
         Ok(Err(e)) => {
-            eprintln!("error: {e}");
+            crate::errln!("error: {e}");
             EXIT_ERROR
         }
         Err(_) => {
-            eprintln!(
+            crate::errln!(
                 "error: internal failure while verifying the genai folder {} against {}",
                 args.original.display(),
                 args.rewritten.display()

@@ -168,6 +168,80 @@ pub fn find_onnxruntime(d: &Discovery) -> Result<PathBuf, VerifyError> {
     )))
 }
 
+/// The Python interpreter a helper process runs in (`--runtime ort-ep:NAME` and `openvino`, the
+/// probe's case generator), searched as [`find_onnxruntime`] searches: the interpreter that runs
+/// the wheel's console script, an active virtualenv, the project's venv, then `python3` and
+/// `python` on PATH. The first one that has every package of `modules` (found without importing
+/// them) is returned; the error names where it looked and, as [`find_onnxruntime`]'s does, the
+/// environment to install them into.
+pub fn find_python(d: &Discovery, modules: &[&str]) -> Result<PathBuf, VerifyError> {
+    let mut candidates: Vec<PathBuf> = Vec::new();
+    if let Some(py) = &d.own_python {
+        candidates.push(py.clone());
+    }
+    for py in &d.interpreters {
+        if !candidates.contains(py) {
+            candidates.push(py.clone());
+        }
+    }
+    let mut looked = Vec::new();
+    for py in &candidates {
+        // A path that does not exist is not an interpreter; a bare name is looked up on PATH.
+        if py.components().count() > 1 && !py.is_file() {
+            continue;
+        }
+        looked.push(py.display().to_string());
+        if has_modules(py, modules) {
+            return Ok(py.clone());
+        }
+    }
+    let wanted = modules.join(" ");
+    let get_it = match &d.own_python {
+        Some(py) => format!(
+            "`{} -m pip install {wanted}` (into the Python environment that runs this \
+             onnx-safeify; found automatically)",
+            py.display()
+        ),
+        None => format!(
+            "`python3 -m venv {venv} && {venv}/bin/pip install {wanted}` (found \
+             automatically), or `pip install {wanted}` into an active virtualenv",
+            venv = default_venv().display()
+        ),
+    };
+    let looked = if looked.is_empty() {
+        "no Python interpreter found".to_string()
+    } else {
+        format!("looked in {}", looked.join(", "))
+    };
+    Err(VerifyError::RuntimeNotFound(format!(
+        "no Python with the {} package{} found ({looked}). To get it: {get_it}",
+        modules.join(", "),
+        if modules.len() == 1 { "" } else { "s" },
+    )))
+}
+
+/// Whether an interpreter has every package of `modules`, without importing them.
+fn has_modules(py: &Path, modules: &[&str]) -> bool {
+    let names = modules
+        .iter()
+        .map(|m| format!("{m:?}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    Command::new(py)
+        .args([
+            "-c",
+            &format!(
+                "import importlib.util as u, sys\n\
+                 sys.exit(0 if all(u.find_spec(m) for m in ({names},)) else 1)"
+            ),
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
 /// `lib/python3.*/site-packages` (POSIX) and `Lib/site-packages` (Windows) of a venv.
 fn site_packages(venv: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();

@@ -19,7 +19,7 @@ use serde::Serialize;
 
 use super::ort_ep::{run_ort_ep, FailureClass, OrtEpRequest};
 
-use super::discover::default_venv;
+use super::discover;
 use super::error::{one_line, VerifyError};
 use super::model::{read_model_proto, ModelInfo, LAYER_ANN_KEY};
 use super::npz::{npy_bytes, read_npy};
@@ -29,8 +29,8 @@ use super::tensor::HostTensor;
 
 /// The script that installs what `--runtime webgpu|openvino` needs.
 pub const SETUP_SCRIPT: &str = "scripts/setup-runtimes.sh";
-/// Overrides the folder of the web harness (default: `tools/webgpu` of this source tree).
-pub const HARNESS_ENV: &str = "ONNX_SAFEIFY_WEBGPU_HARNESS";
+/// Overrides the folder of the web harness ([`super::harness`]).
+pub use super::harness::HARNESS_ENV;
 /// Overrides the Chromium executable (default: `chromium` on PATH).
 pub const CHROMIUM_ENV: &str = "ONNX_SAFEIFY_CHROMIUM";
 /// Overrides the Node.js executable (default: `node` on PATH).
@@ -617,10 +617,19 @@ struct Helper {
 }
 
 fn missing(kind: &RuntimeKind, what: &str) -> VerifyError {
-    VerifyError::RuntimeNotFound(format!(
-        "--runtime {} needs {what}; run {SETUP_SCRIPT} (it installs Chromium, the web harness in tools/webgpu and OpenVINO into the test venv)",
-        kind.name()
-    ))
+    let how = match kind {
+        RuntimeKind::Webgpu => format!(
+            "`{}` installs the web harness (Node.js 20 or later with npm needed); Chromium comes \
+             from your system (chromium on PATH, or {CHROMIUM_ENV}); in a checkout, \
+             {SETUP_SCRIPT} installs both",
+            super::harness::SETUP_COMMAND
+        ),
+        _ => format!(
+            "`pip install openvino` into that Python environment, or, in a checkout, run \
+             {SETUP_SCRIPT} (it installs OpenVINO into the test venv)"
+        ),
+    };
+    VerifyError::RuntimeNotFound(format!("--runtime {} needs {what}; {how}", kind.name()))
 }
 
 /// `name` on PATH, or an explicit path from `env`.
@@ -635,39 +644,39 @@ fn find_program(env: &str, name: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-/// The web harness folder: `$ONNX_SAFEIFY_WEBGPU_HARNESS`, else `tools/webgpu` of the source
-/// tree this binary was built from.
+/// The web harness folder ([`super::harness::dir`]).
 pub fn harness_dir() -> PathBuf {
-    match std::env::var_os(HARNESS_ENV).filter(|v| !v.is_empty()) {
-        Some(p) => PathBuf::from(p),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/webgpu"),
-    }
+    super::harness::dir()
 }
 
 fn find_webgpu() -> Result<Helper, VerifyError> {
+    use super::harness;
     let kind = RuntimeKind::Webgpu;
     let node =
         find_program(NODE_ENV, "node").ok_or_else(|| missing(&kind, "Node.js (node on PATH)"))?;
     let dir = harness_dir();
+    if !harness::installed(&dir) {
+        return Err(VerifyError::RuntimeNotFound(format!(
+            "--runtime webgpu needs the web harness's npm packages ({}) in {}: run `{}` \
+             (it writes the harness there and runs npm ci; Node.js 20 or later with npm), or \
+             set {HARNESS_ENV} to a folder where it is installed (in a checkout, \
+             {SETUP_SCRIPT} installs it in tools/webgpu)",
+            harness::PACKAGES.join(", "),
+            dir.join("node_modules").display(),
+            harness::SETUP_COMMAND,
+        )));
+    }
+    // The scripts ship with the command: the cache folder gets this version's (a checkout's
+    // tools/webgpu, or a folder the variable names, is left as it is).
+    if dir == harness::cache_dir() && std::env::var_os(HARNESS_ENV).is_none_or(|v| v.is_empty()) {
+        harness::write_scripts(&dir)?;
+    }
     let script = dir.join("run.mjs");
     if !script.is_file() {
         return Err(missing(
             &kind,
             &format!("the web harness {} (set {HARNESS_ENV})", script.display()),
         ));
-    }
-    for pkg in ["onnxruntime-web", "playwright-core"] {
-        if !dir
-            .join("node_modules")
-            .join(pkg)
-            .join("package.json")
-            .is_file()
-        {
-            return Err(missing(
-                &kind,
-                &format!("{pkg} in {}/node_modules (npm ci)", dir.display()),
-            ));
-        }
     }
     let chromium = find_program(CHROMIUM_ENV, "chromium").ok_or_else(|| {
         missing(
@@ -683,17 +692,15 @@ fn find_webgpu() -> Result<Helper, VerifyError> {
 }
 
 fn find_openvino() -> Result<Helper, VerifyError> {
-    let venv = default_venv();
-    let py = [venv.join("bin/python3"), venv.join("bin/python")]
-        .into_iter()
-        .find(|p| p.is_file())
-        .ok_or_else(|| {
+    // Found as `verify` finds ONNX Runtime: the wheel's interpreter, an active venv, the
+    // project's venv, python3 on PATH; the first with the openvino package.
+    let py =
+        discover::find_python(&discover::Discovery::from_env(), &["openvino"]).map_err(|e| {
             missing(
                 &RuntimeKind::Openvino,
-                &format!("the Python venv {} with openvino", venv.display()),
+                &format!("the openvino Python package: {e}"),
             )
         })?;
-    // Whether openvino imports is found out by the helper itself (stage "import").
     Ok(Helper {
         program: py,
         args: Vec::new(),

@@ -284,9 +284,12 @@ pub fn plan_inputs(
     }
     for name in dims.by_name.keys() {
         if !used_names.contains(name) {
-            warnings.push(format!(
-                "--dim {name}: no input of {} has a dimension named '{name}'",
-                original.path.display()
+            let mut known: Vec<String> = used_names.iter().cloned().collect();
+            known.sort();
+            warnings.push(crate::compile::unknown_dim_warning(
+                name,
+                &original.path,
+                &known,
             ));
         }
     }

@@ -16,6 +16,7 @@ pub mod dtype;
 pub mod error;
 pub mod external;
 pub mod genai;
+pub mod harness;
 pub mod inputs;
 pub mod manifest;
 pub mod model;

@@ -147,7 +147,13 @@ pub fn read_model_proto(path: &Path) -> Result<ModelProto, VerifyError> {
     let map = unsafe { memmap2::Mmap::map(&file) }
         .map_err(|e| VerifyError::model(path, format!("cannot map: {e}")))?;
     let bytes = bytes::Bytes::from_owner(map);
-    ModelProto::decode(bytes).map_err(|e| {
+    ModelProto::decode(bytes.clone()).map_err(|e| {
+        if crate::io::load::ends_early(&bytes) {
+            return VerifyError::model(
+                path,
+                crate::io::load::truncated_message(bytes.len() as u64),
+            );
+        }
         VerifyError::model(
             path,
             format!("not a valid ONNX model (protobuf decode failed: {e})"),

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use super::discover::default_venv;
+use super::discover;
 use super::error::{one_line, VerifyError};
 use super::model::{read_model_proto, ModelInfo};
 use super::npz::{npy_bytes, read_npy};
@@ -155,18 +155,11 @@ pub fn model_session_settings(
     settings
 }
 
-/// The venv's Python (`$ONNX_SAFEIFY_VENV`, else the default cache venv).
+/// The Python whose onnxruntime runs the provider: found as `verify` finds ONNX Runtime
+/// ([`discover::find_python`]: the wheel's interpreter, an active venv, the project's venv,
+/// python3 on PATH).
 pub fn find_python() -> Result<PathBuf, VerifyError> {
-    let venv = default_venv();
-    [venv.join("bin/python3"), venv.join("bin/python")]
-        .into_iter()
-        .find(|p| p.is_file())
-        .ok_or_else(|| {
-            VerifyError::RuntimeNotFound(format!(
-                "--runtime ort-ep:NAME needs a Python venv with the onnxruntime package at {} (set ONNX_SAFEIFY_VENV, or run scripts/corpus.sh)",
-                venv.display()
-            ))
-        })
+    discover::find_python(&discover::Discovery::from_env(), &["onnxruntime"])
 }
 
 fn opt_name(o: OptLevel) -> &'static str {

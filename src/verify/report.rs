@@ -380,15 +380,15 @@ impl VerifyReport {
                     let _ = writeln!(s, "run {}:", run.run);
                 }
             }
-            table(&mut s, &judged, &run.outputs);
+            table(&mut s, &judged, &run.outputs, true);
             if !run.against_cpu.is_empty() {
-                table(&mut s, &against, &run.against_cpu);
+                table(&mut s, &against, &run.against_cpu, false);
             }
             if !run.runtime_vs_cpu.is_empty() {
-                table(&mut s, &own, &run.runtime_vs_cpu);
+                table(&mut s, &own, &run.runtime_vs_cpu, false);
             }
             if !run.expected.is_empty() {
-                table(&mut s, "rewritten vs expected", &run.expected);
+                table(&mut s, "rewritten vs expected", &run.expected, true);
             }
         }
         for w in &self.warnings {
@@ -477,7 +477,10 @@ fn fmt_opt(v: Option<f64>) -> String {
     }
 }
 
-fn table(s: &mut String, title: &str, rows: &[OutputComparison]) {
+/// One comparison table. In a table that is shown, not judged (`judged` false), values beyond
+/// the bound read `differs`, not `MISMATCH`: they decide nothing, and a passing run should not
+/// look like a failing one.
+fn table(s: &mut String, title: &str, rows: &[OutputComparison], judged: bool) {
     let _ = writeln!(s, "  {title}:");
     let name_w = rows.iter().map(|r| r.name.len()).max().unwrap_or(6).max(6);
     let by_w = rows
@@ -492,7 +495,10 @@ fn table(s: &mut String, title: &str, rows: &[OutputComparison]) {
         "output", "dtype", "shape", "max_abs", "max_rel", "scale", "err/scale", "bound", "by", "mismatched"
     );
     for r in rows {
-        let mut status = r.status.label().to_string();
+        let mut status = match r.status {
+            Status::Mismatch if !judged => "differs".to_string(),
+            _ => r.status.label().to_string(),
+        };
         if let Some(d) = &r.detail {
             let _ = write!(status, " ({d})");
         }
@@ -578,7 +584,7 @@ fn original_on_runtime_text(s: &mut String, o: &OriginalOnRuntime) {
     if beyond > 0 {
         let _ = writeln!(
             s,
-            "runtime:   {rt} ITSELF DIFFERS from ONNX Runtime CPU on {beyond} of {} output(s) of the {model}, beyond the bound:",
+            "runtime:   {rt} itself differs from ONNX Runtime CPU on {beyond} of {} output(s) of the {model}, beyond the bound (its own arithmetic; the verdict below says whether the rewrite is faithful):",
             o.differences.len()
         );
     } else {
@@ -597,13 +603,55 @@ fn original_on_runtime_text(s: &mut String, o: &OriginalOnRuntime) {
             .err_of_scale
             .map(|f| format!(" ({f:.3e} of scale)"))
             .unwrap_or_default();
+        // (Values beyond the bound are this line's subject, not a verdict: only a shape or
+        // type that differs is named.)
+        let status = match d.status {
+            Status::Ok | Status::Mismatch => String::new(),
+            other => format!(" ({})", other.label()),
+        };
         let _ = writeln!(
             s,
-            "  '{}': up to {by}{frac}; {} of {} element(s) beyond the bound ({})",
-            d.output,
-            d.mismatched,
-            d.elements,
-            d.status.label()
+            "  '{}': up to {by}{frac}; {} of {} element(s) beyond the bound{status}",
+            d.output, d.mismatched, d.elements,
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A table shown, not judged (another runtime against ONNX Runtime CPU), says `differs`
+    /// where a judged one says `MISMATCH`: a passing run shows no failure word.
+    #[test]
+    fn only_a_judged_table_says_mismatch() {
+        let row = OutputComparison {
+            name: "y".into(),
+            status: Status::Mismatch,
+            dtype: "float32".into(),
+            shape: vec![2],
+            actual_dtype: None,
+            actual_shape: None,
+            elements: 2,
+            mismatched: 2,
+            max_abs_err: Some(1e-6),
+            max_rel_err: Some(1e-6),
+            worst: None,
+            detail: None,
+            scale: Some(1.0),
+            err_of_scale: Some(1e-6),
+            bound: Some(0.0),
+            bound_of_scale: Some(0.0),
+            judged_by: "exact".into(),
+            runtime_allowance: None,
+            tolerance_floor: None,
+        };
+        let mut shown = String::new();
+        table(&mut shown, "shown", std::slice::from_ref(&row), false);
+        assert!(shown.contains("2/2  differs"), "{shown}");
+        assert!(!shown.contains("MISMATCH"), "{shown}");
+        let mut judged = String::new();
+        table(&mut judged, "judged", &[row], true);
+        assert!(judged.contains("2/2  MISMATCH"), "{judged}");
     }
 }
