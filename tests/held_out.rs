@@ -127,3 +127,55 @@ fn gpt2_embedding_block_listed_out_of_order_compiles_on_every_target() {
     }
     let _ = std::fs::remove_dir_all(&d);
 }
+/// The plan of a random input, by name, from a verify report.
+fn plan<'a>(report: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    report["inputs"]["plan"]
+        .as_array()
+        .and_then(|p| p.iter().find(|x| x["name"] == name))
+        .unwrap_or_else(|| panic!("no plan for {name}: {}", report["inputs"]))
+}
+
+#[test]
+fn random_inputs_are_masks_ids_and_positions_a_caller_gives() {
+    let Some((d, models)) = make(&["bert_mask", "gpt2_embed", "gpt2_embed_ort"]) else {
+        return;
+    };
+    let bert = &models[0];
+    let r = verify(bert, bert, &["--dim", "batch=3", "--dim", "seq=9"]);
+    assert_eq!(r["passed"], true, "{r}");
+    assert_eq!(plan(&r, "attention_mask")["range"]["kind"], "mask", "{r}");
+    assert_eq!(
+        plan(&r, "position_ids")["range"]["kind"],
+        "positions",
+        "{r}"
+    );
+    // Ids below the rows of the table each indexes (30 words, 2 token types).
+    assert_eq!(plan(&r, "input_ids")["range"]["hi"], 30, "{r}");
+    assert_eq!(plan(&r, "token_type_ids")["range"]["hi"], 2, "{r}");
+    // Every output has finite values: no warning of an output with none.
+    let warnings = r["warnings"].to_string();
+    assert!(!warnings.contains("finite"), "{warnings}");
+    for o in r["runs"][0]["outputs"].as_array().unwrap() {
+        assert!(o["max_abs_err"].is_number(), "{o}");
+    }
+
+    // EmbedLayerNormalization: position_ids below the position table's rows, the mask a mask.
+    let gpt = &models[1];
+    let r = verify(gpt, gpt, &["--dim", "batch=2", "--dim", "seq=5"]);
+    assert_eq!(plan(&r, "attention_mask")["range"]["kind"], "mask", "{r}");
+    assert_eq!(
+        plan(&r, "position_ids")["range"]["kind"],
+        "positions",
+        "{r}"
+    );
+    assert_eq!(plan(&r, "position_ids")["range"]["hi"], 32, "{r}");
+    assert_eq!(plan(&r, "input_ids")["range"]["hi"], 50, "{r}");
+
+    // One input as word, segment and position ids: below the smallest table (10 segments;
+    // it was bounded by the position table's 100 rows, and the original failed to run).
+    let ort = &models[2];
+    let r = verify(ort, ort, &[]);
+    assert_eq!(r["passed"], true, "{r}");
+    assert_eq!(plan(&r, "ids")["range"]["hi"], 10, "{r}");
+    let _ = std::fs::remove_dir_all(&d);
+}
