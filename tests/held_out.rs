@@ -8,7 +8,8 @@
 //!   original's softmax NaN).
 //! - `style_opset7`: a fast-neural-style network at opset 7 with the experimental ops of that
 //!   era (ImageScaler, Crop, ScaledTanh, ...): `inspect` types every value, and rx580 does not
-//!   shred it into GPU pieces around untyped values.
+//!   shred it into GPU pieces around untyped values; the other experimental ops (ConstantFill,
+//!   DynamicSlice, GivenTensorFill, GRUUnit) are typed too.
 
 mod common;
 
@@ -177,5 +178,52 @@ fn random_inputs_are_masks_ids_and_positions_a_caller_gives() {
     let r = verify(ort, ort, &[]);
     assert_eq!(r["passed"], true, "{r}");
     assert_eq!(plan(&r, "ids")["range"]["hi"], 10, "{r}");
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+fn inspect_json(m: &Path) -> serde_json::Value {
+    let (code, out, err) = run(&["inspect", m.to_str().unwrap(), "--format", "json"]);
+    assert_eq!(code, 0, "{err}");
+    serde_json::from_str(&out).unwrap()
+}
+
+/// The experimental ops of opsets 1-8 have inference rules: an opset-7 fast-neural-style
+/// network is fully typed (it was 1.8%: nothing after ImageScaler), so rx580 cuts it where the
+/// work is (one piece per heavy op at 720x720, every crossing sized) instead of around values
+/// it cannot size, and the output verifies on ONNX Runtime CPU.
+#[test]
+fn experimental_ops_of_opset_7_are_typed() {
+    let Some((d, models)) = make(&["style_opset7", "legacy_fill"]) else {
+        return;
+    };
+    for m in &models {
+        let v = inspect_json(m);
+        for k in ["dtype", "rank", "shape"] {
+            assert_eq!(v["inference"][k]["percent"], 100.0, "{}: {v}", m.display());
+        }
+    }
+    let style = &models[0];
+    let out = d.join("style.rx580.onnx");
+    let report = d.join("style.rx580.json");
+    let (code, stdout, stderr) = run(&[
+        style.to_str().unwrap(),
+        "--target",
+        "rx580",
+        "-o",
+        out.to_str().unwrap(),
+        "--report",
+        report.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let c = &r["cost"]["output"];
+    let n = |k: &str| c[k].as_u64().unwrap_or_else(|| panic!("{k} in {c}"));
+    assert_eq!(n("heavy_ops_gpu"), 16, "{c}");
+    assert!(n("gpu_pieces") <= 16, "more pieces than heavy ops: {c}");
+    assert!(n("crossings") <= 2 * (n("gpu_pieces") - 1), "{c}");
+    assert_eq!(n("crossings_unknown_size"), 0, "{c}");
+    let v = verify(style, &out, &["--dim", "N=1"]);
+    assert_eq!(v["passed"], true, "{v}");
     let _ = std::fs::remove_dir_all(&d);
 }

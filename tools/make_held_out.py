@@ -17,7 +17,8 @@ Writes OUT_DIR/NAME.onnx for each NAME (all when none is named):
   -inf-like when the mask is not 0/1. (Inputs out of a table's rows make Gather fail.)
 - style_opset7: a fast-neural-style network saved at opset 7 with the experimental ops of that
   era (ImageScaler, Crop, InstanceNormalization, ConvTranspose, ScaledTanh, Scale, Affine,
-  ParametricSoftplus, ThresholdedRelu), input [1, 3, 64, 64].
+  ParametricSoftplus, ThresholdedRelu), 16 heavy ops, input [N, 3, 720, 720].
+- legacy_fill: ConstantFill, DynamicSlice, GivenTensorFill, GRUUnit (for inference only).
 """
 import os
 import sys
@@ -171,44 +172,70 @@ def bert_mask():
 
 
 def style_opset7():
+    """Johnson et al.'s fast-neural-style network as the ONNX model zoo's exporters wrote it at
+    opset 7 (narrower): ImageScaler, a reflection Pad, 3 Convs down, 5 residual blocks (two
+    unpadded Convs each, the skip cropped to match by Crop), 2 ConvTransposes up, a Conv out;
+    InstanceNormalization after each; ScaledTanh, ParametricSoftplus, Affine, Scale and
+    ThresholdedRelu on the way. 16 heavy ops, input [N, 3, 720, 720]."""
     rng = np.random.default_rng(50)
-    w = lambda *s: (rng.standard_normal(s) * 0.2).astype(np.float32)
     n = helper.make_node
-    inits = [
-        t("c1_w", w(8, 3, 3, 3)), t("c1_b", w(8)),
-        t("in1_s", (1 + w(8)).astype(np.float32)), t("in1_b", w(8)),
-        t("c2_w", w(8, 8, 3, 3)), t("c2_b", w(8)),
-        t("in2_s", (1 + w(8)).astype(np.float32)), t("in2_b", w(8)),
-        t("ct_w", w(8, 4, 3, 3)), t("ct_b", w(4)),
-        t("in3_s", (1 + w(4)).astype(np.float32)), t("in3_b", w(4)),
-        t("c3_w", w(3, 4, 3, 3)), t("c3_b", w(3)),
-    ]
-    nodes = [
-        n("ImageScaler", ["x"], ["xs"], name="scaler", scale=1.0 / 255,
-          bias=[-0.5, -0.4, -0.3]),
-        n("Pad", ["xs"], ["xp"], name="pad0", mode="reflect", pads=[0, 0, 4, 4, 0, 0, 4, 4]),
-        n("Conv", ["xp", "c1_w", "c1_b"], ["h1"], name="conv1", kernel_shape=[3, 3],
-          pads=[1, 1, 1, 1]),
-        n("InstanceNormalization", ["h1", "in1_s", "in1_b"], ["n1"], name="in1", epsilon=1e-5),
-        n("Relu", ["n1"], ["r1"], name="relu1"),
-        n("Conv", ["r1", "c2_w", "c2_b"], ["h2"], name="conv2", kernel_shape=[3, 3],
-          pads=[1, 1, 1, 1], strides=[2, 2]),
-        n("InstanceNormalization", ["h2", "in2_s", "in2_b"], ["n2"], name="in2", epsilon=1e-5),
-        n("ParametricSoftplus", ["n2"], ["sp"], name="psoftplus", alpha=0.9, beta=1.1),
-        n("Scale", ["sp"], ["sc"], name="scale", scale=0.5),
-        n("Affine", ["sc"], ["af"], name="affine", alpha=2.0, beta=0.1),
-        n("ConvTranspose", ["af", "ct_w", "ct_b"], ["u"], name="deconv", kernel_shape=[3, 3],
-          pads=[1, 1, 1, 1], strides=[2, 2], output_padding=[1, 1]),
-        n("InstanceNormalization", ["u", "in3_s", "in3_b"], ["n3"], name="in3", epsilon=1e-5),
-        n("ThresholdedRelu", ["n3"], ["tr"], name="trelu", alpha=0.05),
-        n("Conv", ["tr", "c3_w", "c3_b"], ["h3"], name="conv3", kernel_shape=[3, 3],
-          pads=[1, 1, 1, 1]),
-        n("ScaledTanh", ["h3"], ["st"], name="stanh", alpha=0.5, beta=1.5),
-        n("Crop", ["st"], ["y"], name="crop", border=[4, 4, 4, 4]),
-    ]
+    nodes, inits = [], []
+
+    def w(name, *s):
+        inits.append(t(name, (rng.standard_normal(s) * (1.0 / np.sqrt(np.prod(s[1:])))
+                              ).astype(np.float32)))
+        return name
+
+    def inorm(x, c, name):
+        inits.append(t(name + "_s", (1 + 0.1 * rng.standard_normal(c)).astype(np.float32)))
+        inits.append(t(name + "_b", (0.1 * rng.standard_normal(c)).astype(np.float32)))
+        nodes.append(n("InstanceNormalization", [x, name + "_s", name + "_b"], [name],
+                       name=name, epsilon=1e-5))
+        return name
+
+    def conv(x, cin, cout, k, name, stride=1, pad=None):
+        pad = k // 2 if pad is None else pad
+        nodes.append(n("Conv", [x, w(name + "_w", cout, cin, k, k), w(name + "_b", cout)],
+                       [name], name=name, kernel_shape=[k, k], strides=[stride, stride],
+                       pads=[pad] * 4))
+        return name
+
+    def relu(x, name):
+        nodes.append(n("Relu", [x], [name], name=name))
+        return name
+
+    C = [8, 16, 32]
+    nodes.append(n("ImageScaler", ["x"], ["xs"], name="scaler", scale=1.0 / 255,
+                   bias=[-0.5, -0.4, -0.3]))
+    nodes.append(n("Pad", ["xs"], ["xp"], name="pad0", mode="reflect",
+                   pads=[0, 0, 40, 40, 0, 0, 40, 40]))
+    h = relu(inorm(conv("xp", 3, C[0], 9, "conv1"), C[0], "in1"), "relu1")
+    h = relu(inorm(conv(h, C[0], C[1], 3, "conv2", 2), C[1], "in2"), "relu2")
+    h = inorm(conv(h, C[1], C[2], 3, "conv3", 2), C[2], "in3")
+    nodes.append(n("ParametricSoftplus", [h], ["sp"], name="psoftplus", alpha=0.9, beta=1.1))
+    h = "sp"
+    for r in range(5):
+        a = relu(inorm(conv(h, C[2], C[2], 3, f"res{r}_a", pad=0), C[2], f"res{r}_ina"),
+                 f"res{r}_relu")
+        b = inorm(conv(a, C[2], C[2], 3, f"res{r}_b", pad=0), C[2], f"res{r}_inb")
+        nodes.append(n("Crop", [h], [f"res{r}_skip"], name=f"res{r}_crop", border=[2, 2, 2, 2]))
+        nodes.append(n("Add", [f"res{r}_skip", b], [f"res{r}"], name=f"res{r}_add"))
+        h = f"res{r}"
+    nodes.append(n("Scale", [h], ["sc"], name="scale", scale=0.5))
+    nodes.append(n("Affine", ["sc"], ["af"], name="affine", alpha=2.0, beta=0.1))
+    h = "af"
+    for i, (cin, cout) in enumerate([(C[2], C[1]), (C[1], C[0])]):
+        name = f"deconv{i}"
+        nodes.append(n("ConvTranspose", [h, w(name + "_w", cin, cout, 3, 3), w(name + "_b", cout)],
+                       [name], name=name, kernel_shape=[3, 3], pads=[1, 1, 1, 1],
+                       strides=[2, 2], output_padding=[1, 1]))
+        h = relu(inorm(name, cout, f"in_up{i}"), f"relu_up{i}")
+    nodes.append(n("ThresholdedRelu", [h], ["tr"], name="trelu", alpha=0.05))
+    h = conv("tr", C[0], 3, 9, "conv_out")
+    nodes.append(n("ScaledTanh", [h], ["y"], name="stanh", alpha=150.0, beta=0.01))
     g = helper.make_graph(
         nodes, "style_opset7",
-        [helper.make_tensor_value_info("x", F32, [1, 3, 64, 64])],
+        [helper.make_tensor_value_info("x", F32, ["N", 3, 720, 720])],
         [helper.make_tensor_value_info("y", F32, None)],
         inits)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 7)])
@@ -216,7 +243,36 @@ def style_opset7():
     return m
 
 
-MODELS = {"gpt2_embed": gpt2_embed, "gpt2_embed_ort": gpt2_embed_ort, "bert_mask": bert_mask, "style_opset7": style_opset7}
+def legacy_fill():
+    """The other experimental ops of opsets 1-8 (ONNX Runtime 1.32 runs DynamicSlice only; the
+    model is for inference, not for running): ConstantFill from a shape input, DynamicSlice,
+    GivenTensorFill, GRUUnit."""
+    n = helper.make_node
+    nodes = [
+        n("ConstantFill", ["shape"], ["filled"], name="cfill", input_as_shape=1, value=1.0,
+          extra_shape=[4]),
+        n("DynamicSlice", ["x", "starts", "ends", "axes"], ["sliced"], name="dslice"),
+        n("GivenTensorFill", [], ["given"], name="gfill", shape=[2, 3], values=[1, 2, 3, 4, 5, 6]),
+        n("GRUUnit", ["h", "gates", "lens", "step"], ["h1"], name="gru_unit"),
+        n("Add", ["sliced", "sliced"], ["s2"], name="add"),
+    ]
+    inits = [t("shape", np.array([2, 3], np.int64)), t("starts", np.array([1], np.int64)),
+             t("ends", np.array([3], np.int64)), t("axes", np.array([1], np.int64)),
+             t("lens", np.array([1, 1], np.int32)), t("step", np.array([0], np.int32))]
+    g = helper.make_graph(
+        nodes, "legacy_fill",
+        [helper.make_tensor_value_info("x", F32, ["N", 5]),
+         helper.make_tensor_value_info("h", F32, ["N", 4]),
+         helper.make_tensor_value_info("gates", F32, ["N", 12])],
+        [helper.make_tensor_value_info(o, F32, None) for o in ["filled", "s2", "given", "h1"]],
+        inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 7)])
+    m.ir_version = 3
+    return m
+
+
+MODELS = {"gpt2_embed": gpt2_embed, "gpt2_embed_ort": gpt2_embed_ort, "bert_mask": bert_mask, "style_opset7": style_opset7,
+          "legacy_fill": legacy_fill}
 
 if __name__ == "__main__":
     out = sys.argv[1]
