@@ -20,7 +20,11 @@ Measured on 2026-12-07 (OpenVINO 2026.4.1, ONNX Runtime 1.32): 1 and 2 change no
 then refuses "/model/decoder/If" ("doesn't support If operation with dynamic rank": that If
 squeezes the time axis when it is 1, which depends on the input length); with the inputs reshaped
 to [1, 512] / [2, 1, 128] / [] before compiling (what ONNX Runtime's OpenVINO provider does on a
-GPU, one compile per input shape) it runs, 3.4e-8 from ONNX Runtime CPU.
+GPU, one compile per input shape) it runs, 9.7e-6 from ONNX Runtime CPU at most on this
+script's inputs. silero_vad.onnx (the whole model inside an If on the sample rate): 1 and 2
+change nothing, 3 loads, and its compile refuses If_0 (dynamic rank) with dynamic inputs and
+fails in a Transpose's shape inference ("Input order must have shape [n]") with static ones:
+not yet understood.
 """
 import os
 import sys
