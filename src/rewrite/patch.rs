@@ -171,7 +171,8 @@ impl Patch {
         let replaced_reads: usize = self
             .replace
             .iter()
-            .filter(|(_, new)| matches!(new, PValue::Existing(_)) && made_by_node(new))
+            // A reader re-pointed to a new node's value is joined to it once it exists.
+            .filter(|(_, new)| made_by_node(new))
             .map(|(old, _)| g.readers(*old).len())
             .sum();
         let edges_removed = self
