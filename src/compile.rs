@@ -245,6 +245,14 @@ pub fn compile_document(
         .count()
         + strict_fallbacks;
     let writable = blocking == 0 || allow_unsafe;
+    let changed = !report.applied.is_empty() || !report.fallbacks.is_empty();
+    if writable && changed {
+        // A rewritten graph is written in topological order, in every scope, even where the
+        // input's was not (an untouched one keeps its bytes).
+        crate::ir::scope::for_each_graph_mut(&mut doc.model.graph, &mut |_, g| {
+            let _ = g.sort_if_needed();
+        });
+    }
     if writable {
         engine::check_invariants(&doc.model.graph).map_err(|e| {
             Error::new(
@@ -258,7 +266,7 @@ pub fn compile_document(
         }
         // The loosest class of what changed the graph (a fallback's pin is exact); a model no
         // rule touched gets nothing.
-        if !report.applied.is_empty() || !report.fallbacks.is_empty() {
+        if changed {
             engine::stamp_exactness(&mut doc.model, report.exactness());
         }
         check_unknown_fields(doc, model)?;

@@ -189,10 +189,10 @@ fn a_bad_patch_changes_nothing() {
     assert_eq!(before, onnx_safeify::ir::dump::dump_model(&doc.model));
 }
 
-/// A reader re-pointed to a value whose producer the same patch adds has no edge to that
-/// producer (the graph finds such readers by a scan, and `topo_order` follows edges). Placed
-/// after the reader in the write order, the producer would be written after the node that
-/// reads it: the check before writing refuses that graph. Placed before the reader, as passes
+/// A reader re-pointed to a value whose producer the same patch adds is joined to that
+/// producer once it exists. Placed after the reader in the write order, the producer would be
+/// written after the node that reads it: the check before writing refuses that graph (compile
+/// puts a rewritten graph in topological order first). Placed before the reader, as passes
 /// place new nodes, the graph passes.
 #[test]
 fn a_new_producer_placed_after_its_reader_fails_the_check() {

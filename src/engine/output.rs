@@ -130,11 +130,36 @@ pub fn check_invariants(g: &Graph) -> Result<(), String> {
 
 fn check_graph_invariants(g: &Graph) -> Result<(), String> {
     use crate::ir::Origin;
-    if let Err(cycle) = g.topo_order() {
-        return Err(format!(
-            "the rewritten graph has a cycle through {} nodes",
-            cycle.len()
-        ));
+    match g.topo_order() {
+        Err(cycle) => {
+            return Err(format!(
+                "the rewritten graph has a cycle through {} nodes",
+                cycle.len()
+            ));
+        }
+        // An edge against the write order into or out of a node a rewrite made: a producer
+        // written after its reader. (A file may list its own nodes out of order; ONNX Runtime
+        // sorts them, and an untouched graph keeps its order.)
+        Ok(order) if order != g.order => {
+            let made = |n: NodeId| g.node(n).metadata(crate::rewrite::RULE_KEY).is_some();
+            use petgraph::visit::{EdgeRef, IntoEdgeReferences};
+            let pos = crate::ir::Positions::new(&g.order);
+            for e in (&g.nodes).edge_references() {
+                let (Some(p), Some(r)) = (pos.get(&e.source()), pos.get(&e.target())) else {
+                    continue;
+                };
+                if p >= r && (made(e.source()) || made(e.target())) {
+                    let node = g.node(e.target());
+                    return Err(format!(
+                        "node '{}' ({}) reads '{}' before the node that produces it",
+                        node.name(),
+                        node.op_type,
+                        g.value_name(e.weight().value)
+                    ));
+                }
+            }
+        }
+        Ok(_) => {}
     }
     // A read without an edge (a patch re-pointed a reader to a value whose producer it added
     // afterwards: see `Graph::unlinked`) is not seen by `topo_order`, which follows edges. Its

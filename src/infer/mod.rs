@@ -22,6 +22,7 @@ mod ctx;
 mod dims;
 mod elementwise;
 mod expr;
+mod legacy;
 mod matmul;
 mod norm;
 mod resize;

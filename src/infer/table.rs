@@ -3,7 +3,7 @@
 
 use super::ctx::InferFn;
 use super::transformer as tf;
-use super::{contrib, conv, elementwise as ew, matmul, norm, resize, rnn, tensor_ops as t};
+use super::{contrib, conv, elementwise as ew, legacy, matmul, norm, resize, rnn, tensor_ops as t};
 
 const ONNX: &str = "";
 const ML: &str = "ai.onnx.ml";
@@ -215,6 +215,17 @@ fn build() -> Table {
         // resize.rs
         ("Resize", resize::resize),
         ("Upsample", resize::upsample),
+        // legacy.rs: the experimental operators of opsets 1-8
+        ("ImageScaler", legacy::elementwise),
+        ("ScaledTanh", legacy::elementwise),
+        ("ParametricSoftplus", legacy::elementwise),
+        ("Affine", legacy::elementwise),
+        ("Scale", legacy::elementwise),
+        ("Crop", legacy::crop),
+        ("DynamicSlice", legacy::dynamic_slice),
+        ("ConstantFill", legacy::constant_fill),
+        ("GivenTensorFill", legacy::given_tensor_fill),
+        ("GRUUnit", legacy::gru_unit),
     ];
     for &(op, f) in onnx {
         m.insert((ONNX, op), f);

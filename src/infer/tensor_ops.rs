@@ -347,6 +347,12 @@ fn slice_range(d: i64, start: i64, end: i64, step: i64) -> Option<(i64, i64)> {
 
 /// `Slice` (attributes before opset 10, inputs after).
 pub(crate) fn slice(c: &Ctx) -> Vec<Out> {
+    slice_with(c, c.version() >= 10)
+}
+
+/// `Slice`, with its bounds in inputs 1-4 (opset 10 on, and the experimental `DynamicSlice`)
+/// or in attributes (before opset 10).
+pub(crate) fn slice_with(c: &Ctx, bounds_in_inputs: bool) -> Vec<Out> {
     let dtype = c.dtype(0);
     let Some(s) = c.shape(0) else {
         return vec![Out::dtype(dtype)];
@@ -359,7 +365,7 @@ pub(crate) fn slice(c: &Ctx) -> Vec<Out> {
         Option<Vec<i64>>,
         Option<Vec<i64>>,
     );
-    let (starts, ends, axes, steps): Args = if c.version() < 10 {
+    let (starts, ends, axes, steps): Args = if !bounds_in_inputs {
         let k = |n: &str| {
             c.attr_ints(n)
                 .map(|v| v.iter().map(|&x| Dim::Known(x)).collect())
@@ -381,7 +387,7 @@ pub(crate) fn slice(c: &Ctx) -> Vec<Out> {
     let (Some(starts), Some(ends)) = (starts, ends) else {
         return all_unknown();
     };
-    if (c.version() >= 10 && c.has(3) && axes.is_none()) || (c.has(4) && steps.is_none()) {
+    if (bounds_in_inputs && c.has(3) && axes.is_none()) || (c.has(4) && steps.is_none()) {
         return all_unknown();
     }
     let n = starts.len();

@@ -836,6 +836,21 @@ impl Graph {
         Consumers::new(self)
     }
 
+    /// Puts the write order in topological order where it is not (ties broken by the
+    /// current order, so an ordered graph keeps its order). Import keeps a file's order, and
+    /// ONNX Runtime runs files whose nodes are out of order (its transformer test models list
+    /// a reader before its producer); a rewrite places new nodes where the node they replace
+    /// was, which in such a file can be before what they read. Returns whether it moved any.
+    pub fn sort_if_needed(&mut self) -> bool {
+        match self.topo_order() {
+            Ok(order) if order != self.order => {
+                self.order = order;
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Nodes in a topological order (ties broken by write order), or the nodes of a cycle.
     pub fn topo_order(&self) -> Result<Vec<NodeId>, Vec<NodeId>> {
         // Tables indexed by node index (not hash maps: this runs once per analysis, on graphs

@@ -171,7 +171,8 @@ impl Patch {
         let replaced_reads: usize = self
             .replace
             .iter()
-            .filter(|(_, new)| matches!(new, PValue::Existing(_)) && made_by_node(new))
+            // A reader re-pointed to a new node's value is joined to it once it exists.
+            .filter(|(_, new)| made_by_node(new))
             .map(|(old, _)| g.readers(*old).len())
             .sum();
         let edges_removed = self
@@ -413,13 +414,20 @@ impl Patch {
         // value is a graph output, the new value takes over its name.
         let mut renames: Vec<(ValueId, ValueId)> = Vec::new();
         let mut replaced: Vec<(ValueId, ValueId)> = Vec::new();
+        // Surviving nodes re-pointed to a value this patch's nodes produce: no edge can join
+        // them before the producer exists, so they are joined once it does (below).
+        let mut late: Vec<(NodeId, u32, ValueId)> = Vec::new();
         for (old, new) in &replace {
+            let is_new = matches!(new, PValue::New(_));
             let new = resolve(*new);
             replaced.push((*old, new));
             // Every input slot that reads `old` (through the producer's edges where they are
             // complete: see `Graph::readers`).
             for (n, slot) in g.readers(*old) {
                 g.set_input(n, slot as usize, Some(new));
+                if is_new {
+                    late.push((n, slot, new));
+                }
             }
             if body_read.contains(old) && !renames.contains(&(*old, new)) {
                 renames.push((*old, new));
@@ -443,6 +451,9 @@ impl Patch {
 
         for (n, slot, v) in &repoint {
             g.set_input(*n, *slot, Some(resolve(*v)));
+            if matches!(v, PValue::New(_)) {
+                late.push((*n, *slot as u32, resolve(*v)));
+            }
         }
 
         // Names visible to subgraphs of new nodes (built only when a new node has one).
@@ -576,6 +587,17 @@ impl Patch {
         }
         // Edges into new nodes whose producers are new nodes created later in this patch.
         rebuild_edges(g, &created);
+        // Edges into the surviving nodes re-pointed to new values. Then every reader of this
+        // patch's values is joined to its producer: they are no longer `unlinked`, so the
+        // write order can follow the edges (a file whose nodes are not in topological order
+        // keeps its order until a rewrite; see `Graph::sort_if_needed`).
+        link_late_reads(g, &late);
+        for v in &ids {
+            if matches!(g.values[v.index()].origin, Origin::Node { node, .. } if g.nodes.contains_node(node))
+            {
+                let _ = g.unlinked.remove(v);
+            }
+        }
         Ok((created, replaced))
     }
 
@@ -769,6 +791,32 @@ fn repoint_implicit(g: &mut Graph, old: ValueId, new: ValueId) {
                     },
                 );
             }
+        }
+    }
+}
+
+/// Joins surviving readers re-pointed to a value whose producer a patch added afterwards.
+fn link_late_reads(g: &mut Graph, late: &[(NodeId, u32, ValueId)]) {
+    for &(n, slot, v) in late {
+        if !g.nodes.contains_node(n)
+            || g.nodes[n].inputs.get(slot as usize).copied().flatten() != Some(v)
+        {
+            continue;
+        }
+        let Origin::Node { node, .. } = g.values[v.index()].origin else {
+            continue;
+        };
+        if !g.nodes.contains_node(node) {
+            continue;
+        }
+        let linked = g
+            .nodes
+            .edges_directed(n, petgraph::Direction::Incoming)
+            .any(|e| e.weight().slot == slot && e.weight().value == v);
+        if !linked {
+            g.room_for_edge();
+            g.nodes
+                .add_edge(node, n, crate::ir::Edge { value: v, slot });
         }
     }
 }

@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use super::dtype::{f32_to_bf16, f32_to_f16, DType};
 use super::error::VerifyError;
-use super::model::{Dim, IndexBound, ModelInfo, ValueSpec};
+use super::model::{Dim, IndexBound, InputRole, ModelInfo, ValueSpec};
 use super::npz;
 use super::pb;
 use super::tensor::{element_count, fmt_shape, HostTensor, TensorData};
@@ -128,6 +128,14 @@ pub enum ValueRange {
     },
     Bool,
     Text,
+    /// An attention mask: ones along the last axis, the first row whole, later rows with
+    /// trailing or leading padding (zeros) or none, as a caller's batch of unequal sequences.
+    Mask,
+    /// Position ids: `0, 1, 2, ...` along the last axis, at most `hi - 1` (the rows of the
+    /// table they index).
+    Positions {
+        hi: i64,
+    },
 }
 
 /// How one input is generated.
@@ -310,7 +318,22 @@ pub fn plan_inputs(
         .map(|p| (p.name.clone(), p.shape.clone()))
         .collect();
     for plan in &mut plans {
+        let role = original
+            .roles
+            .get(&plan.name)
+            .or_else(|| rewritten.roles.get(&plan.name));
+        let int_hi = int_bound(original, rewritten, &plan.name, &shapes);
         plan.range = match plan.dtype.kind() {
+            super::dtype::Kind::Int | super::dtype::Kind::Bool
+                if role == Some(&InputRole::Mask) && int_hi.is_none_or(|hi| hi >= 2) =>
+            {
+                ValueRange::Mask
+            }
+            super::dtype::Kind::Int if role == Some(&InputRole::Positions) => {
+                ValueRange::Positions {
+                    hi: int_hi.unwrap_or(i64::MAX),
+                }
+            }
             super::dtype::Kind::Float
                 if original.scale_inputs.contains(&plan.name)
                     || rewritten.scale_inputs.contains(&plan.name) =>
@@ -326,36 +349,10 @@ pub fn plan_inputs(
             },
             super::dtype::Kind::Bool => ValueRange::Bool,
             super::dtype::Kind::Str => ValueRange::Text,
-            super::dtype::Kind::Int => {
-                let bounds: Vec<&IndexBound> = original
-                    .index_bounds
-                    .get(&plan.name)
-                    .into_iter()
-                    .chain(rewritten.index_bounds.get(&plan.name))
-                    .flatten()
-                    .collect();
-                if bounds.is_empty() {
-                    ValueRange::Int {
-                        lo: 0,
-                        hi: GENERIC_INT_RANGE,
-                    }
-                } else {
-                    let hi = bounds
-                        .iter()
-                        .map(|b| match b {
-                            IndexBound::Known(n) => *n as i64,
-                            IndexBound::InputAxis { input, axis } => shapes
-                                .get(input)
-                                .and_then(|s| s.get(*axis))
-                                .map_or(SMALL_INDEX_RANGE, |&n| n as i64),
-                            IndexBound::Unknown => SMALL_INDEX_RANGE,
-                        })
-                        .min()
-                        .unwrap_or(SMALL_INDEX_RANGE)
-                        .max(1);
-                    ValueRange::Int { lo: 0, hi }
-                }
-            }
+            super::dtype::Kind::Int => ValueRange::Int {
+                lo: 0,
+                hi: int_hi.unwrap_or(GENERIC_INT_RANGE),
+            },
             super::dtype::Kind::Opaque => {
                 return Err(VerifyError::input(
                     &original.path,
@@ -367,22 +364,54 @@ pub fn plan_inputs(
                 ))
             }
         };
-        if let ValueRange::Int { lo, hi } = plan.range {
-            let cap = match plan.dtype {
-                DType::I8 => 1 << 7,
-                DType::U8 => 1 << 8,
-                DType::I16 => 1 << 15,
-                DType::U16 => 1 << 16,
-                DType::I32 => 1 << 31,
-                _ => i64::MAX,
-            };
-            plan.range = ValueRange::Int {
-                lo,
-                hi: hi.min(cap),
-            };
+        let cap = match plan.dtype {
+            DType::I8 => 1 << 7,
+            DType::U8 => 1 << 8,
+            DType::I16 => 1 << 15,
+            DType::U16 => 1 << 16,
+            DType::I32 => 1 << 31,
+            _ => i64::MAX,
+        };
+        match &mut plan.range {
+            ValueRange::Int { hi, .. } | ValueRange::Positions { hi } => *hi = (*hi).min(cap),
+            _ => {}
         }
     }
     Ok(plans)
+}
+
+/// The bound of an integer input that reaches index positions: the smallest size it indexes
+/// (at least 1); None when it reaches none.
+fn int_bound(
+    original: &ModelInfo,
+    rewritten: &ModelInfo,
+    name: &str,
+    shapes: &HashMap<String, Vec<usize>>,
+) -> Option<i64> {
+    let bounds: Vec<&IndexBound> = original
+        .index_bounds
+        .get(name)
+        .into_iter()
+        .chain(rewritten.index_bounds.get(name))
+        .flatten()
+        .collect();
+    if bounds.is_empty() {
+        return None;
+    }
+    let hi = bounds
+        .iter()
+        .map(|b| match b {
+            IndexBound::Known(n) => *n as i64,
+            IndexBound::InputAxis { input, axis } => shapes
+                .get(input)
+                .and_then(|s| s.get(*axis))
+                .map_or(SMALL_INDEX_RANGE, |&n| n as i64),
+            IndexBound::Unknown => SMALL_INDEX_RANGE,
+        })
+        .min()
+        .unwrap_or(SMALL_INDEX_RANGE)
+        .max(1);
+    Some(hi)
 }
 
 fn spec_dtype(path: &Path, spec: &ValueSpec) -> Result<DType, VerifyError> {
@@ -440,6 +469,41 @@ fn generate_one(p: &InputPlan, rng: &mut Prng) -> HostTensor {
                     DType::BF16 => out.extend_from_slice(&f32_to_bf16(v as f32).to_le_bytes()),
                     _ => out.extend_from_slice(&(v as f32).to_le_bytes()),
                 }
+            }
+            TensorData::Bytes(out)
+        }
+        ValueRange::Mask => {
+            let len = p.shape.last().copied().unwrap_or(1).max(1);
+            let size = p.dtype.scalar_size().unwrap_or(1);
+            let mut out = Vec::with_capacity(n * size);
+            for row in 0..n.div_ceil(len) {
+                // Row 0 whole; later rows: none, trailing or leading padding, 1 to len/2.
+                let (kind, pad) = if row == 0 || len < 2 {
+                    (0, 0)
+                } else {
+                    let kind = rng.range_i64(0, 3);
+                    let pad = rng.range_i64(1, (len / 2).max(1) as i64 + 1) as usize;
+                    (kind, pad.min(len - 1))
+                };
+                for j in 0..len.min(n - row * len) {
+                    let padded = match kind {
+                        1 => j >= len - pad,
+                        2 => j < pad,
+                        _ => false,
+                    };
+                    let v = i64::from(!padded);
+                    out.extend_from_slice(&v.to_le_bytes()[..size]);
+                }
+            }
+            TensorData::Bytes(out)
+        }
+        ValueRange::Positions { hi } => {
+            let len = p.shape.last().copied().unwrap_or(1).max(1);
+            let size = p.dtype.scalar_size().unwrap_or(8);
+            let mut out = Vec::with_capacity(n * size);
+            for i in 0..n {
+                let v = ((i % len) as i64).min(hi.max(1) - 1);
+                out.extend_from_slice(&v.to_le_bytes()[..size]);
             }
             TensorData::Bytes(out)
         }
@@ -670,6 +734,46 @@ mod tests {
             let i = r.range_i64(-3, 5);
             assert!((-3..5).contains(&i));
         }
+    }
+
+    #[test]
+    fn masks_are_ones_with_padding_and_positions_count_up() {
+        let mask = InputPlan {
+            name: "attention_mask".into(),
+            dtype: DType::I64,
+            shape: vec![6, 9],
+            range: ValueRange::Mask,
+        };
+        let t = generate_one(&mask, &mut Prng::new(3));
+        let TensorData::Bytes(b) = &t.data else {
+            panic!("bytes")
+        };
+        let v: Vec<i64> = b
+            .chunks(8)
+            .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        assert!(v.iter().all(|&x| x == 0 || x == 1), "{v:?}");
+        assert!(
+            v[..9].iter().all(|&x| x == 1),
+            "the first row is whole: {v:?}"
+        );
+        assert!(v.chunks(9).all(|row| row.contains(&1)), "{v:?}");
+        assert!(v.contains(&0), "some row is padded: {v:?}");
+        let pos = InputPlan {
+            name: "position_ids".into(),
+            dtype: DType::I32,
+            shape: vec![2, 5],
+            range: ValueRange::Positions { hi: 4 },
+        };
+        let t = generate_one(&pos, &mut Prng::new(3));
+        let TensorData::Bytes(b) = &t.data else {
+            panic!("bytes")
+        };
+        let v: Vec<i32> = b
+            .chunks(4)
+            .map(|c| i32::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        assert_eq!(v, [0, 1, 2, 3, 3, 0, 1, 2, 3, 3]);
     }
 
     #[test]

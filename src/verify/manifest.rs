@@ -130,6 +130,7 @@ pub fn load_pipeline(path: &Path) -> Result<Pipeline, VerifyError> {
     let mut external: Vec<ValueSpec> = Vec::new();
     let mut external_bounds: HashMap<String, Vec<IndexBound>> = HashMap::new();
     let mut scale_inputs: Vec<String> = Vec::new();
+    let mut roles: HashMap<String, super::model::InputRole> = HashMap::new();
     for (i, entry) in file.segments.iter().enumerate() {
         let label = entry
             .name
@@ -186,6 +187,9 @@ pub fn load_pipeline(path: &Path) -> Result<Pipeline, VerifyError> {
             }
             if info.scale_inputs.contains(n) {
                 scale_inputs.push(n.clone());
+            }
+            if let Some(r) = info.roles.get(n) {
+                let _ = roles.entry(n.clone()).or_insert(*r);
             }
             if let Some(b) = info.index_bounds.get(n) {
                 external_bounds
@@ -256,6 +260,7 @@ pub fn load_pipeline(path: &Path) -> Result<Pipeline, VerifyError> {
         layer_annotations: Vec::new(),
         index_bounds: external_bounds,
         scale_inputs,
+        roles,
         exactness: chain_exactness(&segments),
     };
     Ok(Pipeline {

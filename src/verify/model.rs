@@ -91,6 +91,17 @@ impl ValueSpec {
     }
 }
 
+/// What an integer or boolean input holds, where the graph or its name shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InputRole {
+    /// An attention mask: 1 for a token, 0 for padding (named `*mask*`, or read where a
+    /// com.microsoft attention or embedding operator takes its `[batch, sequence]` mask).
+    Mask,
+    /// Position ids (named `position_ids`, `positions`, `pos_ids`): the token's index in its
+    /// sequence.
+    Positions,
+}
+
 /// Where the size bounding an index comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum IndexBound {
@@ -114,6 +125,9 @@ pub struct ModelInfo {
     pub index_bounds: HashMap<String, Vec<IndexBound>>,
     /// Float inputs used as Resize/Upsample scales.
     pub scale_inputs: Vec<String>,
+    /// Integer and boolean inputs that hold what a caller gives rather than arbitrary values:
+    /// attention masks (0/1) and position ids (0, 1, 2, ... along the sequence).
+    pub roles: HashMap<String, InputRole>,
     /// The value of the model's `onnx_safeify.exactness` metadata entry, as written (the
     /// loosest exactness class of the rewrites that made it), when it has one.
     pub exactness: Option<String>,
@@ -207,6 +221,7 @@ pub fn model_info_from_proto(path: &Path, model: &ModelProto) -> Result<ModelInf
     collect_annotations(graph, &mut annotations);
     let index_bounds = analyse_indices(graph, &inputs);
     let scale_inputs = analyse_scales(graph, &inputs);
+    let roles = analyse_roles(graph, &inputs);
     Ok(ModelInfo {
         path: path.to_path_buf(),
         inputs,
@@ -214,6 +229,7 @@ pub fn model_info_from_proto(path: &Path, model: &ModelProto) -> Result<ModelInf
         layer_annotations: annotations.into_iter().collect(),
         index_bounds,
         scale_inputs,
+        roles,
         exactness: exactness_entry(model),
     })
 }
@@ -381,8 +397,15 @@ fn analyse_indices(graph: &GraphProto, inputs: &[ValueSpec]) -> HashMap<String, 
                     bounds.push(shapes.min_bound(data, batch));
                 }
                 ("" | "ai.onnx", "OneHot", 0) => bounds.push(IndexBound::Unknown),
-                ("com.microsoft", "EmbedLayerNormalization", 0 | 1) => {
-                    let table = node.input.get(slot + 2).map(String::as_str).unwrap_or("");
+                // input_ids (0), segment_ids (1) and position_ids (8) index the word (2),
+                // segment (4) and position (3) tables.
+                ("com.microsoft", "EmbedLayerNormalization", 0 | 1 | 8) => {
+                    let table = match slot {
+                        0 => 2,
+                        1 => 4,
+                        _ => 3,
+                    };
+                    let table = node.input.get(table).map(String::as_str).unwrap_or("");
                     bounds.push(shapes.axis_bound(table, 0));
                 }
                 ("com.microsoft", "GatherBlockQuantized", 1) => {
@@ -397,6 +420,60 @@ fn analyse_indices(graph: &GraphProto, inputs: &[ValueSpec]) -> HashMap<String, 
         }
     }
     result
+}
+
+/// Masks and position ids among the integer and boolean graph inputs of rank 1 or more (a
+/// rank-1 mask input of a com.microsoft operator is a length per batch entry, not a mask).
+fn analyse_roles(graph: &GraphProto, inputs: &[ValueSpec]) -> HashMap<String, InputRole> {
+    let consumers = consumer_map(graph);
+    let mut roles = HashMap::new();
+    for input in inputs {
+        let int_or_bool = matches!(
+            input.dtype(),
+            Some(
+                DType::Bool
+                    | DType::I8
+                    | DType::U8
+                    | DType::I16
+                    | DType::U16
+                    | DType::I32
+                    | DType::U32
+                    | DType::I64
+                    | DType::U64
+            )
+        );
+        let rank = input.dims().map_or(0, <[Dim]>::len);
+        if !int_or_bool || rank == 0 {
+            continue;
+        }
+        let name = input.name.to_ascii_lowercase();
+        let positions = matches!(name.as_str(), "position_ids" | "positions" | "pos_ids")
+            || name.ends_with("position_ids");
+        let mask_slot = rank >= 2
+            && value_uses(graph, &consumers, &input.name)
+                .iter()
+                .any(|(n, slot)| {
+                    matches!(
+                        (
+                            n.domain.as_deref().unwrap_or(""),
+                            n.op_type.as_deref().unwrap_or(""),
+                            *slot
+                        ),
+                        ("com.microsoft", "EmbedLayerNormalization", 7)
+                            | ("com.microsoft", "Attention", 3)
+                            | ("com.microsoft", "QAttention", 5)
+                            | ("com.microsoft", "MultiHeadAttention", 4)
+                            | ("com.microsoft", "DecoderMaskedMultiHeadAttention", 3)
+                    )
+                });
+        let named_mask = name.contains("mask") && !name.contains("index") && rank >= 2;
+        if positions {
+            let _ = roles.insert(input.name.clone(), InputRole::Positions);
+        } else if mask_slot || named_mask {
+            let _ = roles.insert(input.name.clone(), InputRole::Mask);
+        }
+    }
+    roles
 }
 
 /// Float graph inputs used as Resize/Upsample scales: random values must be positive.

@@ -319,6 +319,8 @@ impl VerifyReport {
                         let range = match p.range {
                             ValueRange::Float { lo, hi } => format!(" in [{lo}, {hi})"),
                             ValueRange::Int { lo, hi } => format!(" in [{lo}, {hi})"),
+                            ValueRange::Mask => " mask (0/1)".to_string(),
+                            ValueRange::Positions { .. } => " positions (0, 1, ...)".to_string(),
                             ValueRange::Bool | ValueRange::Text => String::new(),
                         };
                         format!(
