@@ -40,23 +40,31 @@ def predict(binary, model, target):
 
 
 def logged(log_lines):
-    """{provider: count}, {node name: provider} from one session's log lines."""
+    """{provider: count}, {node name: provider}, complete from one session's log lines.
+
+    `complete` is False when the log lost lines (the browser's console capture drops some
+    under load): a provider section lists fewer or more nodes than its count says, or a
+    single "Node(s) placed on" section stands alone (the other provider's header was lost)."""
     counts, where, current = {}, {}, None
+    listed, whole = {}, False
     for line in log_lines:
         m = ALL.search(line)
         if m:
             counts[m.group(1)] = int(m.group(2))
-            current = None
+            current, whole = None, True
             continue
         m = PLACED.search(line)
         if m:
             current = m.group(1)
             counts[current] = int(m.group(2))
+            listed.setdefault(current, 0)
             continue
         m = NODE.search(line)
         if m and current:
             where[m.group(2)] = current
-    return counts, where
+            listed[current] = listed.get(current, 0) + 1
+    complete = whole or (len(listed) >= 2 and all(listed[p] == counts.get(p) for p in listed))
+    return counts, where, complete
 
 
 def run_jobs(models, opt, timeout_ms=300000):
@@ -86,10 +94,13 @@ def run_jobs(models, opt, timeout_ms=300000):
 
 
 def compare(pred, job, lines):
-    counts, where = logged(lines)
+    counts, where, complete = logged(lines)
     provider = pred["provider"]
     if not counts:
         return {"loaded": False, "error": (job or {}).get("error", "no placement logged")}
+    if not complete:
+        return {"loaded": False, "error": "the console log lost placement lines; not compared",
+                "incomplete": True}
     names = {n["name"] for n in pred["nodes"]}
     agree = disagree = absent = 0
     misses = []
@@ -175,7 +186,9 @@ def main():
                   f"{': ' + x['detail'] if x.get('detail') else ''}), logged {x['logged']}")
     n = tot_a + tot_d
     share = 100.0 * tot_a / n if n else 0.0
-    print(f"agreement: {tot_a} of {n} placed nodes ({share:.2f} %); {tot_abs} renamed or inlined by the runtime")
+    lost = sum(1 for m in todo if results[m].get("incomplete"))
+    print(f"agreement: {tot_a} of {n} placed nodes ({share:.2f} %); {tot_abs} renamed or inlined by the runtime;"
+          f" {lost} session log(s) incomplete, not compared")
     if a.json:
         Path(a.json).write_text(json.dumps(
             {"target": a.target, "opt": a.opt, "agree": tot_a, "placed": n,
