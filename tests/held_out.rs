@@ -130,3 +130,20 @@ fn whisper_block_verifies_on_every_target_ill_conditioned_layer_norms_explained(
         "no ill-conditioned verdict: {ill:?}"
     );
 }
+
+#[test]
+fn float16_conv_models_verify_at_their_declared_class_on_every_target() {
+    let Some((table, _)) = run(&["fp16_tts_encoder", "fp16_istft_vocoder"]) else {
+        return;
+    };
+    // The depthwise split of a float16 Conv is rounding (it moves ONNX Runtime's roundings).
+    assert!(
+        table.contains(&"fp16_tts_encoder rx580: rounding".to_string()),
+        "{table:#?}"
+    );
+    // The precision fences of intel-gen9 and rocm-migraphx, through the vocoder's chain.
+    for t in ["intel-gen9", "rocm-migraphx"] {
+        let line = format!("fp16_istft_vocoder {t}: approximate:3.90625e-3");
+        assert!(table.contains(&line), "{line}: {table:#?}");
+    }
+}
