@@ -2621,34 +2621,44 @@ def cmd_run(a):
             count = {"instances": 0, "ok": 0, "conditioned": 0, "mismatch": 0, "refused": 0, "skipped": 0}
             worst, examples, refusals, skips = 0.0, [], {}, {}
             t0, cpu0 = time.time(), cpu_seconds()
+            interrupted = False
             while cpu_seconds() - cpu0 < a.seconds_per_family and count["instances"] < a.max_instances:
-                model, feeds = FAMILIES[fam](g)
-                cls = class_of(classes, model) or (("exact",) if target_of(model) else None)
-                if cls is None:
-                    raise SystemExit(f"{fam}: no decomposition registered")
-                status, detail = check(a.binary, rules, tmp, model, feeds, cls)
-                count["instances"] += 1
-                count[status] += 1
-                if status in ("ok", "conditioned"):
-                    worst = max(worst, detail)
-                elif status == "mismatch":
-                    if a.keep:
-                        d = save_case(root, fam, model, feeds, cls, detail)
+                try:
+                    model, feeds = FAMILIES[fam](g)
+                    cls = class_of(classes, model) or (("exact",) if target_of(model) else None)
+                    if cls is None:
+                        raise SystemExit(f"{fam}: no decomposition registered")
+                    status, detail = check(a.binary, rules, tmp, model, feeds, cls)
+                    count["instances"] += 1
+                    count[status] += 1
+                    if status in ("ok", "conditioned"):
+                        worst = max(worst, detail)
+                    elif status == "mismatch":
+                        if a.keep:
+                            d = save_case(root, fam, model, feeds, cls, detail)
+                        else:
+                            d = "-"
+                        if len(examples) < 5:
+                            examples.append(f"{os.path.basename(d)}: {detail}")
+                    elif status == "refused":
+                        refusals[detail] = refusals.get(detail, 0) + 1
                     else:
-                        d = "-"
-                    if len(examples) < 5:
-                        examples.append(f"{os.path.basename(d)}: {detail}")
-                elif status == "refused":
-                    refusals[detail] = refusals.get(detail, 0) + 1
-                else:
-                    skips[detail] = skips.get(detail, 0) + 1
+                        skips[detail] = skips.get(detail, 0) + 1
+                except KeyboardInterrupt:
+                    # Stopped early (SIGINT): report what this family did so far, then stop.
+                    interrupted = True
+                    break
             count.update(family=fam, seconds=round(time.time() - t0, 1),
                          cpu_seconds=round(cpu_seconds() - cpu0, 1), class_=cls[0] if cls else None,
                          worst_ok=worst, examples=examples,
                          refusals=dict(sorted(refusals.items(), key=lambda kv: -kv[1])[:4]),
                          skips=dict(sorted(skips.items(), key=lambda kv: -kv[1])[:2]))
+            if interrupted:
+                count["interrupted"] = True
             print(json.dumps(count), flush=True)
             totals[fam] = count
+            if interrupted:
+                break
     return 0
 
 
