@@ -2609,6 +2609,10 @@ def cpu_seconds():
 
 
 def cmd_run(a):
+    # SIGINT stops a run early (see below), also one started in the background, where the shell
+    # leaves SIGINT ignored.
+    import signal
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     classes = registry_classes()
     fams = a.families.split(",") if a.families else list(FAMILIES)
     root = a.save or os.path.join(REPO, "tests/data/fuzz_regressions/decomp")
