@@ -310,3 +310,23 @@ fn decoder_diffusion_and_packed_families_meet_their_classes() {
     let rows = fuzz(&py, &families, 25, 34);
     assert_clean(&rows, &families);
 }
+
+/// Issue 48: chains of contrib ops as ONNX Runtime's optimizer writes them (the residual stream
+/// in the thousands, sequences and hidden sizes to 4096, optional outputs read downstream) and
+/// float16 Conv/ConvTranspose chains compiled for rx580, intel-gen9, rocm-migraphx, directml or
+/// webgpu. A chain's ill-conditioned layer norm is "conditioned" (judged against a float64
+/// evaluation of the original, as `verify` does), never a mismatch.
+#[test]
+fn transformer_chains_and_float16_conv_chains_meet_their_classes() {
+    let Some(py) = venv() else { return };
+    let families = ["TransformerChain", "Fp16ConvChain"];
+    let rows = fuzz(&py, &families, 12, 48);
+    assert_eq!(rows.len(), families.len(), "{rows:#?}");
+    for r in &rows {
+        let fam = r["family"].as_str().unwrap_or("?");
+        let n = r["instances"].as_u64().unwrap_or(0);
+        let judged = r["ok"].as_u64().unwrap_or(0) + r["conditioned"].as_u64().unwrap_or(0);
+        assert_eq!(r["mismatch"].as_u64(), Some(0), "{fam}: {r:#}");
+        assert!(n > 0 && judged * 2 >= n, "{fam}: too few judged: {r:#}");
+    }
+}

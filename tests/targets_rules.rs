@@ -257,11 +257,19 @@ fn fenced_origins(m: &ModelProto) -> Vec<String> {
         })
         .flat_map(|n| n.output.iter().map(String::as_str))
         .collect();
+    // A fenced node reads a Cast to float32, or (adjacent fenced nodes pass float32 on) the
+    // output of another node the fence wrote.
+    let fence_made = |n: &&onnx_safeify::proto::NodeProto| {
+        n.metadata_props.iter().any(|e| {
+            e.key.as_deref() == Some("onnx_safeify.rule")
+                && e.value.as_deref() == Some("fp32-fence")
+        })
+    };
     let mut out: Vec<String> = g
         .node
         .iter()
         .filter(|n| n.op_type.as_deref() != Some("Cast"))
-        .filter(|n| n.input.iter().any(|i| cast_to_f32.contains(i.as_str())))
+        .filter(|n| n.input.iter().any(|i| cast_to_f32.contains(i.as_str())) || fence_made(n))
         .filter_map(|n| {
             n.metadata_props
                 .iter()

@@ -16,6 +16,7 @@ use crate::proto::AttributeProto;
 use crate::rewrite::consts::{constant_tensor, int64s, slice_rows};
 use crate::rewrite::pass::{Cx, Pass, Planned};
 use crate::rewrite::{AttrValue, PValue, Patch};
+use crate::tensor::dtype;
 
 /// Which axis to split along.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -216,7 +217,33 @@ pub fn split_conv(
     max: i64,
     batch: Option<i64>,
 ) -> Result<Patch, SplitOutcome> {
-    split_conv_with(g, n, opset, rule, axis, max, batch, None)
+    split_conv_with(g, n, opset, rule, axis, max, batch, None, None)
+}
+
+/// The float32 value a float16 Conv's input `x` is a `Cast` of, when there is one: ONNX Runtime's
+/// CPU provider has no float16 Conv kernel (1.32, x86-64), so it runs the Conv in float32 between
+/// casts it inserts, and drops a `Cast(float32 -> float16)` that feeds it together with its own
+/// cast back: the Conv reads the float32 value unrounded. A split that slices the float16 value
+/// reads it rounded (a Slice has a float16 kernel), and 1 float16 ulp moves in about 4 of 10
+/// outputs (a 128-channel depthwise Conv of a cast float32 input: 14,618 of 38,400). Every other
+/// consumer of the Cast keeps reading it (ORT drops the cast for the Conv alone).
+pub fn bypassed_cast(
+    g: &Graph,
+    x: ValueId,
+    dtype: &dyn Fn(ValueId) -> Option<i32>,
+) -> Option<ValueId> {
+    let crate::ir::Origin::Node { node, .. } = g.value(x).origin else {
+        return None;
+    };
+    let c = g.node(node);
+    if c.op_type != "Cast" || !c.domain().is_empty() {
+        return None;
+    }
+    if c.attr("to").and_then(|a| a.i()) != Some(i64::from(dtype::FLOAT16)) {
+        return None;
+    }
+    let src = c.inputs.first().copied().flatten()?;
+    (dtype(src) == Some(dtype::FLOAT)).then_some(src)
 }
 
 /// [`split_conv`], with the weights' shape when the analysis knows it: weights that are not a
@@ -232,6 +259,7 @@ pub fn split_conv_with(
     max: i64,
     batch: Option<i64>,
     w_dims: Option<Vec<i64>>,
+    float_src: Option<ValueId>,
 ) -> Result<Patch, SplitOutcome> {
     let node = g.node(n);
     let unsupported = |m: String| Err(SplitOutcome::Unsupported(m));
@@ -264,7 +292,25 @@ pub fn split_conv_with(
     }
     let mg = m / group;
     let mut p = Patch::new(rule, node.name(), Some(n));
-    let xv = PValue::Existing(x);
+    // A float16 Conv that reads a Cast of a float32 value: the pieces read that value and compute
+    // in float32, the result is rounded once (what ONNX Runtime's CPU provider does, see
+    // [`bypassed_cast`]).
+    let in_float = float_src.is_some() && axis != SplitAxis::Batch;
+    let xv = PValue::Existing(match float_src {
+        Some(src) if in_float => src,
+        _ => x,
+    });
+    let to_float = |p: &mut Patch, v: PValue| {
+        if in_float {
+            p.op(
+                "Cast",
+                &[v],
+                &[("to", AttrValue::Int(i64::from(dtype::FLOAT)))],
+            )
+        } else {
+            v
+        }
+    };
     let mut parts = Vec::new();
     let mut shared: Option<(i64, Attrs)> = None;
     let concat_axis;
@@ -287,12 +333,12 @@ pub fn split_conv_with(
                 let xi = slice(&mut p, opset, xv, 1, g0 * cg, g1 * cg);
                 let wi = weight_rows(&mut p, g, opset, n, w, g0 * mg, g1 * mg, "weight")
                     .map_err(SplitOutcome::Unsupported)?;
+                let wi = to_float(&mut p, wi);
                 let mut ins = vec![Some(xi), Some(wi)];
                 if let Some(b) = b {
-                    ins.push(Some(
-                        weight_rows(&mut p, g, opset, n, b, g0 * mg, g1 * mg, "bias")
-                            .map_err(SplitOutcome::Unsupported)?,
-                    ));
+                    let bi = weight_rows(&mut p, g, opset, n, b, g0 * mg, g1 * mg, "bias")
+                        .map_err(SplitOutcome::Unsupported)?;
+                    ins.push(Some(to_float(&mut p, bi)));
                 }
                 let attrs = piece_attrs(&mut shared, g, n, groups);
                 parts.push(p.node_with("Conv", "", &ins, attrs, 1)[0]);
@@ -318,12 +364,12 @@ pub fn split_conv_with(
                 let r1 = r0 + rows;
                 let wi = weight_rows(&mut p, g, opset, n, w, r0, r1, "weight")
                     .map_err(SplitOutcome::Unsupported)?;
+                let wi = to_float(&mut p, wi);
                 let mut ins = vec![Some(xv), Some(wi)];
                 if let Some(b) = b {
-                    ins.push(Some(
-                        weight_rows(&mut p, g, opset, n, b, r0, r1, "bias")
-                            .map_err(SplitOutcome::Unsupported)?,
-                    ));
+                    let bi = weight_rows(&mut p, g, opset, n, b, r0, r1, "bias")
+                        .map_err(SplitOutcome::Unsupported)?;
+                    ins.push(Some(to_float(&mut p, bi)));
                 }
                 let attrs = piece_attrs(&mut shared, g, n, 1);
                 parts.push(p.node_with("Conv", "", &ins, attrs, 1)[0]);
@@ -358,7 +404,14 @@ pub fn split_conv_with(
             concat_axis = 0;
         }
     }
-    let out = p.op("Concat", &parts, &[("axis", AttrValue::Int(concat_axis))]);
+    let mut out = p.op("Concat", &parts, &[("axis", AttrValue::Int(concat_axis))]);
+    if in_float {
+        out = p.op(
+            "Cast",
+            &[out],
+            &[("to", AttrValue::Int(i64::from(dtype::FLOAT16)))],
+        );
+    }
     p.replace(y, out);
     p.remove(n);
     Ok(p)
@@ -544,8 +597,36 @@ impl Pass for SplitPass {
                 .copied()
                 .flatten()
                 .and_then(|w| cx.exact_dims(w));
-            match split_conv_with(g, n, cx.opset, &r.id, axis, max, batch, w_dims) {
-                Ok(p) => out.push(Planned::one(g, n, Ok(p))),
+            let facts = cx.facts();
+            let float_src = g
+                .node(n)
+                .inputs
+                .first()
+                .copied()
+                .flatten()
+                .and_then(|x| bypassed_cast(g, x, &|v| facts.dtype(v)));
+            let half = g
+                .node(n)
+                .inputs
+                .first()
+                .copied()
+                .flatten()
+                .and_then(|x| facts.dtype(x))
+                .is_some_and(|t| t == dtype::FLOAT16 || t == dtype::BFLOAT16);
+            match split_conv_with(g, n, cx.opset, &r.id, axis, max, batch, w_dims, float_src) {
+                Ok(mut p) => {
+                    // ONNX Runtime's CPU provider runs a float16 Conv in float32 and rounds where
+                    // its neighbours make it (a node with a float16 kernel between two without
+                    // one runs in float32 too; two such nodes in a row stay float16): the
+                    // pieces' Slices and Concat move those roundings (a Relu, inlined as Max,
+                    // that fed the Conv alone ran in float32; feeding Slices it rounds). One
+                    // float16 rounding of the Conv's input or output: rounding, not exact (a TTS
+                    // encoder declared exact was 1 ulp off in 5,785 of 25,680 outputs).
+                    if half {
+                        p.exactness = crate::rewrite::Exactness::Rounding;
+                    }
+                    out.push(Planned::one(g, n, Ok(p)))
+                }
                 Err(SplitOutcome::Fits) => {}
                 Err(SplitOutcome::Unsupported(reason)) => {
                     let cause = if reason.contains("pieces") {

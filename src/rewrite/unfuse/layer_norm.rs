@@ -175,6 +175,21 @@ pub fn simplified_layer_norm(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Pa
 /// SkipLayerNormalization: `S = input + skip (+ bias)`, `output = LayerNorm(S) * gamma
 /// (+ beta)` over the last axis; outputs mean, inv_std_var (float) and
 /// input_skip_bias_sum = S (ContribOperators.md / `bert_defs.cc`, SkipLayerNormalization).
+///
+/// ONNX Runtime 1.32's CPU kernel (`contrib_ops/cpu/skip_layer_norm.cc`, checked bit for bit
+/// against a NumPy replay) takes the mean and the variance by Welford's update, one element
+/// after the other (`delta = s - mean; mean += delta / (h + 1); M2 += delta * (s - mean)`), in
+/// float for float32, float16 and bfloat16 inputs (in double for double), then
+/// `(s - mean) / sqrt(M2 / H + epsilon) * gamma + beta`; not the one-pass `E[s^2] - E[s]^2` of
+/// releases before it (which went negative on a residual stream near 4e3: NaN). Welford's
+/// sequential update cannot be written with ONNX reductions (a `Scan` would, one element per
+/// step, on the CPU of every GPU provider), so the mean here is a ReduceMean: both are within
+/// rounding of the true mean, but where a row's mean is ~1000 times its deviation (a Whisper
+/// encoder's residual stream near 4e3) `s - mean` turns that ulp of the mean into
+/// `|mean| / std` ulps of the output: 6.3e-4 of the scale apart, the kernel 1.3e-4 off a float64
+/// evaluation itself. `verify` shows such an output against a float64 evaluation of the original
+/// (`verify/wide.rs`) instead of failing it. SkipSimplifiedLayerNormalization has no mean: its
+/// kernel's sequential float sum of squares and this ReduceMean differ by rounding only.
 pub fn skip_layer_norm(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch, Unsupported> {
     skip_norm(ctx, g, n, false)
 }
