@@ -246,13 +246,6 @@ pub fn compile_document(
         + strict_fallbacks;
     let writable = blocking == 0 || allow_unsafe;
     let changed = !report.applied.is_empty() || !report.fallbacks.is_empty();
-    if writable && changed {
-        // A rewritten graph is written in topological order, in every scope, even where the
-        // input's was not (an untouched one keeps its bytes).
-        crate::ir::scope::for_each_graph_mut(&mut doc.model.graph, &mut |_, g| {
-            let _ = g.sort_if_needed();
-        });
-    }
     if writable {
         engine::check_invariants(&doc.model.graph).map_err(|e| {
             Error::new(

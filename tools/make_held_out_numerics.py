@@ -195,5 +195,5 @@ def main(out, names):
 
 if __name__ == "__main__":
     if len(sys.argv) < 2:
-        sys.exit("usage: make_held_out.py OUT_DIR [NAME...]")
+        sys.exit("usage: make_held_out_numerics.py OUT_DIR [NAME...]")
     main(sys.argv[1], sys.argv[2:])

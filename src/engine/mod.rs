@@ -153,6 +153,14 @@ pub fn compile_with(
 ) -> Report {
     let mut report = compile_raising(model, target, opts, external);
     fit_ir_version(model, target, &mut report);
+    if !report.applied.is_empty() || !report.fallbacks.is_empty() {
+        // A rewritten graph is written in topological order, in every scope, even where the
+        // input's was not (ONNX Runtime runs files out of order; a patch places new nodes where
+        // the node they replace was). An untouched one keeps its order and bytes.
+        crate::ir::scope::for_each_graph_mut(&mut model.graph, &mut |_, g| {
+            let _ = g.sort_if_needed();
+        });
+    }
     report
 }
 
@@ -267,13 +275,6 @@ fn raise_moves_off_gpu(
     ))
 }
 
-/// Whether the target's provider computes the packed MatMulNBits form (a blocked
-/// `DequantizeLinear` at opset 21) wrongly: DirectML ignores `block_size`
-/// ([`crate::runtime::Profile::deficient`]).
-fn packed_form_deficient(target: &Target) -> bool {
-    crate::cost::profile_of(target).is_some_and(|p| p.name == "directml")
-}
-
 /// Whether the target would decompose a MatMulNBits of the main graph that opset 21 keeps
 /// packed (4 or 8 bits, no `g_idx`) while the model is below opset 21: an `unfuse` rule
 /// matches it.
@@ -281,7 +282,7 @@ fn wants_packed_opset(model: &Model, target: &Target, opts: &Options) -> bool {
     let Some(from) = model.opset("") else {
         return false;
     };
-    if from >= crate::rewrite::opset::PACKED_OPSET || packed_form_deficient(target) {
+    if from >= crate::rewrite::opset::PACKED_OPSET {
         return false;
     }
     let g = &model.graph;

@@ -119,8 +119,10 @@ const ROUNDING: Exactness = Exactness::Rounding;
 /// of an output below 1 and 8e8 times one that collapses to 1e-17. Measured against the hidden
 /// state's own range instead (the scale, at least 1: an LSTM's outputs live in (-1, 1) and its
 /// cell state around it), the worst of those 289 is 0.70. So the bound is the whole of that
-/// range: 1 of the scale, at least 1. Nothing closer holds.
-const DQ_LSTM_BOUND: f64 = 1.0;
+/// range: 1 of the scale, at least 1. On an x86-64 CPU with AVX2 and no VNNI (AMD EPYC, Zen 3)
+/// ONNX Runtime's 8-bit kernel takes another path, and the fuzzer's seed-39 instances and a
+/// kept case reach 1.54 and 1.56 of that range: the bound is 2 of it. Nothing closer holds.
+const DQ_LSTM_BOUND: f64 = 2.0;
 /// The floor under DynamicQuantizeLSTM's scale: the hidden state's range.
 const DQ_LSTM_FLOOR: f64 = 1.0;
 /// NCHWc Conv as a standard Conv: each convolution is within float rounding of the NCHWc
