@@ -162,8 +162,10 @@ fn ill_conditioned_sums_pass_only_within_their_allowance() {
         .collect();
     assert!(off.is_empty(), "{off:#?}");
     let conditioned = rows.iter().filter(|v| status(v) == "conditioned").count();
+    // 33 on the Xeon (AVX-512) that kept them, 32 on an AMD EPYC (AVX2): where the kernel's
+    // own sums land depends on the CPU's code path. Most of them still need it.
     assert!(
-        conditioned >= 33,
+        conditioned >= 30,
         "only {conditioned} kept cases needed the allowance"
     );
     let o = Command::new(&py)
