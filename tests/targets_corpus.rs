@@ -177,6 +177,18 @@ fn check_target(target: &str) {
             os("--report"),
             os(&report),
         ];
+        // The NCHWc block size of this machine, which made the corpus's ORT-optimised models
+        // (a block-8 region can be ambiguous with 4; 16 with AVX-512).
+        if m.label.contains("ort_all") {
+            let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+            let block = if info.split_whitespace().any(|f| f == "avx512f") {
+                "16"
+            } else {
+                "8"
+            };
+            args.push(os("--nchwc-block"));
+            args.push(os(block));
+        }
         // An NCHWc region (ONNX Runtime's level-all CPU layout) has only an approximate
         // standard form, and openvino-gpu cannot pin it to the CPU: refused by default (exit 1,
         // nothing written), compiled when approximations are allowed.
