@@ -647,6 +647,7 @@ mod tests {
             judged_by: "exact".into(),
             runtime_allowance: None,
             tolerance_floor: None,
+            float64: None,
         };
         let mut shown = String::new();
         table(&mut shown, "shown", std::slice::from_ref(&row), false);
