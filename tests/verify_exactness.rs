@@ -440,9 +440,18 @@ mod openvino {
         assert_eq!(d["output"], "y");
         let own = d["max_abs_err"].as_f64().unwrap();
         assert!(own > 0.0, "OpenVINO now sums as ONNX Runtime does: {o:#}");
-        // Exact class: any difference from ONNX Runtime CPU is beyond the bound.
-        assert_eq!(o["differs"], true);
-        assert_eq!(d["status"], "mismatch");
+        // The classes are defined on ONNX Runtime CPU: on another runtime an exact rewrite is
+        // held to float rounding, and the runtime's own order of sums is within it.
+        assert_eq!(o["differs"], false, "{o:#}");
+        assert_eq!(d["status"], "ok");
+        assert!(
+            j["warnings"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|w| w.as_str().unwrap_or("").contains("held to float rounding")),
+            "{j:#}"
+        );
         let run = &j["runs"][0];
         // Judged: rewritten on OpenVINO against the original on OpenVINO: equal.
         assert_eq!(run["outputs"][0]["status"], "ok");
@@ -454,7 +463,7 @@ mod openvino {
             Some(2.0 * own)
         );
         // Shown: against ONNX Runtime CPU, and the runtime's own difference.
-        assert_eq!(run["against_cpu"][0]["status"], "mismatch");
+        assert_eq!(run["against_cpu"][0]["status"], "ok");
         assert_eq!(run["runtime_vs_cpu"][0]["max_abs_err"].as_f64(), Some(own));
         assert_eq!(
             j["sessions"]
@@ -468,7 +477,7 @@ mod openvino {
         let (c, t) = text(&p.a, &p.b, &["--runtime", "openvino"]);
         assert_eq!(c, 0, "{t}");
         assert!(
-            t.contains("openvino itself differs from ONNX Runtime CPU"),
+            t.contains("openvino differs from ONNX Runtime CPU on the original, within the bound"),
             "{t}"
         );
         assert!(
