@@ -355,6 +355,23 @@ fn consumer_map(graph: &GraphProto) -> HashMap<&str, Vec<(usize, usize)>> {
     consumers
 }
 
+/// An integer element type (of any width and sign).
+fn is_integer(t: Option<DType>) -> bool {
+    matches!(
+        t,
+        Some(
+            DType::I8
+                | DType::U8
+                | DType::I16
+                | DType::U16
+                | DType::I32
+                | DType::U32
+                | DType::I64
+                | DType::U64
+        )
+    )
+}
+
 /// Finds, for each integer graph input, the index positions it reaches and how they are
 /// bounded.
 fn analyse_indices(graph: &GraphProto, inputs: &[ValueSpec]) -> HashMap<String, Vec<IndexBound>> {
@@ -362,19 +379,7 @@ fn analyse_indices(graph: &GraphProto, inputs: &[ValueSpec]) -> HashMap<String, 
     let shapes = ShapeLookup::new(graph, inputs);
     let mut result = HashMap::new();
     for input in inputs {
-        let is_int = matches!(
-            input.dtype(),
-            Some(
-                DType::I8
-                    | DType::U8
-                    | DType::I16
-                    | DType::U16
-                    | DType::I32
-                    | DType::U32
-                    | DType::I64
-                    | DType::U64
-            )
-        );
+        let is_int = is_integer(input.dtype());
         if !is_int {
             continue;
         }
@@ -428,20 +433,7 @@ fn analyse_roles(graph: &GraphProto, inputs: &[ValueSpec]) -> HashMap<String, In
     let consumers = consumer_map(graph);
     let mut roles = HashMap::new();
     for input in inputs {
-        let int_or_bool = matches!(
-            input.dtype(),
-            Some(
-                DType::Bool
-                    | DType::I8
-                    | DType::U8
-                    | DType::I16
-                    | DType::U16
-                    | DType::I32
-                    | DType::U32
-                    | DType::I64
-                    | DType::U64
-            )
-        );
+        let int_or_bool = is_integer(input.dtype()) || input.dtype() == Some(DType::Bool);
         let rank = input.dims().map_or(0, <[Dim]>::len);
         if !int_or_bool || rank == 0 {
             continue;
