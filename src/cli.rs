@@ -176,9 +176,10 @@ struct CompileArgs {
     /// Any node that falls back to the CPU blocks the output (exit 1), as a denied one does.
     #[arg(long)]
     strict: bool,
-    /// How CPU-pinned nodes are written.
-    #[arg(long, value_enum, default_value_t = CpuMode::Annotate)]
-    cpu_subgraphs: CpuMode,
+    /// How CPU-pinned nodes are written (default: annotate; the target's `cpu_subgraphs:`
+    /// where it says `partition` and the compile pins nodes).
+    #[arg(long, value_enum)]
+    cpu_subgraphs: Option<CpuMode>,
     /// External data the output keeps unchanged: `share` refers to the input's data files in
     /// the same folder (nothing written) and clones (reflink) or copies them into another
     /// folder; `link` hard-links them there instead (no byte written; an in-place edit of one
@@ -411,7 +412,7 @@ fn compile_genai_folder(a: &CompileArgs, dir: &Path) -> Result<u8, Error> {
         )
         .in_file(dir));
     }
-    if a.cpu_subgraphs == CpuMode::Partition {
+    if a.cpu_subgraphs == Some(CpuMode::Partition) {
         return Err(Error::new(
             ErrorKind::Usage,
             "--cpu-subgraphs partition does not apply to a genai folder (its config names whole models)",
@@ -532,7 +533,7 @@ fn compile(a: &CompileArgs) -> Result<u8, Error> {
     // The output file is started beside the output by a second thread. A target without rules
     // leaves the model as it is: the input is copied while the model is read and checked (the
     // copy becomes the output if it is unchanged).
-    let annotate = matches!(a.cpu_subgraphs, CpuMode::Annotate);
+    let annotate = a.cpu_subgraphs != Some(CpuMode::Partition);
     let mut early = (annotate && target.rules.is_empty())
         .then(|| onnx_safeify::io::EarlyCopy::start(model, &annotate_out()))
         .flatten();
@@ -606,7 +607,40 @@ fn compile(a: &CompileArgs) -> Result<u8, Error> {
         }
     }
 
-    let outputs: Vec<PathBuf> = match a.cpu_subgraphs {
+    // A target whose runtime ignores pins (`cpu_subgraphs: partition`) gets a partition when the
+    // compile pinned nodes; a model with nothing pinned is written as one model, as before.
+    let ann = opts.annotation.clone();
+    let partition_target = target.cpu_subgraphs == onnx_safeify::rules::CpuSubgraphs::Partition;
+    let pinned = |n: &onnx_safeify::ir::Node| n.metadata("layer_ann") == Some(ann.as_str());
+    let pins = partition_target
+        && doc
+            .model
+            .graph
+            .order
+            .iter()
+            .any(|&n| onnx_safeify::partition::holds_pin(doc.model.graph.node(n), &pinned));
+    let mode = match a.cpu_subgraphs {
+        Some(CpuMode::Annotate) if pins => {
+            return Err(Error::new(
+                ErrorKind::Usage,
+                format!(
+                    "target {} runs on a runtime that ignores CPU pins (`cpu_subgraphs: partition`), \
+                     and this compile pins nodes to the CPU: an annotated model would not load there; \
+                     nothing was written (leave out --cpu-subgraphs, or give --cpu-subgraphs partition)",
+                    target.name
+                ),
+            )
+            .in_file(model));
+        }
+        Some(m) => m,
+        None if pins => CpuMode::Partition,
+        None => CpuMode::Annotate,
+    };
+    if mode == CpuMode::Partition {
+        // The early copy was started for a single model.
+        drop(early.take());
+    }
+    let outputs: Vec<PathBuf> = match mode {
         CpuMode::Annotate => {
             let out = annotate_out();
             let written = onnx_safeify::save_with(&doc, &out, early)?;
@@ -627,7 +661,8 @@ fn compile(a: &CompileArgs) -> Result<u8, Error> {
             vec![out]
         }
         CpuMode::Partition => {
-            let manifest = a
+            let asked = a.cpu_subgraphs == Some(CpuMode::Partition);
+            let mut manifest = a
                 .output
                 .clone()
                 .unwrap_or_else(|| default_output(model, &slug, "manifest.yaml"));
@@ -635,7 +670,7 @@ fn compile(a: &CompileArgs) -> Result<u8, Error> {
             let is_onnx = manifest
                 .extension()
                 .is_some_and(|e| e.eq_ignore_ascii_case("onnx"));
-            if is_onnx {
+            if is_onnx && asked {
                 return Err(Error::new(
                     ErrorKind::Usage,
                     format!(
@@ -646,11 +681,44 @@ fn compile(a: &CompileArgs) -> Result<u8, Error> {
                     ),
                 ));
             }
+            if is_onnx {
+                manifest = manifest.with_extension("manifest.yaml");
+            }
+            if !asked {
+                crate::errln!(
+                    "note: target {} runs on a runtime that ignores CPU pins (`cpu_subgraphs: partition`): \
+                     the CPU work is written as segment models, listed by the manifest {}",
+                    target.name,
+                    shown(&manifest).display()
+                );
+            }
             let g = &doc.model.graph;
-            let ann = opts.annotation.clone();
-            let is_cpu = |n| g.node(n).metadata("layer_ann") == Some(ann.as_str());
-            let segs = onnx_safeify::partition::plan(g, &is_cpu).map_err(|e| e.in_file(model))?;
             let facts = onnx_safeify::infer::infer_model(&doc.model, &Default::default());
+            let cpu_side = partition_target.then(|| {
+                let rank_known = |v| facts.info(v).shape.is_some();
+                let (cpu, added) = onnx_safeify::partition::cpu_side(g, &pinned, &rank_known);
+                if !added.is_empty() {
+                    let names: Vec<String> = added
+                        .iter()
+                        .map(|&n| {
+                            let node = g.node(n);
+                            format!("{} ({})", node.name.as_deref().unwrap_or("?"), node.op_type)
+                        })
+                        .collect();
+                    crate::errln!(
+                        "partition: {} node(s) read a value of unknown rank made on the CPU and run on the CPU too \
+                         (a GPU segment cannot take such a value as an input): {}",
+                        added.len(),
+                        names.join(", ")
+                    );
+                }
+                cpu
+            });
+            let is_cpu = |n| match &cpu_side {
+                Some(cpu) => cpu.contains(&n),
+                None => g.node(n).metadata("layer_ann") == Some(ann.as_str()),
+            };
+            let segs = onnx_safeify::partition::plan(g, &is_cpu).map_err(|e| e.in_file(model))?;
             let type_of = |v| tensor_type(&facts, v);
             let models = onnx_safeify::partition::segment_models(&doc.model, &segs, &type_of)
                 .map_err(|e| e.in_file(model))?;

@@ -111,13 +111,81 @@ pub fn plan(g: &Graph, is_cpu: &dyn Fn(NodeId) -> bool) -> Result<Vec<Segment>> 
             }),
         }
     }
-    // Interfaces.
+    // A `Constant` node is copied into each segment that reads it rather than crossing as a
+    // value: it costs nothing to run twice, and OpenVINO's ONNX front end cannot give a
+    // Constant's output as a graph output ("node not found in graph cache", measured with
+    // silero-vad under onnxruntime-openvino 1.24.1).
+    let is_const = |n: NodeId| {
+        let node = g.node(n);
+        node.op_type == "Constant"
+            && node.domain().is_empty()
+            && node.inputs.iter().flatten().next().is_none()
+            && node.implicit_inputs().is_empty()
+    };
+    let graph_outputs: HashSet<ValueId> = g.outputs.iter().map(|o| o.value).collect();
     let seg_of: HashMap<NodeId, usize> = segs
         .iter()
         .enumerate()
         .flat_map(|(i, s)| s.nodes.iter().map(move |&n| (n, i)))
         .collect();
-    let graph_outputs: HashSet<ValueId> = g.outputs.iter().map(|o| o.value).collect();
+    let reads = |n: NodeId| -> Vec<ValueId> {
+        let node = g.node(n);
+        node.inputs
+            .iter()
+            .flatten()
+            .chain(node.implicit_inputs().iter())
+            .copied()
+            .collect()
+    };
+    for i in 0..segs.len() {
+        let mut copies: Vec<NodeId> = Vec::new();
+        for &n in &segs[i].nodes {
+            for v in reads(n) {
+                if let Origin::Node { node: p, .. } = g.value(v).origin {
+                    if is_const(p) && seg_of.get(&p) != Some(&i) && !copies.contains(&p) {
+                        copies.push(p);
+                    }
+                }
+            }
+        }
+        copies.sort_by_key(|n| pos[n]);
+        for c in copies.into_iter().rev() {
+            segs[i].nodes.insert(0, c);
+        }
+    }
+    // Where a Constant is now copied into every segment that reads it, its original place keeps
+    // it only when a node there or the graph's outputs read it.
+    for (i, s) in segs.iter_mut().enumerate() {
+        let here: HashSet<NodeId> = s.nodes.iter().copied().collect();
+        s.nodes.retain(|&n| {
+            if !is_const(n) || seg_of.get(&n) != Some(&i) {
+                return true;
+            }
+            g.node(n).outputs.iter().flatten().any(|v| {
+                graph_outputs.contains(v) || consumers.of(*v).iter().any(|(c, _)| here.contains(c))
+            })
+        });
+    }
+    // A segment left empty goes; its neighbours, if of one device, become one.
+    let mut merged: Vec<Segment> = Vec::with_capacity(segs.len());
+    for s in segs.into_iter().filter(|s| !s.nodes.is_empty()) {
+        match merged.last_mut() {
+            Some(last) if last.device == s.device => {
+                for n in s.nodes {
+                    if !last.nodes.contains(&n) {
+                        last.nodes.push(n);
+                    }
+                }
+            }
+            _ => merged.push(s),
+        }
+    }
+    let mut segs = merged;
+    let homes: Vec<HashSet<NodeId>> = segs
+        .iter()
+        .map(|s| s.nodes.iter().copied().collect())
+        .collect();
+    // Interfaces.
     for (i, s) in segs.iter_mut().enumerate() {
         let mut ins: Vec<ValueId> = Vec::new();
         let mut outs: Vec<ValueId> = Vec::new();
@@ -130,7 +198,7 @@ pub fn plan(g: &Graph, is_cpu: &dyn Fn(NodeId) -> bool) -> Result<Vec<Segment>> 
                 .chain(node.implicit_inputs().iter())
             {
                 let from_elsewhere = match g.value(*v).origin {
-                    Origin::Node { node: p, .. } => seg_of.get(&p) != Some(&i),
+                    Origin::Node { node: p, .. } => !homes[i].contains(&p),
                     Origin::Input => g.initializer(*v).is_none(),
                     _ => false,
                 };
@@ -139,10 +207,8 @@ pub fn plan(g: &Graph, is_cpu: &dyn Fn(NodeId) -> bool) -> Result<Vec<Segment>> 
                 }
             }
             for v in node.outputs.iter().flatten() {
-                let used_later = consumers
-                    .of(*v)
-                    .iter()
-                    .any(|(c, _)| seg_of.get(c) != Some(&i));
+                let used_later =
+                    !is_const(n) && consumers.of(*v).iter().any(|(c, _)| !homes[i].contains(c));
                 if (used_later || graph_outputs.contains(v)) && !outs.contains(v) {
                     outs.push(*v);
                 }
@@ -347,4 +413,61 @@ pub fn save_partitioned(
     }
     written.push(manifest.to_path_buf());
     Ok(written)
+}
+
+/// Does `node`, or any node of its bodies (at any depth), satisfy `pinned`?
+pub fn holds_pin(node: &crate::ir::Node, pinned: &dyn Fn(&crate::ir::Node) -> bool) -> bool {
+    pinned(node)
+        || crate::ir::scope::bodies(node)
+            .any(|(_, _, body)| body.order.iter().any(|&n| holds_pin(body.node(n), pinned)))
+}
+
+/// The CPU side of a partition for a runtime that compiles each segment from its declared
+/// inputs and ignores pins (a target with `cpu_subgraphs: partition`, OpenVINO):
+/// - a node whose bodies hold a pinned node is CPU work as a whole (a segment holds whole nodes
+///   of the main graph);
+/// - a node that reads a value of unknown rank made by CPU work is CPU work too, transitively
+///   (a GPU segment would take that value as an input of unknown rank, which OpenVINO cannot
+///   compile; measured with silero-vad's decoder).
+///
+/// Returns the CPU nodes and, of them, those added by the second step (graph order).
+pub fn cpu_side(
+    g: &Graph,
+    pinned: &dyn Fn(&crate::ir::Node) -> bool,
+    rank_known: &dyn Fn(ValueId) -> bool,
+) -> (HashSet<NodeId>, Vec<NodeId>) {
+    let mut cpu: HashSet<NodeId> = g
+        .order
+        .iter()
+        .copied()
+        .filter(|&n| holds_pin(g.node(n), pinned))
+        .collect();
+    let consumers = g.consumers();
+    let mut added = HashSet::new();
+    let mut work: Vec<NodeId> = g
+        .order
+        .iter()
+        .copied()
+        .filter(|n| cpu.contains(n))
+        .collect();
+    while let Some(n) = work.pop() {
+        for v in g.node(n).outputs.iter().flatten() {
+            if rank_known(*v) {
+                continue;
+            }
+            for (c, _) in consumers.of(*v) {
+                if cpu.insert(*c) {
+                    added.insert(*c);
+                    work.push(*c);
+                }
+            }
+        }
+    }
+    let added = g
+        .order
+        .iter()
+        .copied()
+        .filter(|n| added.contains(n))
+        .collect();
+    (cpu, added)
 }

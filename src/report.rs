@@ -461,7 +461,17 @@ pub fn summary_text(report: &Report, target: &Target) -> String {
             let _ = writeln!(s, "  ... and {} more", report.fallbacks.len() - 20);
         }
     }
-    if !report.pinned.is_empty() {
+    if !report.pinned.is_empty()
+        && target.cpu_subgraphs == crate::rules::schema::CpuSubgraphs::Partition
+    {
+        // The runtime ignores pins: the CLI writes the CPU work as segments.
+        let _ = writeln!(
+            s,
+            "{} node(s) marked for the CPU (layer_ann={}); this target's runtime ignores pins, so they run in CPU segments of a partition (see the manifest)",
+            report.pinned.len(),
+            report.annotation
+        );
+    } else if !report.pinned.is_empty() {
         let _ = writeln!(
             s,
             "{} node(s) pinned to the CPU with layer_ann={}; run with session option session.layer_assignment_settings=cpu({})",

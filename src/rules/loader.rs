@@ -114,6 +114,7 @@ struct Acc {
     fallback: Option<crate::rules::schema::Fallback>,
     approximate: Option<bool>,
     provider: Option<String>,
+    cpu_subgraphs: Option<crate::rules::schema::CpuSubgraphs>,
     device: crate::rules::schema::DeviceSpec,
     chain: Vec<String>,
     /// Every file of the chain was read and checked without error.
@@ -215,6 +216,7 @@ impl<'f> Loader<'f> {
             fallback: acc.fallback,
             approximate: acc.approximate,
             provider: acc.provider,
+            cpu_subgraphs: acc.cpu_subgraphs.unwrap_or_default(),
             device: acc.device,
         })
     }
@@ -364,6 +366,9 @@ impl<'f> Loader<'f> {
                     if sub.provider.is_some() {
                         acc.provider = sub.provider;
                     }
+                    if sub.cpu_subgraphs.is_some() {
+                        acc.cpu_subgraphs = sub.cpu_subgraphs;
+                    }
                     acc.device.merge(&sub.device);
                     for c in sub.chain {
                         if !acc.chain.contains(&c) {
@@ -421,6 +426,9 @@ impl<'f> Loader<'f> {
         }
         if doc.provider.is_some() {
             acc.provider = doc.provider.clone();
+        }
+        if doc.cpu_subgraphs.is_some() {
+            acc.cpu_subgraphs = doc.cpu_subgraphs;
         }
         acc.device.merge(&doc.device);
     }

@@ -8,7 +8,7 @@ use super::pattern::{
     AttrCheck, AttrTest, CmpOp, DimPat, Fact, Flag, Link, Lit, Num, NumTest, Pattern, Pred,
     PredKind, SourceLoc, StrTest, TensorCheck, TensorTest,
 };
-use super::schema::{Action, DeviceSpec, Fallback, Rule, RuntimeSetting, SplitAxis};
+use super::schema::{Action, CpuSubgraphs, DeviceSpec, Fallback, Rule, RuntimeSetting, SplitAxis};
 use super::yaml::{Loc, Node, Value};
 use crate::tensor::{dtype_from_name, dtype_name};
 
@@ -33,6 +33,8 @@ pub(crate) struct FileDoc {
     pub approximate: Option<bool>,
     /// `provider: NAME`: the execution provider whose placement the figures predict.
     pub provider: Option<String>,
+    /// `cpu_subgraphs: annotate|partition`: how CPU work reaches the runtime.
+    pub cpu_subgraphs: Option<CpuSubgraphs>,
     /// `device:`, the device model of the time estimates.
     pub device: DeviceSpec,
 }
@@ -48,6 +50,7 @@ pub(crate) const TOP_KEYS: &[&str] = &[
     "fallback",
     "approximate",
     "provider",
+    "cpu_subgraphs",
     "device",
 ];
 /// The keys of a rule.
@@ -1362,6 +1365,19 @@ impl<'a> P<'a> {
         if let Some((_, v)) = field(&f, "provider") {
             doc.provider = self.provider(v);
         }
+        if let Some((k, v)) = field(&f, "cpu_subgraphs") {
+            if mode == Mode::Overlay {
+                let d = self
+                    .diag(
+                        k.loc,
+                        "a rules file adds rules to a target; how its runtime takes CPU work is the target's",
+                    )
+                    .label("set `cpu_subgraphs:` in a target file (one that `extends` the target)");
+                self.error(d);
+            } else {
+                doc.cpu_subgraphs = self.cpu_subgraphs(v);
+            }
+        }
         if let Some((k, v)) = field(&f, "device") {
             if mode == Mode::Overlay {
                 let d = self
@@ -1462,6 +1478,26 @@ impl<'a> P<'a> {
                     d = d.label(format!("did you mean `{h}`?"));
                 }
                 self.error(d.note("`approximate` is `allow` (approximate rewrites may run) or `deny` (the default: such nodes fall back)"));
+                None
+            }
+        }
+    }
+
+    /// `cpu_subgraphs`: `annotate` or `partition`.
+    fn cpu_subgraphs(&mut self, v: &Node) -> Option<CpuSubgraphs> {
+        let s = self.string(v, "`cpu_subgraphs`")?;
+        match CpuSubgraphs::ALL.iter().find(|(n, _)| *n == s) {
+            Some((_, c)) => Some(*c),
+            None => {
+                let names: Vec<&str> = CpuSubgraphs::ALL.iter().map(|(n, _)| *n).collect();
+                let mut d = self.diag(v.loc, format!("unknown `cpu_subgraphs` value `{s}`"));
+                if let Some(h) = ops::suggest(&s, names.iter().copied()) {
+                    d = d.label(format!("did you mean `{h}`?"));
+                }
+                self.error(d.note(
+                    "`cpu_subgraphs` is `annotate` (the runtime honours `layer_ann` pins: one model, the default) \
+                     or `partition` (it ignores them: CPU work is written as segment models and a manifest)",
+                ));
                 None
             }
         }

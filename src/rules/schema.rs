@@ -124,6 +124,31 @@ impl Fallback {
     }
 }
 
+/// How a target's runtime is given the work that must run on the CPU (`cpu_subgraphs:`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CpuSubgraphs {
+    /// One model; pinned nodes carry the `layer_ann` metadata the runtime honours (ONNX
+    /// Runtime's own providers). The default.
+    #[default]
+    Annotate,
+    /// The runtime ignores pins: a model with CPU work is written as segment models and a
+    /// manifest (`--cpu-subgraphs partition`), the CPU work in segments of its own.
+    Partition,
+}
+
+impl CpuSubgraphs {
+    pub const ALL: [(&'static str, CpuSubgraphs); 2] = [
+        ("annotate", CpuSubgraphs::Annotate),
+        ("partition", CpuSubgraphs::Partition),
+    ];
+    pub fn name(self) -> &'static str {
+        match self {
+            CpuSubgraphs::Annotate => "annotate",
+            CpuSubgraphs::Partition => "partition",
+        }
+    }
+}
+
 /// One rule of a resolved target.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Rule {
@@ -174,6 +199,9 @@ pub struct Target {
     /// The execution provider the target runs on (`provider:`, the last file of the chain
     /// that sets one): its kernels predict where each node runs ([`crate::runtime`]).
     pub provider: Option<String>,
+    /// How CPU work reaches the runtime (`cpu_subgraphs:`, the last file of the chain that
+    /// sets it; `annotate` when none does).
+    pub cpu_subgraphs: CpuSubgraphs,
     /// The device model the time estimates rest on (`device:`; each key from the last file of
     /// the chain that sets it). Empty for a target without one.
     pub device: DeviceSpec,

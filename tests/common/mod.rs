@@ -10,7 +10,7 @@ use onnx_safeify::proto::{
     ValueInfoProto,
 };
 
-fn cache_dir() -> PathBuf {
+pub fn cache_dir() -> PathBuf {
     match std::env::var_os("ONNX_SAFEIFY_CACHE") {
         Some(p) => PathBuf::from(p),
         None => {
