@@ -137,9 +137,9 @@ pub fn plan(g: &Graph, is_cpu: &dyn Fn(NodeId) -> bool) -> Result<Vec<Segment>> 
             .copied()
             .collect()
     };
-    for i in 0..segs.len() {
+    for (i, seg) in segs.iter_mut().enumerate() {
         let mut copies: Vec<NodeId> = Vec::new();
-        for &n in &segs[i].nodes {
+        for &n in &seg.nodes {
             for v in reads(n) {
                 if let Origin::Node { node: p, .. } = g.value(v).origin {
                     if is_const(p) && seg_of.get(&p) != Some(&i) && !copies.contains(&p) {
@@ -150,7 +150,7 @@ pub fn plan(g: &Graph, is_cpu: &dyn Fn(NodeId) -> bool) -> Result<Vec<Segment>> 
         }
         copies.sort_by_key(|n| pos[n]);
         for c in copies.into_iter().rev() {
-            segs[i].nodes.insert(0, c);
+            seg.nodes.insert(0, c);
         }
     }
     // Where a Constant is now copied into every segment that reads it, its original place keeps

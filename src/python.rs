@@ -115,6 +115,28 @@ fn compile_model(
                 done.blocked_message(&shown, &target),
             ));
         }
+        // One model is all this API writes; a runtime that ignores pins needs a partition.
+        if target.cpu_subgraphs == crate::rules::CpuSubgraphs::Partition {
+            let g = &doc.model.graph;
+            let ann = opts.annotation.as_str();
+            let pinned = |n: &crate::ir::Node| n.metadata(crate::rewrite::cpu::LAYER_ANN_KEY) == Some(ann);
+            if g.order
+                .iter()
+                .any(|&n| crate::partition::holds_pin(g.node(n), &pinned))
+            {
+                return Err(crate::Error::new(
+                    crate::ErrorKind::Usage,
+                    format!(
+                        "{}: target {} runs on a runtime that ignores CPU pins, and this compile pins nodes: \
+                         it must be written as a partition, which this API does not write; use the command \
+                         (onnx-safeify MODEL --target {} writes segment models and a manifest)",
+                        shown.display(),
+                        target.name,
+                        target.name
+                    ),
+                ));
+            }
+        }
         let report_json =
             crate::report::compile_json(&done.report, &target, &shown.display().to_string(), &[]);
         Ok((Compiled { doc, report_json }, warned))
