@@ -13,6 +13,19 @@
 //!                floor )
 //! ```
 //!
+//! On a CPU the terms add instead (one core runs MLAS's phases in turn, and the kernel call
+//! has a fixed cost of its own), and convolutions pay for what ONNX Runtime's CPU kernels do
+//! around their GEMM: MLAS's im2col column buffer, QLinearConv's NCHW/NHWC transposes and
+//! requantization (see [`roofline`] and the constants `CPU_*`, `IM2COL_*`, `QLINEAR_*`):
+//!
+//! ```text
+//! t_cpu(node) = call + flops / (peak[type] · eff_compute[kind])
+//!                    + bytes / (bandwidth · eff_memory[kind]) + conv_terms(node)
+//! ```
+//!
+//! `tools/time_model_check.py` holds the CPU form against ONNX Runtime's own profile, on models
+//! the terms were chosen on and on held-out ones.
+//!
 //! `flops` and `bytes` are the per-node work estimates of [`crate::rewrite::work`] (operations
 //! of the heavy ops, multiply-add = 2; every input and output's bytes, weights included),
 //! exact where inference knows the shapes at the assumed sizes, otherwise bounded from the
@@ -637,7 +650,11 @@ fn cpu_conv_extra(g: &Graph, n: NodeId, facts: &Facts, dev: &DeviceModel) -> f64
     let dims = |v: Option<Option<ValueId>>| v.flatten().and_then(|v| facts.dims(v));
     let (Some(x), Some(w), Some(y)) = (
         dims(node.inputs.first().copied()),
-        dims(node.inputs.get(if op == "QLinearConv" { 3 } else { 1 }).copied()),
+        dims(
+            node.inputs
+                .get(if op == "QLinearConv" { 3 } else { 1 })
+                .copied(),
+        ),
         dims(node.outputs.first().copied()),
     ) else {
         return setup;
@@ -647,7 +664,11 @@ fn cpu_conv_extra(g: &Graph, n: NodeId, facts: &Facts, dev: &DeviceModel) -> f64
     }
     let count = |d: &[i64]| d.iter().map(|&v| v.max(0) as f64).product::<f64>();
     let clock_s = 32.0 / dev.peak_f32;
-    let ints = |name: &str| node.attr(name).map(|a| a.ints().to_vec()).unwrap_or_default();
+    let ints = |name: &str| {
+        node.attr(name)
+            .map(|a| a.ints().to_vec())
+            .unwrap_or_default()
+    };
     let strides = ints("strides");
     let pads = ints("pads");
     let auto_pad = node
@@ -1116,7 +1137,19 @@ mod tests {
     fn the_cpu_model_of_this_machine() {
         let c = DeviceModel::this_cpu_one_thread();
         assert!((c.peak_f32 - 112e9).abs() < 1e6);
+        // 8-bit at twice the float32 rate (half the multiply-pipe µops per product on AVX2).
+        assert!((c.peak_int8 - 2.0 * c.peak_f32).abs() < 1.0);
         assert_eq!(c.timeout_s, None);
+        // On a CPU the roofline is a sum, plus the call: 1 ms of arithmetic at 75% of the peak
+        // and 1 ms of bytes at 80% of the bandwidth take 2 ms and 4 µs.
+        let f = (0.75 * c.peak_f32 * 1e-3) as u64;
+        let b = (0.80 * c.memory_bps * 1e-3) as u64;
+        let t = roofline(&c, OpKind::Gemm, Some(dtype::FLOAT), f, b);
+        assert!((t - (2e-3 + CPU_NODE_FLOOR_S)).abs() < 1e-9, "{t}");
+        // 8-bit depthwise: its own kernel, at 0.4 of the float32 peak.
+        let q = roofline(&c, OpKind::Depthwise, Some(dtype::UINT8), f, 0);
+        let want = CPU_NODE_FLOOR_S + f as f64 / (c.peak_f32 * CPU_DEPTHWISE_INT8_EFFICIENCY);
+        assert!((q - want).abs() < 1e-12, "{q}");
     }
 
     #[test]
