@@ -122,6 +122,14 @@ pub const IM2COL_CLOCKS_STRIDED: f64 = 2.0;
 pub const QLINEAR_INPUT_CLOCKS: f64 = 0.5;
 /// See [`QLINEAR_INPUT_CLOCKS`].
 pub const QLINEAR_OUTPUT_CLOCKS: f64 = 2.0;
+/// Clocks per group of a grouped float convolution (and ConvInteger) on a CPU: ONNX Runtime
+/// runs one im2col and one GEMM call per group (`MlasConv`'s loop over `GroupCount`,
+/// convolve.cpp at 00b8ce2), each with its own setup (the GEMM's parameters and thread
+/// count, B's packing for a one-row product). On a depthwise convolution over a small map that
+/// is most of the time: the synthetic MobileNet's 320-channel 3x3 depthwise convolutions at
+/// 7x7 take 136 µs, about 1,000 clocks per channel (`tools/time_model_check.py --table`;
+/// that model was held out until this term was added, and is a tuning model since).
+pub const CPU_GROUP_CLOCKS: f64 = 1000.0;
 /// The share of the float32 peak MLAS's 8-bit depthwise kernel reaches on AVX2
 /// (`MlasConvDepthwiseKernelAvx2`, qdwconv_avx2.cpp: per 16 channels and tap, two widening
 /// loads, two subtractions, `vpmullw` + `vpmulhw`, two unpacks and two adds: about 10 vector
@@ -697,6 +705,10 @@ fn cpu_conv_extra(g: &Graph, n: NodeId, facts: &Facts, dev: &DeviceModel) -> f64
             extra += elements * IM2COL_CLOCKS_UNIT_STRIDE * clock_s;
         }
         return extra;
+    }
+    let group = node.attr("group").and_then(|a| a.i()).unwrap_or(1);
+    if group > 1 {
+        extra += (x[0].max(0) * group) as f64 * CPU_GROUP_CLOCKS * clock_s;
     }
     if pointwise {
         return extra;

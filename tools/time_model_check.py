@@ -50,10 +50,14 @@ MODELS = [
     ("quantized/ch_PP-OCRv4_rec_infer.qop.onnx", {"x": [1, 3, 48, 320]}, "tune"),
     ("extra/magika__standard_v3_3__model.onnx", {"bytes": [1, 2048]}, "tune"),
     ("transformers/vit_plain.onnx", {"pixel_values": [1, 3, 32, 32]}, "tune"),
-    # Held out: other CNNs (a synthetic MobileNet of 1,500 convolutions and 326 MB of
-    # weights; PP-OCRv4 det at another size), the dynamic-quantized (ConvInteger) and
-    # QOperator families not tuned on, and the transformers.
-    ("synthetic/syn_mobilenet_dw_300mb.onnx", {"input": [1, 320, 7, 7]}, "held-out"),
+    # Held out until its depthwise convolutions at 7x7 missed (0.27 of measured): the
+    # per-group term (CPU_GROUP_CLOCKS) was set on it, so it is a tuning model now.
+    ("synthetic/syn_mobilenet_dw_300mb.onnx", {"input": [1, 320, 7, 7]}, "tune"),
+    # Held out: PP-OCRv4 det at another size, the dynamic-quantized (ConvInteger) and
+    # QOperator families not tuned on, the transformers, and two models this script makes
+    # (MADE, after the last term was set): a depthwise-separable CNN and an audio front end.
+    ("made:dwsep", {"x": [1, 32, 112, 112]}, "held-out"),
+    ("made:audio", {"mel": [1, 80, 3000]}, "held-out"),
     ("real/rapidocr_onnxruntime__ch_PP-OCRv4_det_infer.onnx", {"x": [1, 3, 960, 960]}, "held-out"),
     ("quantized/ch_ppocr_mobile_v2.0_cls_infer.qop.onnx", {"x": [1, 3, 48, 192]}, "held-out"),
     ("quantized/ch_PP-OCRv4_det_infer.dyn.onnx", {"x": [1, 3, 640, 640]}, "held-out"),
@@ -108,6 +112,87 @@ def estimates(exe, model, shapes):
             args += ["--dim", f"{name}[{axis}]={v}"]
     out = subprocess.run(args, check=True, capture_output=True, text=True).stdout
     return [json.loads(line) for line in out.splitlines() if line.strip()]
+
+
+def made_model(name, folder):
+    """Models of this script's own making (deterministic weights), written to `folder`:
+
+    - dwsep: a depthwise-separable CNN (MobileNet-like: 3x3 and 5x5 depthwise convolutions
+      at stride 1 and 2, 1x1 convolutions, 32 to 512 channels, 112x112 down to 7x7, a 3x3
+      convolution, global pooling and a Gemm);
+    - audio: a speech encoder's front end (Whisper-like: two 1-D convolutions over 80 mel
+      bins x 3000 frames, the second at stride 2, then two MatMuls over the 1500 frames).
+    """
+    from onnx import TensorProto as T
+    from onnx import helper as h
+    from onnx import numpy_helper as nh
+
+    rng = np.random.default_rng(47)
+    nodes, inits = [], []
+
+    def w(name, shape):
+        inits.append(nh.from_array((rng.standard_normal(shape) * 0.05).astype(np.float32), name))
+        return name
+
+    def conv(x, cin, cout, k, stride=1, group=1, dims=2):
+        i = len(nodes)
+        y = f"c{i}"
+        shape = [cout, cin // group] + [k] * dims
+        nodes.append(
+            h.make_node(
+                "Conv",
+                [x, w(f"w{i}", shape), w(f"b{i}", [cout])],
+                [y],
+                name=f"conv{i}",
+                kernel_shape=[k] * dims,
+                strides=[stride] * dims,
+                pads=[k // 2] * (2 * dims),
+                group=group,
+            )
+        )
+        nodes.append(h.make_node("Relu", [y], [y + "r"], name=f"relu{i}"))
+        return y + "r"
+
+    if name == "dwsep":
+        x, c = "x", 32
+        x = conv(x, 32, 32, 3)
+        for cout, k, stride in [
+            (64, 3, 1),
+            (128, 3, 2),
+            (128, 5, 1),
+            (256, 3, 2),
+            (256, 5, 1),
+            (512, 3, 2),
+            (512, 5, 1),
+            (512, 3, 2),
+            (512, 3, 1),
+        ]:
+            x = conv(x, c, c, k, stride, group=c)
+            x = conv(x, c, cout, 1)
+            c = cout
+        x = conv(x, c, 128, 3)
+        nodes.append(h.make_node("GlobalAveragePool", [x], ["gap"], name="gap"))
+        nodes.append(h.make_node("Flatten", ["gap"], ["flat"], name="flat"))
+        nodes.append(h.make_node("Gemm", ["flat", w("fc", [1000, 128])], ["y"], name="fc", transB=1))
+        ins = [h.make_tensor_value_info("x", T.FLOAT, [1, 32, 112, 112])]
+        outs = [h.make_tensor_value_info("y", T.FLOAT, [1, 1000])]
+    elif name == "audio":
+        x = conv("mel", 80, 384, 3, dims=1)
+        x = conv(x, 384, 384, 3, stride=2, dims=1)
+        nodes.append(h.make_node("Transpose", [x], ["t"], name="t", perm=[0, 2, 1]))
+        nodes.append(h.make_node("MatMul", ["t", w("m1", [384, 1536])], ["h1"], name="mm1"))
+        nodes.append(h.make_node("Relu", ["h1"], ["h1r"], name="mm1_relu"))
+        nodes.append(h.make_node("MatMul", ["h1r", w("m2", [1536, 384])], ["y"], name="mm2"))
+        ins = [h.make_tensor_value_info("mel", T.FLOAT, [1, 80, 3000])]
+        outs = [h.make_tensor_value_info("y", T.FLOAT, [1, 1500, 384])]
+    else:
+        raise ValueError(name)
+    graph = h.make_graph(nodes, name, ins, outs, inits)
+    m = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    onnx.checker.check_model(m)
+    path = Path(folder) / f"made_{name}.onnx"
+    onnx.save(m, str(path))
+    return path
 
 
 def inputs_of(rel, shapes):
@@ -284,12 +369,15 @@ def main():
     for rel, shapes, group in MODELS:
         if a.set != "all" and group != a.set:
             continue
+        made = rel.startswith("made:")
         path = CORPUS / rel
-        if not path.exists():
+        if not made and not path.exists():
             print(f"skip {rel}: not in the corpus (scripts/corpus.sh)")
             continue
         dims, feeds = inputs_of(rel, shapes)
         with tempfile.TemporaryDirectory() as d:
+            if made:
+                path = made_model(rel[len("made:"):], d)
             named = named_copy(path, d)
             est = estimates(exe, named, dims)
             meas, cpu_share = measure(named, dims, a.runs, feeds)
