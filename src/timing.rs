@@ -631,7 +631,10 @@ pub fn roofline(dev: &DeviceModel, kind: OpKind, elem: Option<i32>, flops: u64, 
 }
 
 /// On a CPU, what a convolution costs beyond [`roofline`]: the call's setup
-/// ([`CPU_CONV_SETUP_S`], [`CPU_QCONV_SETUP_S`]) and, for a float convolution that is not a
+/// ([`CPU_CONV_SETUP_S`], [`CPU_QCONV_SETUP_S`]), a grouped convolution's calls per group
+/// ([`CPU_GROUP_CLOCKS`]), QLinearConv's transposes, requantization and indirection buffer
+/// ([`QLINEAR_INPUT_CLOCKS`], [`QLINEAR_OUTPUT_CLOCKS`]) and, for a float convolution (or
+/// ConvInteger) that is not a
 /// pointwise one (kernel 1, stride 1, no padding: MLAS's `GemmDirect`), the column buffer
 /// `MlasConvIm2Col` writes before the SGEMM reads it: batch x input channels x kernel size x
 /// output size elements ([`IM2COL_CLOCKS_UNIT_STRIDE`], [`IM2COL_CLOCKS_STRIDED`]). A
