@@ -99,8 +99,9 @@ pub const CPU_NODE_FLOOR_S: f64 = 4e-6;
 /// (the algorithm choice) and the working buffer's allocation. A one-element Conv: 5 µs, same
 /// measurement.
 pub const CPU_CONV_SETUP_S: f64 = 1e-6;
-/// The same for the 8-bit convolutions (QLinearConv, ConvInteger): the requantization scales
-/// and the NHWC reorders are set up per call. A one-element QLinearConv: 7 µs.
+/// The same for the 8-bit convolutions: the requantization scales and the NHWC reorders are
+/// set up per call. A one-element QLinearConv: 7 µs; ConvInteger is assumed to cost the same
+/// (not measured on its own).
 pub const CPU_QCONV_SETUP_S: f64 = 3e-6;
 /// Clocks per element of the column buffer that MLAS's `MlasConvIm2Col` builds before its
 /// SGEMM (onnxruntime/core/mlas/lib/convolve.cpp at 00b8ce2): along a row with stride 1 it
@@ -211,8 +212,9 @@ impl DeviceModel {
     /// float32 rate: MLAS's AVX2 U8S8 GEMM kernel (no VNNI) takes 32 multiply-adds with one
     /// `vpmaddubsw` and one `vpmaddwd` on the two multiply pipes (plus a `vpaddd` on any
     /// pipe), where float32 needs four FMAs on the same two pipes. (Measured: PP-OCRv4 det's
-    /// QOperator 1x1 convolutions run in 0.63-0.66 of the float ones' time, requantization
-    /// included, `tools/time_model_check.py --table`.)
+    /// QOperator 1x1 convolutions on its 20x20 maps run in about two thirds of the float
+    /// ones' time, requantization and transposes included, `tools/time_model_check.py
+    /// --table`.)
     pub fn cpu(name: &str, cores: f64, ghz: f64, memory_bps: f64) -> DeviceModel {
         let peak = cores * 32.0 * ghz * 1e9;
         DeviceModel {
@@ -634,8 +636,8 @@ pub fn roofline(dev: &DeviceModel, kind: OpKind, elem: Option<i32>, flops: u64, 
 /// ([`CPU_CONV_SETUP_S`], [`CPU_QCONV_SETUP_S`]), a grouped convolution's calls per group
 /// ([`CPU_GROUP_CLOCKS`]), QLinearConv's transposes, requantization and indirection buffer
 /// ([`QLINEAR_INPUT_CLOCKS`], [`QLINEAR_OUTPUT_CLOCKS`]) and, for a float convolution (or
-/// ConvInteger) that is not a
-/// pointwise one (kernel 1, stride 1, no padding: MLAS's `GemmDirect`), the column buffer
+/// ConvInteger) that is not a pointwise one (kernel 1, stride 1, no padding: MLAS's
+/// `GemmDirect`), the column buffer
 /// `MlasConvIm2Col` writes before the SGEMM reads it: batch x input channels x kernel size x
 /// output size elements ([`IM2COL_CLOCKS_UNIT_STRIDE`], [`IM2COL_CLOCKS_STRIDED`]). A
 /// clock of one core is 32 float32 operations at the peak, so the seconds are
