@@ -13,6 +13,19 @@
 //!                floor )
 //! ```
 //!
+//! On a CPU the terms add instead (one core runs MLAS's phases in turn, and the kernel call
+//! has a fixed cost of its own), and convolutions pay for what ONNX Runtime's CPU kernels do
+//! around their GEMM: MLAS's im2col column buffer, QLinearConv's NCHW/NHWC transposes and
+//! requantization (see [`roofline`] and the constants `CPU_*`, `IM2COL_*`, `QLINEAR_*`):
+//!
+//! ```text
+//! t_cpu(node) = call + flops / (peak[type] · eff_compute[kind])
+//!                    + bytes / (bandwidth · eff_memory[kind]) + conv_terms(node)
+//! ```
+//!
+//! `tools/time_model_check.py` holds the CPU form against ONNX Runtime's own profile, on models
+//! the terms were chosen on and on held-out ones.
+//!
 //! `flops` and `bytes` are the per-node work estimates of [`crate::rewrite::work`] (operations
 //! of the heavy ops, multiply-add = 2; every input and output's bytes, weights included),
 //! exact where inference knows the shapes at the assumed sizes, otherwise bounded from the
@@ -76,8 +89,55 @@ pub enum DeviceClass {
 /// The least time of one GPU dispatch (a shader launch and the barrier after it): a stated
 /// assumption, of the order DirectML and WebGPU traces show for small dispatches.
 pub const GPU_NODE_FLOOR_S: f64 = 5e-6;
-/// The least time of one CPU kernel call in ONNX Runtime (a stated assumption).
-pub const CPU_NODE_FLOOR_S: f64 = 1e-6;
+/// The fixed cost of one CPU kernel call in ONNX Runtime, as its profile reports it: a
+/// one-element Relu, MatMul or Gemm takes 4 µs on the check's machine (the fastest of 200 runs,
+/// one thread, `tools/time_model_check.py --calibrate`): the kernel's shape checks, the output's
+/// allocation and the profiler's own timestamps. On a CPU it adds to the node's work (one
+/// thread does both, one after the other); see [`roofline`].
+pub const CPU_NODE_FLOOR_S: f64 = 4e-6;
+/// What a float convolution's call costs more than [`CPU_NODE_FLOOR_S`]: `MlasConvPrepare`
+/// (the algorithm choice) and the working buffer's allocation. A one-element Conv: 5 µs, same
+/// measurement.
+pub const CPU_CONV_SETUP_S: f64 = 1e-6;
+/// The same for the 8-bit convolutions: the requantization scales and the NHWC reorders are
+/// set up per call. A one-element QLinearConv: 7 µs; ConvInteger is assumed to cost the same
+/// (not measured on its own).
+pub const CPU_QCONV_SETUP_S: f64 = 3e-6;
+/// Clocks per element of the column buffer that MLAS's `MlasConvIm2Col` builds before its
+/// SGEMM (onnxruntime/core/mlas/lib/convolve.cpp at 00b8ce2): along a row with stride 1 it
+/// copies four floats per load/store pair; the buffer of a large map leaves the L2 cache (512
+/// KB per Zen 3 core), so its writes and the GEMM's reads of it go to L3: about half a clock
+/// per element.
+pub const IM2COL_CLOCKS_UNIT_STRIDE: f64 = 0.5;
+/// With a stride above one along the row the same routine copies one element per iteration
+/// (a scalar load, a store, the index update): about two clocks per element.
+pub const IM2COL_CLOCKS_STRIDED: f64 = 2.0;
+/// Clocks per element that ONNX Runtime's QLinearConv spends around its GEMM on
+/// channels-first tensors (qlinearconv.cc: `MlasTranspose` of the input from NCHW to NHWC;
+/// the int32 accumulators written, requantized to 8 bits, and the output transposed back to
+/// NCHW). The input's transpose is a vectorised byte shuffle, about half a clock per element;
+/// the output's side touches 4 bytes of accumulator per element before the requantization
+/// and the transpose, about two clocks. These are what make PP-OCRv4 det's QOperator 1x1
+/// convolutions slower than the float ones on its large maps (2.37 ms against 1.01 for 12 to
+/// 96 channels at 160x160).
+pub const QLINEAR_INPUT_CLOCKS: f64 = 0.5;
+/// See [`QLINEAR_INPUT_CLOCKS`].
+pub const QLINEAR_OUTPUT_CLOCKS: f64 = 2.0;
+/// Clocks per group of a grouped float convolution (and ConvInteger) on a CPU: ONNX Runtime
+/// runs one im2col and one GEMM call per group (`MlasConv`'s loop over `GroupCount`,
+/// convolve.cpp at 00b8ce2), each with its own setup (the GEMM's parameters and thread
+/// count, B's packing for a one-row product). On a depthwise convolution over a small map that
+/// is most of the time: the synthetic MobileNet's 320-channel 3x3 depthwise convolutions at
+/// 7x7 take 136 µs, about 1,000 clocks per channel (`tools/time_model_check.py --table`;
+/// that model was held out until this term was added, and is a tuning model since).
+pub const CPU_GROUP_CLOCKS: f64 = 1000.0;
+/// The share of the float32 peak MLAS's 8-bit depthwise kernel reaches on AVX2
+/// (`MlasConvDepthwiseKernelAvx2`, qdwconv_avx2.cpp: per 16 channels and tap, two widening
+/// loads, two subtractions, `vpmullw` + `vpmulhw`, two unpacks and two adds: about 10 vector
+/// µops for 16 multiply-adds, on Zen 3's 4 vector pipes about 6.4 multiply-adds per clock,
+/// 12.8 of the 32 float32 operations per clock: 0.4). ORT runs it channels-last on an
+/// indirection buffer, not through an im2col copy and a one-row GEMM as the float kernel.
+pub const CPU_DEPTHWISE_INT8_EFFICIENCY: f64 = 0.4;
 
 impl DeviceModel {
     /// The model of a target's `device:` section; `Err` names the figures it lacks.
@@ -148,10 +208,13 @@ impl DeviceModel {
     }
 
     /// A CPU: `cores` x 32 float32 operations per clock (two 256-bit FMA pipes) at `ghz`.
-    /// float16 runs as float32 in ONNX Runtime's CPU kernels; 8-bit products at the float32
-    /// rate too: AVX2 without VNNI needs two instructions (`vpmaddubsw`, `vpmaddwd`) for the
-    /// four-wide 8-bit dot product VNNI does in one (PP-OCRv4 det QOperator ran as long as the
-    /// float model in `tools/time_model_check.py`).
+    /// float16 runs as float32 in ONNX Runtime's CPU kernels. 8-bit products at twice the
+    /// float32 rate: MLAS's AVX2 U8S8 GEMM kernel (no VNNI) takes 32 multiply-adds with one
+    /// `vpmaddubsw` and one `vpmaddwd` on the two multiply pipes (plus a `vpaddd` on any
+    /// pipe), where float32 needs four FMAs on the same two pipes. (Measured: PP-OCRv4 det's
+    /// QOperator 1x1 convolutions on its 20x20 maps run in about two thirds of the float
+    /// ones' time, requantization and transposes included, `tools/time_model_check.py
+    /// --table`.)
     pub fn cpu(name: &str, cores: f64, ghz: f64, memory_bps: f64) -> DeviceModel {
         let peak = cores * 32.0 * ghz * 1e9;
         DeviceModel {
@@ -159,7 +222,7 @@ impl DeviceModel {
             class: DeviceClass::Cpu,
             peak_f32: peak,
             peak_f16: peak,
-            peak_int8: peak,
+            peak_int8: 2.0 * peak,
             memory_bps,
             link_bps: f64::INFINITY,
             link_latency_s: 0.0,
@@ -286,15 +349,15 @@ pub const CPU_EFFICIENCY: &[Efficiency] = &[
     ),
     (
         OpKind::Conv,
-        0.60,
-        0.70,
-        "im2col + SGEMM; the im2col copy costs a share",
+        0.75,
+        0.80,
+        "the SGEMM after MLAS's im2col, whose copy is counted apart (cpu_conv_extra)",
     ),
     (
         OpKind::Depthwise,
-        0.07,
         0.50,
-        "MLAS's direct depthwise kernel is 3x3 only; others run as a GEMM per channel (calibrated: tools/time_model_check.py)",
+        0.80,
+        "float: im2col (counted apart) and a one-row GEMM per channel, one 256-bit store of the output row per 8 multiply-adds; 8-bit: MLAS's own kernel (CPU_DEPTHWISE_INT8_EFFICIENCY)",
     ),
     (OpKind::ConvTranspose, 0.40, 0.50, "SGEMM + col2im"),
     (
@@ -540,14 +603,128 @@ pub struct NodeTime {
 }
 
 /// The roofline of `flops` and `bytes` on `dev` for a kernel of `kind` on element type `elem`.
+///
+/// On a GPU the larger of the two terms, never under the device's floor: thousands of threads
+/// in flight hide memory behind arithmetic, and a dispatch's fixed cost overlaps the previous
+/// one's work in the queue. On a CPU their **sum**, plus the kernel call's fixed cost
+/// ([`CPU_NODE_FLOOR_S`]): one core runs MLAS's phases one after the other (B packed, then
+/// the FMA loops over the panel; the output's activation pass), with little memory-level
+/// parallelism to hide DRAM behind the FMAs, and the call's own work (shape checks, the
+/// output's allocation) comes before them. (PP-OCRv4 det's 1x1 convolution of 16 to 32
+/// channels at 320x320: 1.25 ms of arithmetic, 0.98 ms of bytes, 2.24 ms measured.)
 pub fn roofline(dev: &DeviceModel, kind: OpKind, elem: Option<i32>, flops: u64, bytes: u64) -> f64 {
     if kind == OpKind::Free {
         return 0.0;
     }
     let (ec, em) = efficiency(dev.class, kind);
+    let int8 = matches!(elem, Some(dtype::INT8) | Some(dtype::UINT8));
+    if dev.class == DeviceClass::Cpu && kind == OpKind::Depthwise && int8 {
+        // 8-bit depthwise runs its own kernel, against the float32 peak (see the constant).
+        return dev.node_floor_s
+            + flops as f64 / (dev.peak_f32 * CPU_DEPTHWISE_INT8_EFFICIENCY)
+            + bytes as f64 / (dev.memory_bps * em);
+    }
     let compute = flops as f64 / (dev.peak(elem) * ec);
     let memory = bytes as f64 / (dev.memory_bps * em);
-    compute.max(memory).max(dev.node_floor_s)
+    match dev.class {
+        DeviceClass::Gpu => compute.max(memory).max(dev.node_floor_s),
+        DeviceClass::Cpu => dev.node_floor_s + compute + memory,
+    }
+}
+
+/// On a CPU, what a convolution costs beyond [`roofline`]: the call's setup
+/// ([`CPU_CONV_SETUP_S`], [`CPU_QCONV_SETUP_S`]), a grouped convolution's calls per group
+/// ([`CPU_GROUP_CLOCKS`]), QLinearConv's transposes, requantization and indirection buffer
+/// ([`QLINEAR_INPUT_CLOCKS`], [`QLINEAR_OUTPUT_CLOCKS`]) and, for a float convolution (or
+/// ConvInteger) that is not a pointwise one (kernel 1, stride 1, no padding: MLAS's
+/// `GemmDirect`), the column buffer
+/// `MlasConvIm2Col` writes before the SGEMM reads it: batch x input channels x kernel size x
+/// output size elements ([`IM2COL_CLOCKS_UNIT_STRIDE`], [`IM2COL_CLOCKS_STRIDED`]). A
+/// clock of one core is 32 float32 operations at the peak, so the seconds are
+/// `elements x clocks x 32 / peak_f32` (MLAS slices the buffer over the threads as it does
+/// the GEMM). The first convolution of an image model (3 input channels) is where this
+/// dominates: its GEMM has K = 27 and few rows, while its buffer is as large as K x the map.
+fn cpu_conv_extra(g: &Graph, n: NodeId, facts: &Facts, dev: &DeviceModel) -> f64 {
+    if dev.class != DeviceClass::Cpu {
+        return 0.0;
+    }
+    let node = g.node(n);
+    let op = node.op_type.as_str();
+    let float = match op {
+        "Conv" | "FusedConv" => true,
+        "QLinearConv" | "ConvInteger" => false,
+        _ => return 0.0,
+    };
+    let setup = if float {
+        CPU_CONV_SETUP_S
+    } else {
+        CPU_QCONV_SETUP_S
+    };
+    let dims = |v: Option<Option<ValueId>>| v.flatten().and_then(|v| facts.dims(v));
+    let (Some(x), Some(w), Some(y)) = (
+        dims(node.inputs.first().copied()),
+        dims(
+            node.inputs
+                .get(if op == "QLinearConv" { 3 } else { 1 })
+                .copied(),
+        ),
+        dims(node.outputs.first().copied()),
+    ) else {
+        return setup;
+    };
+    if x.len() < 3 || w.len() != x.len() || y.len() != x.len() {
+        return setup;
+    }
+    let count = |d: &[i64]| d.iter().map(|&v| v.max(0) as f64).product::<f64>();
+    let clock_s = 32.0 / dev.peak_f32;
+    let ints = |name: &str| {
+        node.attr(name)
+            .map(|a| a.ints().to_vec())
+            .unwrap_or_default()
+    };
+    let strides = ints("strides");
+    let pads = ints("pads");
+    let auto_pad = node
+        .attr("auto_pad")
+        .and_then(|a| a.s())
+        .map(|s| String::from_utf8_lossy(s).into_owned())
+        .unwrap_or_default();
+    let kernel = &w[2..];
+    let unit_stride = strides.iter().all(|&s| s == 1);
+    let padded = pads.iter().any(|&p| p != 0)
+        || (auto_pad.starts_with("SAME") && kernel.iter().any(|&k| k != 1));
+    let pointwise = kernel.iter().all(|&k| k == 1) && unit_stride && !padded;
+    let depthwise = op_kind(g, n, facts) == OpKind::Depthwise;
+    // Column-buffer elements: batch x input channels x kernel size x output size.
+    let elements = count(&x[..2]) * count(kernel) * count(&y[2..]);
+    let mut extra = setup;
+    if op == "QLinearConv" {
+        // Channels-first: the input transposed to NHWC, the output requantized and back.
+        extra += (count(&x) * QLINEAR_INPUT_CLOCKS + count(&y) * QLINEAR_OUTPUT_CLOCKS) * clock_s;
+        if depthwise {
+            // The indirection buffer: one pointer stored per tap and output pixel.
+            return extra + count(&y[..1]) * count(kernel) * count(&y[2..]) * clock_s;
+        }
+        if !pointwise {
+            // math::Im2col over NHWC copies each tap's channels as one run.
+            extra += elements * IM2COL_CLOCKS_UNIT_STRIDE * clock_s;
+        }
+        return extra;
+    }
+    let group = node.attr("group").and_then(|a| a.i()).unwrap_or(1);
+    if group > 1 {
+        extra += (x[0].max(0) * group) as f64 * CPU_GROUP_CLOCKS * clock_s;
+    }
+    if pointwise {
+        return extra;
+    }
+    let row_stride = strides.last().copied().unwrap_or(1);
+    let clocks = if row_stride == 1 {
+        IM2COL_CLOCKS_UNIT_STRIDE
+    } else {
+        IM2COL_CLOCKS_STRIDED
+    };
+    extra + elements * clocks * clock_s
 }
 
 /// The estimate of node `n` on `dev`.
@@ -585,7 +762,7 @@ pub fn node_time(
         kind,
         flops,
         bytes,
-        seconds: roofline(dev, kind, elem, flops, bytes),
+        seconds: roofline(dev, kind, elem, flops, bytes) + cpu_conv_extra(g, n, facts, dev),
         bounded,
     }
 }
@@ -977,7 +1154,19 @@ mod tests {
     fn the_cpu_model_of_this_machine() {
         let c = DeviceModel::this_cpu_one_thread();
         assert!((c.peak_f32 - 112e9).abs() < 1e6);
+        // 8-bit at twice the float32 rate (half the multiply-pipe µops per product on AVX2).
+        assert!((c.peak_int8 - 2.0 * c.peak_f32).abs() < 1.0);
         assert_eq!(c.timeout_s, None);
+        // On a CPU the roofline is a sum, plus the call: 1 ms of arithmetic at 75% of the peak
+        // and 1 ms of bytes at 80% of the bandwidth take 2 ms and 4 µs.
+        let f = (0.75 * c.peak_f32 * 1e-3) as u64;
+        let b = (0.80 * c.memory_bps * 1e-3) as u64;
+        let t = roofline(&c, OpKind::Gemm, Some(dtype::FLOAT), f, b);
+        assert!((t - (2e-3 + CPU_NODE_FLOOR_S)).abs() < 1e-9, "{t}");
+        // 8-bit depthwise: its own kernel, at 0.4 of the float32 peak.
+        let q = roofline(&c, OpKind::Depthwise, Some(dtype::UINT8), f, 0);
+        let want = CPU_NODE_FLOOR_S + f as f64 / (c.peak_f32 * CPU_DEPTHWISE_INT8_EFFICIENCY);
+        assert!((q - want).abs() < 1e-12, "{q}");
     }
 
     #[test]

@@ -211,3 +211,104 @@ fn the_report_gives_the_cost_of_safety_in_time() {
     let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert!(j.get("timing").is_none(), "{j}");
 }
+
+/// The CPU terms of the time model (src/timing.rs): a float convolution that is not pointwise
+/// pays for MLAS's column buffer, at the strided rate when its row stride is above one, and a
+/// grouped one for each group's calls; a pointwise one does not; every CPU node pays the call's fixed cost on top of its sum of
+/// arithmetic and bytes; a GPU keeps the roofline's larger term and no CPU extra.
+#[test]
+fn the_cpu_model_counts_the_column_buffer_and_the_call() {
+    use onnx_safeify::proto::{attribute_proto::AttributeType, AttributeProto, GraphProto};
+    use onnx_safeify::timing::{
+        node_times, roofline, CPU_CONV_SETUP_S, CPU_GROUP_CLOCKS, CPU_NODE_FLOOR_S,
+        IM2COL_CLOCKS_STRIDED, IM2COL_CLOCKS_UNIT_STRIDE,
+    };
+    let ints = |name: &str, v: &[i64]| AttributeProto {
+        name: Some(name.into()),
+        r#type: Some(AttributeType::Ints as i32),
+        ints: v.to_vec(),
+        ..Default::default()
+    };
+    // x[1,3,64,64] -> 3x3 stride-2 Conv (16 out, pads 1) -> a[1,16,32,32] -> 3x3 depthwise
+    // (group 16, pads 1) -> d -> 1x1 Conv -> y.
+    let mut first = common::node("Conv", "first", &["x", "w1"], &["a"]);
+    first.attribute = vec![
+        ints("kernel_shape", &[3, 3]),
+        ints("strides", &[2, 2]),
+        ints("pads", &[1, 1, 1, 1]),
+    ];
+    let mut dw = common::node("Conv", "dw", &["a", "w3"], &["d"]);
+    dw.attribute = vec![
+        ints("kernel_shape", &[3, 3]),
+        ints("pads", &[1, 1, 1, 1]),
+        common::int_attr("group", 16),
+    ];
+    let mut point = common::node("Conv", "point", &["d", "w2"], &["y"]);
+    point.attribute = vec![ints("kernel_shape", &[1, 1])];
+    let graph = GraphProto {
+        name: Some("g".into()),
+        node: vec![first, dw, point],
+        input: vec![common::vi("x", &[1, 3, 64, 64])],
+        output: vec![common::vi("y", &[1, 32, 32, 32])],
+        initializer: vec![
+            common::float_init("w1", &[16, 3, 3, 3], &[0.5; 16 * 27]),
+            common::float_init("w2", &[32, 16, 1, 1], &[0.5; 32 * 16]),
+            common::float_init("w3", &[16, 1, 3, 3], &[0.5; 16 * 9]),
+        ],
+        ..Default::default()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("convs.onnx");
+    std::fs::write(&path, common::encode(&common::model(graph))).unwrap();
+    let doc = onnx_safeify::load(&path).unwrap();
+    let none = std::collections::BTreeMap::new();
+    let facts =
+        onnx_safeify::analysis::Sizes::for_model(&doc.model, &none, &none).infer(&doc.model);
+    let g = &doc.model.graph;
+    let cpu = DeviceModel::this_cpu_one_thread();
+    let times = node_times(g, &facts, &cpu, &cpu, &|_| true);
+    assert_eq!(times.len(), 3);
+    let (first, dw, point) = (times[0].2, times[1].2, times[2].2);
+    // The first: 2 x 16 x 27 x 1024 operations; its column buffer 3 x 9 x 1024 elements at two
+    // clocks each, a clock being 32 float32 operations of the peak.
+    assert_eq!(first.flops, 2 * 16 * 27 * 1024);
+    let base = roofline(&cpu, first.kind, Some(1), first.flops, first.bytes);
+    let column = 27.0 * 1024.0 * IM2COL_CLOCKS_STRIDED * 32.0 / cpu.peak_f32;
+    assert!(
+        (first.seconds - (base + CPU_CONV_SETUP_S + column)).abs() < 1e-12,
+        "{} vs {}",
+        first.seconds,
+        base + CPU_CONV_SETUP_S + column
+    );
+    // The roofline on a CPU: the call, plus arithmetic, plus bytes.
+    let (ec, em) = (0.75, 0.80);
+    let sum = CPU_NODE_FLOOR_S
+        + first.flops as f64 / (cpu.peak_f32 * ec)
+        + first.bytes as f64 / (cpu.memory_bps * em);
+    assert!((base - sum).abs() < 1e-12, "{base} vs {sum}");
+    // The depthwise one: one im2col and GEMM call per group (16), a column buffer of
+    // 16 x 9 x 1024 elements at half a clock each (stride 1).
+    let dbase = roofline(&cpu, dw.kind, Some(1), dw.flops, dw.bytes);
+    let clock = 32.0 / cpu.peak_f32;
+    let want = dbase
+        + CPU_CONV_SETUP_S
+        + 16.0 * CPU_GROUP_CLOCKS * clock
+        + 16.0 * 9.0 * 1024.0 * IM2COL_CLOCKS_UNIT_STRIDE * clock;
+    assert!(
+        (dw.seconds - want).abs() < 1e-12,
+        "{} vs {want}",
+        dw.seconds
+    );
+    // The pointwise one: no column buffer, only the convolution's setup.
+    let pbase = roofline(&cpu, point.kind, Some(1), point.flops, point.bytes);
+    assert!((point.seconds - (pbase + CPU_CONV_SETUP_S)).abs() < 1e-12);
+    // On a GPU: the roofline's larger term, no CPU extra.
+    let gpu = DeviceModel::from_spec(&load_target("rx580").unwrap().device).unwrap();
+    let on_gpu = node_times(g, &facts, &gpu, &cpu, &|_| true);
+    let t = on_gpu[0].2;
+    assert_eq!(
+        t.seconds,
+        roofline(&gpu, t.kind, Some(1), t.flops, t.bytes),
+        "a GPU's estimate has no CPU term"
+    );
+}
