@@ -33,15 +33,15 @@ use prost::Message;
 use serde::Serialize;
 
 use crate::proto::{ModelProto, NodeProto, ValueInfoProto};
+use crate::runtime::run::discover::Discovery;
+use crate::runtime::run::error::{one_line, VerifyError};
+use crate::runtime::run::external::{run_external, RuntimeKind, WebgpuPins};
+use crate::runtime::run::model::{load_model_info, model_info_from_proto, read_model_proto};
+use crate::runtime::run::ort::{self, ModelSession, OptLevel, SessionSettings};
+use crate::runtime::run::ort_ep::{self, FailureClass, OrtEpRequest};
+use crate::runtime::run::tensor::{fmt_shape, HostTensor};
 use crate::verify::compare::{self, Judge, Status, Tolerance};
-use crate::verify::discover::Discovery;
-use crate::verify::error::{one_line, VerifyError};
-use crate::verify::external::{run_external, RuntimeKind, WebgpuPins};
 use crate::verify::inputs::{self, DimDefaults, DimOverrides, SetKind};
-use crate::verify::model::{load_model_info, model_info_from_proto, read_model_proto};
-use crate::verify::ort_ep::{self, FailureClass, OrtEpRequest};
-use crate::verify::runtime::{self, ModelSession, OptLevel, SessionSettings};
-use crate::verify::tensor::{fmt_shape, HostTensor};
 
 /// What counts as a wrong value in a bisect run: ten times verify's default tolerance. With
 /// verify's own (atol 1e-5, rtol 1e-4), PP-OCRv4 det with two seeded antialias Resizes on
@@ -753,7 +753,7 @@ impl Bisector<'_> {
         {
             let dt = t
                 .data_type
-                .and_then(crate::verify::dtype::DType::from_code)
+                .and_then(crate::runtime::run::dtype::DType::from_code)
                 .map(|d| d.name())
                 .unwrap_or("?");
             let dims: Vec<String> = t.dims.iter().map(|d| d.to_string()).collect();
@@ -840,7 +840,7 @@ fn run_reference(
 ) -> Result<Result<HashMap<String, HostTensor>, String>, VerifyError> {
     let info = model_info_from_proto(path, proto)?;
     let discovery = Discovery::from_env();
-    let rt = runtime::runtime(&discovery)?;
+    let rt = ort::runtime(&discovery)?;
     let settings = SessionSettings {
         optimization,
         ..Default::default()
@@ -1951,8 +1951,8 @@ mod narrow_tests {
     /// given values, only where a node that remains reads them, and are no longer compared.
     #[test]
     fn pinned_nodes_become_fed_inputs() {
-        use crate::verify::dtype::DType;
-        use crate::verify::tensor::TensorData;
+        use crate::runtime::run::dtype::DType;
+        use crate::runtime::run::tensor::TensorData;
         let node = |name: &str, op: &str, i: &str, o: &str| NodeProto {
             name: Some(name.into()),
             op_type: Some(op.into()),

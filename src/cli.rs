@@ -308,7 +308,7 @@ where
         Some(Command::Probe(a)) => Ok(onnx_safeify::probe::run_cli(&a)),
         Some(Command::Setup {
             what: SetupWhat::Webgpu,
-        }) => onnx_safeify::verify::harness::setup()
+        }) => onnx_safeify::runtime::run::harness::setup()
             .map_err(|e| Error::new(ErrorKind::Io, e.to_string()))
             .and_then(|done| emit(&done).map(|_| 0)),
         Some(Command::Completions { shell }) => completions(shell),

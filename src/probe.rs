@@ -29,12 +29,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::bisect::{parse_runtime, run_pair, FailKind, PairRun, Runtime, TempDir};
 use crate::proto::{AttributeProto, ModelProto, NodeProto};
+use crate::runtime::run::error::{one_line, VerifyError};
+use crate::runtime::run::model::read_model_proto;
+use crate::runtime::run::ort::OptLevel;
+use crate::runtime::run::tensor::HostTensor;
 use crate::verify::compare::Tolerance;
-use crate::verify::error::{one_line, VerifyError};
 use crate::verify::inputs::{self, SetKind};
-use crate::verify::model::read_model_proto;
-use crate::verify::runtime::OptLevel;
-use crate::verify::tensor::HostTensor;
 
 /// The case generator, run with the venv's Python.
 const GENERATOR: &str = include_str!("../tools/probe/cases.py");
@@ -190,7 +190,7 @@ pub fn nearest_builtin(runtime: &str) -> &'static str {
     match runtime {
         "webgpu" => "webgpu",
         "openvino" => "openvino-gpu",
-        _ => match crate::verify::ort_ep::provider_of(runtime) {
+        _ => match crate::runtime::run::ort_ep::provider_of(runtime) {
             Some("DmlExecutionProvider") => "directml",
             Some("CoreMLExecutionProvider") => "coreml",
             Some("TensorrtExecutionProvider") => "tensorrt",
@@ -205,7 +205,7 @@ pub fn nearest_builtin(runtime: &str) -> &'static str {
 /// The Python that runs the case generator (onnx and numpy), found as `verify` finds ONNX
 /// Runtime.
 fn python() -> Result<PathBuf, VerifyError> {
-    use crate::verify::discover;
+    use crate::runtime::run::discover;
     discover::find_python(&discover::Discovery::from_env(), &["onnx", "numpy"])
 }
 
@@ -470,7 +470,7 @@ pub(crate) fn node_features(g: &crate::proto::GraphProto, node: &NodeProto) -> F
             if let Some(t) = g.initializer.iter().find(|t| t.name.as_deref() == Some(i)) {
                 dt = t
                     .data_type
-                    .and_then(crate::verify::dtype::DType::from_code)
+                    .and_then(crate::runtime::run::dtype::DType::from_code)
                     .map(|d| d.name().to_string());
                 dims = Some(t.dims.clone());
             } else if let Some(v) = g
@@ -485,7 +485,7 @@ pub(crate) fn node_features(g: &crate::proto::GraphProto, node: &NodeProto) -> F
                 {
                     dt = tt
                         .elem_type
-                        .and_then(crate::verify::dtype::DType::from_code)
+                        .and_then(crate::runtime::run::dtype::DType::from_code)
                         .map(|d| d.name().to_string());
                     dims = tt.shape.as_ref().and_then(|s| {
                         s.dim
@@ -1145,7 +1145,7 @@ pub fn probe(opts: &ProbeOptions) -> Result<ProbeReport, VerifyError> {
         return Err(VerifyError::Usage("--jobs must be at least 1".into()));
     }
     if let Runtime::External(k) = &runtime {
-        crate::verify::external::check_available(k)?;
+        crate::runtime::run::external::check_available(k)?;
     }
     let base = nearest_builtin(&opts.runtime);
     let work = TempDir::create()?;
@@ -1369,7 +1369,7 @@ pub fn run_cli(a: &ProbeArgs) -> u8 {
                 .filter(|v| !v.is_empty())
                 .map(PathBuf::from)
                 .unwrap_or_else(|| {
-                    crate::verify::discover::default_venv()
+                    crate::runtime::run::discover::default_venv()
                         .parent()
                         .map(|p| p.join("corpus"))
                         .unwrap_or_else(|| PathBuf::from("corpus"))
