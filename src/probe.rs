@@ -3,7 +3,7 @@
 //! A suite of small models (`tools/probe/cases.py`, embedded and run with the venv's Python;
 //! one node under test each, named `subject`) runs on the runtime R and on ONNX Runtime CPU,
 //! each case in a child process bounded by `--timeout`, through the same machinery as
-//! `bisect` ([`crate::bisect::run_pair`]). Each case passes, fails (no session, run error,
+//! `bisect` ([`crate::verify::pair::run_pair`]). Each case passes, fails (no session, run error,
 //! device removed, timeout, crash, wrong values, wrong shape) or is void (ONNX Runtime CPU
 //! cannot run it either, so there is nothing to compare with). Tolerance: 1e-4 absolute +
 //! 1e-4 relative for float32 cases, 1e-2 + 1e-2 for float16 ones.
@@ -27,14 +27,15 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::bisect::{parse_runtime, run_pair, FailKind, PairRun, Runtime, TempDir};
 use crate::proto::{AttributeProto, ModelProto, NodeProto};
 use crate::runtime::run::error::{one_line, VerifyError};
 use crate::runtime::run::model::read_model_proto;
+use crate::runtime::run::named::{parse_runtime, Runtime, TempDir};
 use crate::runtime::run::ort::OptLevel;
 use crate::runtime::run::tensor::HostTensor;
 use crate::verify::compare::Tolerance;
 use crate::verify::inputs::{self, SetKind};
+use crate::verify::pair::{run_pair, FailKind, PairRun};
 
 /// The case generator, run with the venv's Python.
 const GENERATOR: &str = include_str!("../tools/probe/cases.py");

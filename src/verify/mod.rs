@@ -7,7 +7,8 @@
 //! - [`manifest`] reads a chain of partitioned segments;
 //! - [`inputs`] makes random inputs or reads real ones (`.npz` through
 //!   [`crate::runtime::run::npz`], [`pb`]);
-//! - [`compare`] compares outputs; [`report`] holds the result; [`cli`] is the command;
+//! - [`compare`] compares outputs ([`pair`]: a model on a runtime against ONNX Runtime CPU,
+//!   for `probe` and `bisect`); [`report`] holds the result; [`cli`] is the command;
 //!   [`genai`] verifies an onnxruntime-genai model folder.
 
 pub mod cli;
@@ -15,6 +16,7 @@ pub mod compare;
 pub mod genai;
 pub mod inputs;
 pub mod manifest;
+pub mod pair;
 pub mod pb;
 pub mod report;
 pub mod wide;

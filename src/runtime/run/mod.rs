@@ -15,6 +15,8 @@
 //! - [`harness`]: the onnxruntime-web harness (scripts shipped in the binary, `setup webgpu`);
 //! - [`external`]: the runtimes by name ([`external::RuntimeKind`]) and the helper processes for
 //!   onnxruntime-web in Chromium and OpenVINO;
+//! - [`named`]: a runtime `probe` and `bisect` name (`ort-ep:NAME`, `webgpu`, `openvino`), one
+//!   run of a model there, and the same model on ONNX Runtime CPU, the reference;
 //! - [`log`]: the placement an ONNX Runtime verbose log records.
 
 pub mod discover;
@@ -24,6 +26,7 @@ pub mod external;
 pub mod harness;
 pub mod log;
 pub mod model;
+pub mod named;
 pub mod npz;
 pub mod ort;
 pub mod ort_ep;
