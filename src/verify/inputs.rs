@@ -294,7 +294,7 @@ pub fn plan_inputs(
         if !used_names.contains(name) {
             let mut known: Vec<String> = used_names.iter().cloned().collect();
             known.sort();
-            warnings.push(crate::compile::unknown_dim_warning(
+            warnings.push(crate::analysis::unknown_dim_warning(
                 name,
                 &original.path,
                 &known,
