@@ -791,7 +791,7 @@ fn check(a: &CheckArgs) -> Result<u8, Error> {
     let name = a.model.display().to_string();
     // What the runtime runs on the CPU by itself: a warning, not a finding (nothing to fix
     // in the model; the cost counts it).
-    let placed = onnx_safeify::runtime::predict_for_target(&doc.model, &target, &opts);
+    let placed = onnx_safeify::cost::predict_for_target(&doc.model, &target, &opts);
     let timing = onnx_safeify::timing::for_target(&doc.model, &target, &opts);
     match a.format {
         Format::Text => {
