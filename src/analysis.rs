@@ -214,3 +214,17 @@ pub fn name_role(name: &str) -> Option<Role> {
 pub const DEFAULT_SEQ: i64 = 128;
 /// See [`DEFAULT_SEQ`].
 pub const DEFAULT_PAST: i64 = 128;
+
+/// The warning for a `--dim NAME` (or Python `dims={NAME: ...}`) that no input of `model`
+/// has, naming the dimensions it has: the same words from `verify`, compile and Python.
+pub fn unknown_dim_warning(name: &str, model: &std::path::Path, known: &[String]) -> String {
+    let has = if known.is_empty() {
+        "its inputs have no named dimensions".to_string()
+    } else {
+        format!("its inputs' dimensions are named {}", known.join(", "))
+    };
+    format!(
+        "--dim {name}: no input of {} has a dimension named '{name}' ({has})",
+        model.display()
+    )
+}

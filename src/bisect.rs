@@ -33,15 +33,17 @@ use prost::Message;
 use serde::Serialize;
 
 use crate::proto::{ModelProto, NodeProto, ValueInfoProto};
-use crate::verify::compare::{self, Judge, Status, Tolerance};
-use crate::verify::discover::Discovery;
-use crate::verify::error::{one_line, VerifyError};
-use crate::verify::external::{run_external, RuntimeKind, WebgpuPins};
+use crate::runtime::run::error::{one_line, VerifyError};
+use crate::runtime::run::external::RuntimeKind;
+use crate::runtime::run::model::{load_model_info, read_model_proto};
+use crate::runtime::run::named::{parse_runtime, run_reference, Runtime, TempDir};
+use crate::runtime::run::ort::OptLevel;
+use crate::runtime::run::tensor::HostTensor;
+use crate::verify::compare::Tolerance;
 use crate::verify::inputs::{self, DimDefaults, DimOverrides, SetKind};
-use crate::verify::model::{load_model_info, model_info_from_proto, read_model_proto};
-use crate::verify::ort_ep::{self, FailureClass, OrtEpRequest};
-use crate::verify::runtime::{self, ModelSession, OptLevel, SessionSettings};
-use crate::verify::tensor::{fmt_shape, HostTensor};
+use crate::verify::pair::{run_pair, Outcome, PairRun};
+
+pub use crate::verify::pair::FailKind;
 
 /// What counts as a wrong value in a bisect run: ten times verify's default tolerance. With
 /// verify's own (atol 1e-5, rtol 1e-4), PP-OCRv4 det with two seeded antialias Resizes on
@@ -127,45 +129,6 @@ impl Default for BisectOptions {
             timeout: Duration::from_secs(120),
             optimization: OptLevel::All,
             max_culprits: 8,
-        }
-    }
-}
-
-/// How a prefix fails on the runtime.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum FailKind {
-    NoSession,
-    RunError,
-    DeviceRemoved,
-    Timeout,
-    Crash,
-    /// Ran, but an output differs from ONNX Runtime CPU beyond the tolerance.
-    WrongValues,
-    /// Ran, but an output has another shape or element type than on ONNX Runtime CPU.
-    WrongShape,
-}
-
-impl FailKind {
-    pub fn label(self) -> &'static str {
-        match self {
-            FailKind::NoSession => "no session",
-            FailKind::RunError => "run error",
-            FailKind::DeviceRemoved => "device removed",
-            FailKind::Timeout => "timeout",
-            FailKind::Crash => "crash",
-            FailKind::WrongValues => "wrong values",
-            FailKind::WrongShape => "wrong shape",
-        }
-    }
-
-    fn from_class(c: FailureClass) -> FailKind {
-        match c {
-            FailureClass::NoSession => FailKind::NoSession,
-            FailureClass::RunError => FailKind::RunError,
-            FailureClass::DeviceRemoved => FailKind::DeviceRemoved,
-            FailureClass::Timeout => FailKind::Timeout,
-            FailureClass::Crash => FailKind::Crash,
         }
     }
 }
@@ -287,63 +250,6 @@ pub struct BisectReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rule_check: Option<RuleCheck>,
     pub warnings: Vec<String>,
-}
-
-/// Where the prefixes run.
-pub(crate) enum Runtime {
-    OrtEp(String),
-    External(RuntimeKind),
-}
-
-pub(crate) fn parse_runtime(spec: &str) -> Result<Runtime, VerifyError> {
-    if let Some(p) = ort_ep::provider_of(spec) {
-        return Ok(Runtime::OrtEp(p.to_string()));
-    }
-    match RuntimeKind::parse(spec) {
-        Ok(RuntimeKind::Cpu) => Err(VerifyError::Usage(
-            "--runtime cpu is the reference itself; name the runtime the model fails on (ort-ep:NAME, webgpu, openvino)".into(),
-        )),
-        Ok(k) => Ok(Runtime::External(k)),
-        Err(_) => Err(VerifyError::Usage(format!(
-            "--runtime {spec}: expected ort-ep:NAME (an ONNX Runtime execution provider, e.g. ort-ep:CUDAExecutionProvider), webgpu or openvino"
-        ))),
-    }
-}
-
-/// A fresh temporary folder, removed on drop.
-pub(crate) struct TempDir(pub PathBuf);
-
-impl TempDir {
-    pub(crate) fn create() -> Result<TempDir, VerifyError> {
-        let base = std::env::temp_dir();
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0);
-        for attempt in 0..100u32 {
-            let p = base.join(format!(
-                "onnx-safeify-bisect-{}-{nanos:x}-{attempt}",
-                std::process::id()
-            ));
-            match std::fs::create_dir(&p) {
-                Ok(()) => return Ok(TempDir(p)),
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-                Err(e) => {
-                    return Err(VerifyError::data(
-                        &base,
-                        format!("cannot create a working folder: {e}"),
-                    ))
-                }
-            }
-        }
-        Err(VerifyError::data(&base, "cannot create a working folder"))
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 /// Node indices of the main graph in topological order: the file's order when it already is
@@ -612,14 +518,6 @@ fn link_external_data(model: &ModelProto, from: &Path, to: &Path) {
     }
 }
 
-/// How a run on the runtime went, against ONNX Runtime CPU.
-pub(crate) struct Outcome {
-    /// `None`: it ran and agrees (or the reference itself failed and the runtime ran).
-    pub failure: Option<(FailKind, String)>,
-    /// ONNX Runtime CPU's outputs, or its error.
-    pub reference: Result<HashMap<String, HostTensor>, String>,
-}
-
 struct Bisector<'a> {
     runtime: Runtime,
     opts: &'a BisectOptions,
@@ -753,7 +651,7 @@ impl Bisector<'_> {
         {
             let dt = t
                 .data_type
-                .and_then(crate::verify::dtype::DType::from_code)
+                .and_then(crate::runtime::run::dtype::DType::from_code)
                 .map(|d| d.name())
                 .unwrap_or("?");
             let dims: Vec<String> = t.dims.iter().map(|d| d.to_string()).collect();
@@ -828,167 +726,6 @@ impl Bisector<'_> {
             "ONNX Runtime CPU does not give all of its outputs as tensors".to_string()
         })
     }
-}
-
-/// Runs a model on ONNX Runtime CPU, in this process: its outputs, or its error in one line.
-/// `Err`: ONNX Runtime cannot be loaded at all.
-fn run_reference(
-    path: &Path,
-    proto: &ModelProto,
-    feed: &[(String, HostTensor)],
-    optimization: OptLevel,
-) -> Result<Result<HashMap<String, HostTensor>, String>, VerifyError> {
-    let info = model_info_from_proto(path, proto)?;
-    let discovery = Discovery::from_env();
-    let rt = runtime::runtime(&discovery)?;
-    let settings = SessionSettings {
-        optimization,
-        ..Default::default()
-    };
-    Ok(match ModelSession::open(rt, &info, &settings) {
-        Err(e) => Err(one_line(&e.to_string())),
-        Ok((mut s, _)) => s
-            .run(|n| feed.iter().find(|(k, _)| k == n).map(|(_, t)| t))
-            .map(|v| v.into_iter().collect::<HashMap<_, _>>())
-            .map_err(|e| one_line(&e.to_string())),
-    })
-}
-
-/// One model to run on a runtime and on ONNX Runtime CPU ([`run_pair`]).
-pub(crate) struct PairRun<'a> {
-    pub runtime: &'a Runtime,
-    /// The model file (written).
-    pub path: &'a Path,
-    pub proto: &'a ModelProto,
-    /// Values to fetch and compare.
-    pub outputs: &'a [String],
-    pub feed: &'a [(String, HostTensor)],
-    pub tolerance: Tolerance,
-    pub optimization: OptLevel,
-    pub timeout: Duration,
-}
-
-/// Runs a model on the runtime (a child process bounded by the timeout) and on ONNX Runtime
-/// CPU (in this process), and classifies the runtime's result against the reference. Also
-/// returns the runtime's one-line description (versions, device) when a run reported one.
-/// `Err`: the run could not be attempted (runtime not installed, unwritable folder).
-pub(crate) fn run_pair(pr: &PairRun) -> Result<(Outcome, Option<String>), VerifyError> {
-    let r = pr;
-    let path = r.path;
-    let outputs = r.outputs;
-    let tolerance = r.tolerance;
-    let info = model_info_from_proto(path, r.proto)?;
-    // The reference, in this process.
-    let reference = run_reference(path, r.proto, r.feed, r.optimization)?;
-
-    // The runtime, in a child process.
-    let mut description: Option<String> = None;
-    let actual: Result<HashMap<String, HostTensor>, (FailKind, String)> = match r.runtime {
-        Runtime::OrtEp(provider) => {
-            let feeds = vec![r.feed.to_vec()];
-            // The model's own session settings: its `layer_ann` pins, as verify gives them.
-            let session = ort_ep::model_session_settings(path, Some(&info), &mut Vec::new());
-            let out = ort_ep::run_ort_ep(&OrtEpRequest {
-                model: path,
-                provider,
-                optimization: r.optimization,
-                session,
-                outputs: Some(outputs.to_vec()),
-                feeds: &feeds,
-                timeout: r.timeout,
-            })?;
-            description = Some(out.description.clone());
-            match out.result {
-                Ok(mut runs) => Ok(runs.pop().unwrap_or_default()),
-                Err(f) => Err((
-                    FailKind::from_class(f.class),
-                    format!("{} ({}): {}", f.class.label(), f.stage, f.message),
-                )),
-            }
-        }
-        Runtime::External(kind) => {
-            let mut w = Vec::new();
-            match run_external(
-                kind,
-                &info,
-                std::slice::from_ref(&r.feed.to_vec()),
-                r.optimization,
-                WebgpuPins::LayerAssignment,
-                r.timeout,
-                &mut w,
-            ) {
-                Ok(mut ext) => {
-                    description = Some(ext.info.description.clone());
-                    Ok(ext.outputs.pop().unwrap_or_default())
-                }
-                Err(e @ (VerifyError::RuntimeNotFound(_) | VerifyError::RuntimeLoad { .. })) => {
-                    return Err(e)
-                }
-                Err(e) => {
-                    let text = one_line(&e.to_string());
-                    let kind = if text.contains("did not finish within") {
-                        FailKind::Timeout
-                    } else if text.contains("without a result") {
-                        FailKind::Crash
-                    } else if text.contains("cannot load the model") {
-                        FailKind::NoSession
-                    } else {
-                        FailKind::RunError
-                    };
-                    Err((kind, text))
-                }
-            }
-        }
-    };
-    let failure = match (&actual, &reference) {
-        (Err(f), _) => Some(f.clone()),
-        (Ok(_), Err(_)) => None,
-        (Ok(a), Ok(r)) => {
-            let judge = Judge::tolerance(tolerance);
-            let mut found = None;
-            for name in outputs {
-                let Some(b) = r.get(name) else { continue };
-                let Some(x) = a.get(name) else {
-                    found = Some((
-                        FailKind::WrongShape,
-                        format!("value '{name}' was not produced"),
-                    ));
-                    break;
-                };
-                let c = compare::compare_with(name, b, x, judge);
-                match c.status {
-                    Status::Ok => {}
-                    Status::ShapeMismatch | Status::DtypeMismatch | Status::Missing => {
-                        found = Some((
-                            FailKind::WrongShape,
-                            format!(
-                                "value '{name}': {} {} on ONNX Runtime CPU, {} {} here",
-                                c.dtype,
-                                fmt_shape(&c.shape),
-                                c.actual_dtype.clone().unwrap_or_default(),
-                                c.actual_shape.as_deref().map(fmt_shape).unwrap_or_default()
-                            ),
-                        ));
-                        break;
-                    }
-                    Status::Mismatch => {
-                        found = Some((
-                            FailKind::WrongValues,
-                            format!(
-                                "value '{name}': {} of {} elements differ from ONNX Runtime CPU, largest difference {:e}",
-                                c.mismatched,
-                                c.elements,
-                                c.max_abs_err.unwrap_or(f64::NAN)
-                            ),
-                        ));
-                        break;
-                    }
-                }
-            }
-            found
-        }
-    };
-    Ok((Outcome { failure, reference }, description))
 }
 
 /// Bisects `model` on `opts.runtime`. `Ok` carries the report whether or not a culprit was
@@ -1951,8 +1688,8 @@ mod narrow_tests {
     /// given values, only where a node that remains reads them, and are no longer compared.
     #[test]
     fn pinned_nodes_become_fed_inputs() {
-        use crate::verify::dtype::DType;
-        use crate::verify::tensor::TensorData;
+        use crate::runtime::run::dtype::DType;
+        use crate::runtime::run::tensor::TensorData;
         let node = |name: &str, op: &str, i: &str, o: &str| NodeProto {
             name: Some(name.into()),
             op_type: Some(op.into()),

@@ -309,7 +309,7 @@ where
         Some(Command::Probe(a)) => Ok(onnx_safeify::probe::run_cli(&a)),
         Some(Command::Setup {
             what: SetupWhat::Webgpu,
-        }) => onnx_safeify::verify::harness::setup()
+        }) => onnx_safeify::runtime::run::harness::setup()
             .map_err(|e| Error::new(ErrorKind::Io, e.to_string()))
             .and_then(|done| emit(&done).map(|_| 0)),
         Some(Command::Completions { shell }) => completions(shell),
@@ -859,7 +859,7 @@ fn check(a: &CheckArgs) -> Result<u8, Error> {
     let name = a.model.display().to_string();
     // What the runtime runs on the CPU by itself: a warning, not a finding (nothing to fix
     // in the model; the cost counts it).
-    let placed = onnx_safeify::runtime::predict_for_target(&doc.model, &target, &opts);
+    let placed = onnx_safeify::cost::predict_for_target(&doc.model, &target, &opts);
     let timing = onnx_safeify::timing::for_target(&doc.model, &target, &opts);
     match a.format {
         Format::Text => {

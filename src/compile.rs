@@ -102,20 +102,6 @@ fn input_dims(model: &crate::ir::Model) -> Vec<(String, Vec<Option<String>>)> {
         .collect()
 }
 
-/// The warning for a `--dim NAME` (or Python `dims={NAME: ...}`) that no input of `model`
-/// has, naming the dimensions it has: the same words from `verify`, compile and Python.
-pub fn unknown_dim_warning(name: &str, model: &Path, known: &[String]) -> String {
-    let has = if known.is_empty() {
-        "its inputs have no named dimensions".to_string()
-    } else {
-        format!("its inputs' dimensions are named {}", known.join(", "))
-    };
-    format!(
-        "--dim {name}: no input of {} has a dimension named '{name}' ({has})",
-        model.display()
-    )
-}
-
 /// The warnings for `--dim` sizes (`NAME` or `INPUT[AXIS]`) that name nothing in `model`'s
 /// inputs (they would be accepted in silence and change nothing).
 pub fn dim_warnings(
@@ -140,7 +126,9 @@ pub fn dim_warnings(
                     ));
                 }
             }
-            _ if !known.contains(k) => out.push(unknown_dim_warning(k, label, &known)),
+            _ if !known.contains(k) => {
+                out.push(crate::analysis::unknown_dim_warning(k, label, &known))
+            }
             _ => {}
         }
     }

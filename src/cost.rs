@@ -324,6 +324,29 @@ pub fn for_target(
     of_model(model, &opts.annotation, profile_of(target), &sizes)
 }
 
+/// The predicted placement of `model`'s main graph under `target` at the sizes a compile
+/// assumes (`--dim`, then the target's defaults); `None` when the target names no provider.
+pub fn predict_for_target(
+    model: &Model,
+    target: &crate::rules::schema::Target,
+    opts: &crate::engine::Options,
+) -> Option<crate::runtime::PlacementReport> {
+    let profile = profile_of(target)?;
+    let sizes = crate::analysis::Sizes::for_model(
+        model,
+        &opts.dims,
+        &crate::rewrite::pass::assumed_sizes(target),
+    );
+    let facts = sizes.infer(model);
+    Some(crate::runtime::placement_report(
+        model,
+        &facts,
+        &target.name,
+        profile,
+        &opts.annotation,
+    ))
+}
+
 /// A byte count for people: `0 B`, `512 B`, `1.2 kB`, `3.4 MB`, `5.6 GB`.
 pub fn bytes_text(b: u64) -> String {
     const UNITS: [&str; 4] = ["kB", "MB", "GB", "TB"];

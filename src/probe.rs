@@ -3,7 +3,7 @@
 //! A suite of small models (`tools/probe/cases.py`, embedded and run with the venv's Python;
 //! one node under test each, named `subject`) runs on the runtime R and on ONNX Runtime CPU,
 //! each case in a child process bounded by `--timeout`, through the same machinery as
-//! `bisect` ([`crate::bisect::run_pair`]). Each case passes, fails (no session, run error,
+//! `bisect` ([`crate::verify::pair::run_pair`]). Each case passes, fails (no session, run error,
 //! device removed, timeout, crash, wrong values, wrong shape) or is void (ONNX Runtime CPU
 //! cannot run it either, so there is nothing to compare with). Tolerance: 1e-4 absolute +
 //! 1e-4 relative for float32 cases, 1e-2 + 1e-2 for float16 ones.
@@ -27,14 +27,15 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::bisect::{parse_runtime, run_pair, FailKind, PairRun, Runtime, TempDir};
 use crate::proto::{AttributeProto, ModelProto, NodeProto};
+use crate::runtime::run::error::{one_line, VerifyError};
+use crate::runtime::run::model::read_model_proto;
+use crate::runtime::run::named::{parse_runtime, Runtime, TempDir};
+use crate::runtime::run::ort::OptLevel;
+use crate::runtime::run::tensor::HostTensor;
 use crate::verify::compare::Tolerance;
-use crate::verify::error::{one_line, VerifyError};
 use crate::verify::inputs::{self, SetKind};
-use crate::verify::model::read_model_proto;
-use crate::verify::runtime::OptLevel;
-use crate::verify::tensor::HostTensor;
+use crate::verify::pair::{run_pair, FailKind, PairRun};
 
 /// The case generator, run with the venv's Python.
 const GENERATOR: &str = include_str!("../tools/probe/cases.py");
@@ -190,7 +191,7 @@ pub fn nearest_builtin(runtime: &str) -> &'static str {
     match runtime {
         "webgpu" => "webgpu",
         "openvino" => "openvino-gpu",
-        _ => match crate::verify::ort_ep::provider_of(runtime) {
+        _ => match crate::runtime::run::ort_ep::provider_of(runtime) {
             Some("DmlExecutionProvider") => "directml",
             Some("CoreMLExecutionProvider") => "coreml",
             Some("TensorrtExecutionProvider") => "tensorrt",
@@ -205,7 +206,7 @@ pub fn nearest_builtin(runtime: &str) -> &'static str {
 /// The Python that runs the case generator (onnx and numpy), found as `verify` finds ONNX
 /// Runtime.
 fn python() -> Result<PathBuf, VerifyError> {
-    use crate::verify::discover;
+    use crate::runtime::run::discover;
     discover::find_python(&discover::Discovery::from_env(), &["onnx", "numpy"])
 }
 
@@ -470,7 +471,7 @@ pub(crate) fn node_features(g: &crate::proto::GraphProto, node: &NodeProto) -> F
             if let Some(t) = g.initializer.iter().find(|t| t.name.as_deref() == Some(i)) {
                 dt = t
                     .data_type
-                    .and_then(crate::verify::dtype::DType::from_code)
+                    .and_then(crate::runtime::run::dtype::DType::from_code)
                     .map(|d| d.name().to_string());
                 dims = Some(t.dims.clone());
             } else if let Some(v) = g
@@ -485,7 +486,7 @@ pub(crate) fn node_features(g: &crate::proto::GraphProto, node: &NodeProto) -> F
                 {
                     dt = tt
                         .elem_type
-                        .and_then(crate::verify::dtype::DType::from_code)
+                        .and_then(crate::runtime::run::dtype::DType::from_code)
                         .map(|d| d.name().to_string());
                     dims = tt.shape.as_ref().and_then(|s| {
                         s.dim
@@ -1145,7 +1146,7 @@ pub fn probe(opts: &ProbeOptions) -> Result<ProbeReport, VerifyError> {
         return Err(VerifyError::Usage("--jobs must be at least 1".into()));
     }
     if let Runtime::External(k) = &runtime {
-        crate::verify::external::check_available(k)?;
+        crate::runtime::run::external::check_available(k)?;
     }
     let base = nearest_builtin(&opts.runtime);
     let work = TempDir::create()?;
@@ -1369,7 +1370,7 @@ pub fn run_cli(a: &ProbeArgs) -> u8 {
                 .filter(|v| !v.is_empty())
                 .map(PathBuf::from)
                 .unwrap_or_else(|| {
-                    crate::verify::discover::default_venv()
+                    crate::runtime::run::discover::default_venv()
                         .parent()
                         .map(|p| p.join("corpus"))
                         .unwrap_or_else(|| PathBuf::from("corpus"))

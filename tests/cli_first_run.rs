@@ -510,7 +510,7 @@ fn an_unknown_dim_name_is_warned_about_naming_the_models_dims() {
         "{err}"
     );
     // A model with named dims lists them.
-    let model = onnx_safeify::compile::unknown_dim_warning(
+    let model = onnx_safeify::analysis::unknown_dim_warning(
         "bogus",
         std::path::Path::new("m.onnx"),
         &["batch".to_string(), "height".to_string()],

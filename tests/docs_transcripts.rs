@@ -296,7 +296,7 @@ fn needs_other_runtime(b: &Block) -> Option<onnx_safeify::verify::RuntimeKind> {
 /// runtime tests fail, unless ONNX_SAFEIFY_ALLOW_MISSING_RUNTIMES=1 (scripts/test.sh sets it
 /// when scripts/setup-runtimes.sh could not install one): then the block is skipped, loudly.
 fn other_runtime_ready(kind: onnx_safeify::verify::RuntimeKind, at: &str) -> bool {
-    match onnx_safeify::verify::external::check_available(&kind) {
+    match onnx_safeify::runtime::run::external::check_available(&kind) {
         Ok(()) => true,
         Err(e) if std::env::var("ONNX_SAFEIFY_ALLOW_MISSING_RUNTIMES").as_deref() == Ok("1") => {
             // Straight to the process's stderr, which the test harness does not capture.
@@ -322,8 +322,8 @@ fn needs_runtime(b: &Block) -> bool {
 fn command_outputs_in_the_docs_are_what_the_commands_print() {
     let update = std::env::var("ONNX_SAFEIFY_UPDATE_DOCS").as_deref() == Ok("1");
     let corpus = common::corpus();
-    let runtime = onnx_safeify::verify::discover::find_onnxruntime(
-        &onnx_safeify::verify::discover::Discovery::from_env(),
+    let runtime = onnx_safeify::runtime::run::discover::find_onnxruntime(
+        &onnx_safeify::runtime::run::discover::Discovery::from_env(),
     )
     .is_ok();
     if !runtime && std::env::var("ONNX_SAFEIFY_ALLOW_MISSING_CORPUS").as_deref() != Ok("1") {

@@ -15,7 +15,7 @@ fn targets() -> Vec<&'static str> {
 fn run(case: &Case, label: &str) -> Vec<String> {
     // A missing runtime would let a case pass without its equality check: it must be there.
     let ort = std::env::var_os("ORT_DYLIB_PATH").is_some()
-        || onnx_safeify::verify::discover::find_onnxruntime(
+        || onnx_safeify::runtime::run::discover::find_onnxruntime(
             &onnx_safeify::verify::Discovery::from_env(),
         )
         .is_ok();

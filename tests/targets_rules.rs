@@ -45,7 +45,7 @@ fn f16_init(name: &str, dims: &[i64], scale: f32, seed: u32) -> TensorProto {
             state = state.wrapping_mul(1_103_515_245).wrapping_add(12_345);
             let u = ((state >> 8) & 0xffff) as f32 / 65_535.0;
             let v = (u * 2.0 - 1.0) * scale;
-            onnx_safeify::verify::dtype::f32_to_f16(v).to_le_bytes()
+            onnx_safeify::runtime::run::dtype::f32_to_f16(v).to_le_bytes()
         })
         .collect();
     TensorProto {

@@ -5,9 +5,9 @@ mod verify_support;
 
 use std::path::{Path, PathBuf};
 
+use onnx_safeify::runtime::run::npz::write_npz;
 use onnx_safeify::verify::cli::parse_args;
 use onnx_safeify::verify::inputs::{load_tensor_set, SetKind};
-use onnx_safeify::verify::npz::write_npz;
 use onnx_safeify::verify::{run_cli, verify_models, Status, VerifyOptions};
 use verify_support::*;
 

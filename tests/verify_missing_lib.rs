@@ -3,8 +3,8 @@
 
 mod verify_support;
 
+use onnx_safeify::runtime::run::discover::{find_onnxruntime, Discovery};
 use onnx_safeify::verify::cli::parse_args;
-use onnx_safeify::verify::discover::{find_onnxruntime, Discovery};
 use onnx_safeify::verify::{run_cli, verify_models, VerifyError, VerifyOptions};
 use verify_support::*;
 

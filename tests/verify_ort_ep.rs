@@ -6,10 +6,10 @@ mod common;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use onnx_safeify::verify::dtype::DType;
-use onnx_safeify::verify::ort_ep::{run_ort_ep, FailureClass, OrtEpRequest};
-use onnx_safeify::verify::runtime::OptLevel;
-use onnx_safeify::verify::tensor::{HostTensor, TensorData};
+use onnx_safeify::runtime::run::dtype::DType;
+use onnx_safeify::runtime::run::ort::OptLevel;
+use onnx_safeify::runtime::run::ort_ep::{run_ort_ep, FailureClass, OrtEpRequest};
+use onnx_safeify::runtime::run::tensor::{HostTensor, TensorData};
 
 /// A chain Neg/Relu x20, a Gather whose index 10 is out of range, then Neg/Relu x20.
 fn gather_model(dir: &std::path::Path) -> Option<PathBuf> {
@@ -61,7 +61,7 @@ fn cpu_provider_runs_the_sample_and_reports_placement() {
         return;
     }
     let model = common::sample();
-    let info = onnx_safeify::verify::model::load_model_info(&model).unwrap();
+    let info = onnx_safeify::runtime::run::model::load_model_info(&model).unwrap();
     let plan = onnx_safeify::verify::inputs::plan_inputs(
         &info,
         &info,

@@ -366,7 +366,8 @@ fn exercise_target(target: &Target, compile: bool) {
 /// `.npy` array, as a serialized `TensorProto` (`input_0.pb`), and (when they are a zip) as an
 /// `.npz` archive.
 pub fn tensors_input(data: &[u8]) -> Result<(), String> {
-    use onnx_safeify::verify::{npz, pb};
+    use onnx_safeify::runtime::run::npz;
+    use onnx_safeify::verify::pb;
     let mut errors = Vec::new();
     match npz::parse_npy(data) {
         Ok(t) => {

@@ -14,7 +14,7 @@ def main():
     if hasattr(signal, "SIGINT"):
         signal.signal(signal.SIGINT, signal.SIG_DFL)
     # `verify` looks for ONNX Runtime in the onnxruntime package of this interpreter first
-    # (src/verify/discover.rs), so that the one installed beside the wheel is found without
+    # (src/runtime/run/discover.rs), so that the one installed beside the wheel is found without
     # the environment being activated. An explicit setting wins.
     if sys.executable and not os.environ.get("ONNX_SAFEIFY_PYTHON"):
         os.environ["ONNX_SAFEIFY_PYTHON"] = sys.executable

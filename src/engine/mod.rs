@@ -353,7 +353,7 @@ fn compile_at_own_opset(
         };
         bodies.compile(&mut model.graph, &ScopePath::root(), &outer);
     }
-    if let Some(note) = crate::runtime::predict_for_target(model, target, opts)
+    if let Some(note) = crate::cost::predict_for_target(model, target, opts)
         .as_ref()
         .and_then(|p| p.moved_note())
     {

@@ -8,6 +8,7 @@
 
 pub mod capability;
 pub mod placement;
+pub mod run;
 
 use std::sync::OnceLock;
 
@@ -241,29 +242,6 @@ impl PlacementReport {
         }
         s
     }
-}
-
-/// The predicted placement of `model`'s main graph under `target` at the sizes a compile
-/// assumes (`--dim`, then the target's defaults); `None` when the target names no provider.
-pub fn predict_for_target(
-    model: &Model,
-    target: &crate::rules::schema::Target,
-    opts: &crate::engine::Options,
-) -> Option<PlacementReport> {
-    let profile = crate::cost::profile_of(target)?;
-    let sizes = crate::analysis::Sizes::for_model(
-        model,
-        &opts.dims,
-        &crate::rewrite::pass::assumed_sizes(target),
-    );
-    let facts = sizes.infer(model);
-    Some(placement_report(
-        model,
-        &facts,
-        &target.name,
-        profile,
-        &opts.annotation,
-    ))
 }
 
 impl PlacementReport {

@@ -6,11 +6,11 @@ use std::path::PathBuf;
 use clap::{Args, ValueEnum};
 
 use super::compare::Tolerance;
-use super::discover::Discovery;
-use super::external::{RuntimeKind, WebgpuPins};
 use super::inputs::{DimDefaults, DimOverrides};
-use super::runtime::{OptLevel, SessionSettings};
 use super::{verify_models, VerifyOptions, EXIT_ERROR, EXIT_MISMATCH, EXIT_PASS};
+use crate::runtime::run::discover::Discovery;
+use crate::runtime::run::external::{RuntimeKind, WebgpuPins};
+use crate::runtime::run::ort::{OptLevel, SessionSettings};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
 pub enum OutputFormat {
@@ -205,7 +205,7 @@ pub fn run_cli(args: &VerifyArgs) -> u8 {
                 "error: internal failure while verifying {} against {}: {}",
                 args.original.display(),
                 args.rewritten.display(),
-                super::error::one_line(&msg)
+                crate::runtime::run::error::one_line(&msg)
             );
             EXIT_ERROR
         }

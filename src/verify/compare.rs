@@ -27,9 +27,9 @@
 
 use serde::Serialize;
 
-use super::dtype::{DType, Kind};
-use super::tensor::{HostTensor, TensorData};
 use crate::rewrite::exactness::Exactness;
+use crate::runtime::run::dtype::{DType, Kind};
+use crate::runtime::run::tensor::{HostTensor, TensorData};
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Tolerance {

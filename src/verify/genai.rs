@@ -12,15 +12,15 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use serde_json::Value;
 
-use super::dtype::DType;
-use super::error::VerifyError;
 use super::inputs::Prng;
-use super::model::{load_model_info, Dim, ModelInfo};
 use super::report::VerifyReport;
-use super::runtime::{self, ModelSession, SessionSettings};
-use super::tensor::{HostTensor, TensorData};
 use super::{verify_models, GivenFeed, VerifyOptions};
 use crate::genai;
+use crate::runtime::run::dtype::DType;
+use crate::runtime::run::error::VerifyError;
+use crate::runtime::run::model::{load_model_info, Dim, ModelInfo};
+use crate::runtime::run::ort::{self, ModelSession, SessionSettings};
+use crate::runtime::run::tensor::{HostTensor, TensorData};
 
 /// Tokens in the prefill step's prompt.
 pub const PROMPT: usize = 6;
@@ -321,8 +321,8 @@ pub fn verify_genai(
         let discovery = opts
             .discovery
             .clone()
-            .unwrap_or_else(super::discover::Discovery::from_env);
-        let rt = runtime::runtime(&discovery)?;
+            .unwrap_or_else(crate::runtime::run::discover::Discovery::from_env);
+        let rt = ort::runtime(&discovery)?;
         let settings = SessionSettings {
             optimization: opts.class_optimization.unwrap_or(opts.session.optimization),
             ..opts.session.clone()

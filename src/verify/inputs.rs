@@ -6,12 +6,12 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use super::dtype::{f32_to_bf16, f32_to_f16, DType};
-use super::error::VerifyError;
-use super::model::{Dim, IndexBound, InputRole, ModelInfo, ValueSpec};
-use super::npz;
 use super::pb;
-use super::tensor::{element_count, fmt_shape, HostTensor, TensorData};
+use crate::runtime::run::dtype::{f32_to_bf16, f32_to_f16, DType};
+use crate::runtime::run::error::VerifyError;
+use crate::runtime::run::model::{Dim, IndexBound, InputRole, ModelInfo, ValueSpec};
+use crate::runtime::run::npz;
+use crate::runtime::run::tensor::{element_count, fmt_shape, HostTensor, TensorData};
 
 /// Integer inputs that reach an index position of unknown size take values below this.
 pub const SMALL_INDEX_RANGE: i64 = 2;
@@ -294,7 +294,7 @@ pub fn plan_inputs(
         if !used_names.contains(name) {
             let mut known: Vec<String> = used_names.iter().cloned().collect();
             known.sort();
-            warnings.push(crate::compile::unknown_dim_warning(
+            warnings.push(crate::analysis::unknown_dim_warning(
                 name,
                 &original.path,
                 &known,
@@ -324,17 +324,17 @@ pub fn plan_inputs(
             .or_else(|| rewritten.roles.get(&plan.name));
         let int_hi = int_bound(original, rewritten, &plan.name, &shapes);
         plan.range = match plan.dtype.kind() {
-            super::dtype::Kind::Int | super::dtype::Kind::Bool
+            crate::runtime::run::dtype::Kind::Int | crate::runtime::run::dtype::Kind::Bool
                 if role == Some(&InputRole::Mask) && int_hi.is_none_or(|hi| hi >= 2) =>
             {
                 ValueRange::Mask
             }
-            super::dtype::Kind::Int if role == Some(&InputRole::Positions) => {
+            crate::runtime::run::dtype::Kind::Int if role == Some(&InputRole::Positions) => {
                 ValueRange::Positions {
                     hi: int_hi.unwrap_or(i64::MAX),
                 }
             }
-            super::dtype::Kind::Float
+            crate::runtime::run::dtype::Kind::Float
                 if original.scale_inputs.contains(&plan.name)
                     || rewritten.scale_inputs.contains(&plan.name) =>
             {
@@ -343,17 +343,17 @@ pub fn plan_inputs(
                     hi: SCALE_RANGE.1,
                 }
             }
-            super::dtype::Kind::Float => ValueRange::Float {
+            crate::runtime::run::dtype::Kind::Float => ValueRange::Float {
                 lo: float_range.0,
                 hi: float_range.1,
             },
-            super::dtype::Kind::Bool => ValueRange::Bool,
-            super::dtype::Kind::Str => ValueRange::Text,
-            super::dtype::Kind::Int => ValueRange::Int {
+            crate::runtime::run::dtype::Kind::Bool => ValueRange::Bool,
+            crate::runtime::run::dtype::Kind::Str => ValueRange::Text,
+            crate::runtime::run::dtype::Kind::Int => ValueRange::Int {
                 lo: 0,
                 hi: int_hi.unwrap_or(GENERIC_INT_RANGE),
             },
-            super::dtype::Kind::Opaque => {
+            crate::runtime::run::dtype::Kind::Opaque => {
                 return Err(VerifyError::input(
                     &original.path,
                     &plan.name,
@@ -416,8 +416,8 @@ fn int_bound(
 
 fn spec_dtype(path: &Path, spec: &ValueSpec) -> Result<DType, VerifyError> {
     match &spec.kind {
-        super::model::ValueKind::Tensor { dtype: Some(d), .. } => Ok(*d),
-        super::model::ValueKind::Tensor { elem_code, .. } => Err(VerifyError::input(
+        crate::runtime::run::model::ValueKind::Tensor { dtype: Some(d), .. } => Ok(*d),
+        crate::runtime::run::model::ValueKind::Tensor { elem_code, .. } => Err(VerifyError::input(
             path,
             &spec.name,
             format!(
@@ -425,7 +425,7 @@ fn spec_dtype(path: &Path, spec: &ValueSpec) -> Result<DType, VerifyError> {
                 DType::describe_code(*elem_code)
             ),
         )),
-        super::model::ValueKind::Other(what) => Err(VerifyError::input(
+        crate::runtime::run::model::ValueKind::Other(what) => Err(VerifyError::input(
             path,
             &spec.name,
             format!(

@@ -22,8 +22,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::error::VerifyError;
-use super::model::{load_model_info, IndexBound, ModelInfo, ValueKind, ValueSpec};
+use crate::runtime::run::error::VerifyError;
+use crate::runtime::run::model::{load_model_info, IndexBound, ModelInfo, ValueKind, ValueSpec};
 
 /// Manifest file names looked for in a folder, in order.
 pub const MANIFEST_NAMES: [&str; 3] = ["manifest.yaml", "manifest.yml", "manifest.json"];
@@ -130,7 +130,7 @@ pub fn load_pipeline(path: &Path) -> Result<Pipeline, VerifyError> {
     let mut external: Vec<ValueSpec> = Vec::new();
     let mut external_bounds: HashMap<String, Vec<IndexBound>> = HashMap::new();
     let mut scale_inputs: Vec<String> = Vec::new();
-    let mut roles: HashMap<String, super::model::InputRole> = HashMap::new();
+    let mut roles: HashMap<String, crate::runtime::run::model::InputRole> = HashMap::new();
     for (i, entry) in file.segments.iter().enumerate() {
         let label = entry
             .name

@@ -1,54 +1,47 @@
 //! `verify`: runs an original model and its rewrite on ONNX Runtime's CPU provider with
 //! the same inputs and compares every output by name.
 //!
-//! The pieces, in the order data flows through them:
-//! - [`discover`] finds the ONNX Runtime library, [`runtime`] loads it once per process
-//!   and wraps sessions;
-//! - [`model`] reads inputs, outputs, `layer_ann` annotations and index uses from the
-//!   ModelProto; [`manifest`] does the same for a chain of partitioned segments;
-//! - [`inputs`] makes random inputs or reads real ones ([`npz`], [`pb`]);
-//! - [`compare`] compares outputs; [`report`] holds the result; [`cli`] is the command.
+//! Running a model belongs to [`crate::runtime::run`] (finding and loading ONNX Runtime, the
+//! other runtimes, host tensors, what a model's inputs and outputs are); `verify` is its user.
+//! Its own pieces, in the order data flows through them:
+//! - [`manifest`] reads a chain of partitioned segments;
+//! - [`inputs`] makes random inputs or reads real ones (`.npz` through
+//!   [`crate::runtime::run::npz`], [`pb`]);
+//! - [`compare`] compares outputs ([`pair`]: a model on a runtime against ONNX Runtime CPU,
+//!   for `probe` and `bisect`); [`report`] holds the result; [`cli`] is the command;
+//!   [`genai`] verifies an onnxruntime-genai model folder.
 
 pub mod cli;
 pub mod compare;
-pub mod discover;
-pub mod dtype;
-pub mod error;
-pub mod external;
 pub mod genai;
-pub mod harness;
 pub mod inputs;
 pub mod manifest;
-pub mod model;
-pub mod npz;
-pub mod ort_ep;
+pub mod pair;
 pub mod pb;
-pub mod placement;
 pub mod report;
-pub mod runtime;
-pub mod tensor;
 pub mod wide;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+pub use crate::runtime::run::discover::Discovery;
+pub use crate::runtime::run::error::VerifyError;
+pub use crate::runtime::run::external::{RuntimeKind, WebgpuPins};
+pub use crate::runtime::run::ort::{OptLevel, SessionSettings};
 pub use cli::{run_cli, VerifyArgs};
 pub use compare::{Criterion, Judge, OutputComparison, Status, Tolerance};
-pub use discover::Discovery;
-pub use error::VerifyError;
-pub use external::{RuntimeKind, WebgpuPins};
 pub use inputs::{DimDefaults, DimOverrides};
 pub use report::VerifyReport;
-pub use runtime::{OptLevel, SessionSettings};
 
 use crate::rewrite::exactness::Exactness;
+use crate::runtime::run::model::{self, ModelInfo};
+use crate::runtime::run::ort::{self, ModelSession, Runtime};
+use crate::runtime::run::tensor::HostTensor;
+use crate::runtime::run::{error, external};
 use inputs::SetKind;
 use manifest::Pipeline;
-use model::ModelInfo;
 use report::{ExactnessInfo, InputSource, OriginalOnRuntime, RunReport, RuntimeInfo, SessionInfo};
-use runtime::{ModelSession, Runtime};
-use tensor::HostTensor;
 
 /// Exit code: every output within tolerance.
 pub const EXIT_PASS: u8 = 0;
@@ -352,7 +345,7 @@ pub fn verify_models(
     };
 
     let discovery = opts.discovery.clone().unwrap_or_else(Discovery::from_env);
-    let rt = runtime::runtime(&discovery)?;
+    let rt = ort::runtime(&discovery)?;
     let mut sessions = Vec::new();
     // On another runtime, an original that ONNX Runtime CPU cannot load (a contrib op with
     // no CPU kernel, e.g. BiasAdd) can still be the reference: its run on that runtime.
@@ -454,7 +447,7 @@ pub fn verify_models(
                 .info
                 .settings
                 .iter()
-                .find(|(k, _)| k == runtime::LAYER_ASSIGNMENT_KEY)
+                .find(|(k, _)| k == ort::LAYER_ASSIGNMENT_KEY)
                 .map(|(_, v)| v.clone()),
         });
         Some(ext)
@@ -982,7 +975,7 @@ fn blame_runtime_failure(
     orig: &Target,
     runtime: &RuntimeKind,
     feeds: &[Feed],
-    optimization: runtime::OptLevel,
+    optimization: OptLevel,
     opts: &VerifyOptions,
 ) -> VerifyError {
     let Target::Single(info) = orig else {

@@ -5,9 +5,9 @@ use std::path::Path;
 
 use prost::Message;
 
-use super::dtype::DType;
-use super::tensor::{element_count, HostTensor, TensorData};
 use crate::proto::TensorProto;
+use crate::runtime::run::dtype::DType;
+use crate::runtime::run::tensor::{element_count, HostTensor, TensorData};
 
 /// Reads a serialized `TensorProto`; returns its name (empty if none) and value.
 pub fn read_tensor_pb(path: &Path) -> Result<(String, HostTensor), String> {

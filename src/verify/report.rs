@@ -5,9 +5,9 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use super::compare::{OutputComparison, Status, Tolerance};
-use super::external::{ExternalInfo, RuntimeKind};
 use super::inputs::{InputPlan, ValueRange};
-use super::tensor::fmt_shape;
+use crate::runtime::run::external::{ExternalInfo, RuntimeKind};
+use crate::runtime::run::tensor::fmt_shape;
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RuntimeInfo {
@@ -84,7 +84,7 @@ pub struct ExactnessInfo {
     /// The rule in words.
     pub note: String,
     /// The graph optimisation level of the ONNX Runtime CPU sessions.
-    pub ort_opt_level: super::runtime::OptLevel,
+    pub ort_opt_level: crate::runtime::run::ort::OptLevel,
 }
 
 /// The original model on the rewritten model's runtime (`--runtime` other than cpu).

@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use onnx_safeify::verify::external::check_available;
+use onnx_safeify::runtime::run::external::check_available;
 use onnx_safeify::verify::RuntimeKind;
 
 /// Set to `1` to skip (loudly) the tests of a runtime that is not installed; without it a

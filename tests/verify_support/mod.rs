@@ -9,7 +9,7 @@ use onnx_safeify::proto::{
     ModelProto, NodeProto, OperatorSetIdProto, StringStringEntryProto, TensorProto,
     TensorShapeProto, TypeProto, ValueInfoProto,
 };
-use onnx_safeify::verify::discover::{find_onnxruntime, Discovery};
+use onnx_safeify::runtime::run::discover::{find_onnxruntime, Discovery};
 use prost::Message;
 
 pub const FLOAT: i32 = 1;
@@ -280,10 +280,10 @@ pub fn split_model(m: &ModelProto, k: usize) -> (ModelProto, ModelProto, Vec<Str
 /// PaddleOCR does, as `x` of shape [1,3,h,w] in an .npz: unlike noise, it makes the
 /// PP-OCR detector produce a non-trivial probability map.
 pub fn text_page_npz(dir: &Path, h: usize, w: usize, seed: u64) -> PathBuf {
-    use onnx_safeify::verify::dtype::DType;
+    use onnx_safeify::runtime::run::dtype::DType;
+    use onnx_safeify::runtime::run::npz::write_npz;
+    use onnx_safeify::runtime::run::tensor::{HostTensor, TensorData};
     use onnx_safeify::verify::inputs::Prng;
-    use onnx_safeify::verify::npz::write_npz;
-    use onnx_safeify::verify::tensor::{HostTensor, TensorData};
     let mut rng = Prng::new(seed);
     let mut img = vec![1.0f32; h * w];
     let mut y0 = 10;

@@ -103,7 +103,7 @@ fn f16_const(rw: &mut Rw, hint: &str, v: f64) -> PValue {
     rw.scalar(
         hint,
         dtype::FLOAT,
-        crate::verify::dtype::f16_to_f32(h) as f64,
+        crate::runtime::run::dtype::f16_to_f32(h) as f64,
     )
 }
 

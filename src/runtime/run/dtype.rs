@@ -1,4 +1,4 @@
-//! ONNX element types as the verifier sees them: the `TensorProto.DataType` code, a
+//! ONNX element types of the tensors a model is run with: the `TensorProto.DataType` code, a
 //! readable name, the byte layout, and the matching `ort` element type.
 
 use ort::value::TensorElementType;

@@ -22,10 +22,10 @@ use serde::Serialize;
 
 use super::discover;
 use super::error::{one_line, VerifyError};
+use super::log::{parse_placement, PlacedNode, Placement, ProviderPlacement, CPU_PROVIDER};
 use super::model::{read_model_proto, ModelInfo};
 use super::npz::{npy_bytes, read_npy};
-use super::placement::{parse_placement, PlacedNode, Placement, ProviderPlacement, CPU_PROVIDER};
-use super::runtime::{layer_assignment_setting, OptLevel, LAYER_ASSIGNMENT_KEY};
+use super::ort::{layer_assignment_setting, OptLevel, LAYER_ASSIGNMENT_KEY};
 use super::tensor::HostTensor;
 
 /// The `--runtime` prefix naming an ONNX Runtime execution provider.
@@ -33,7 +33,7 @@ pub const PREFIX: &str = "ort-ep:";
 /// Metadata key prefix under which a compiled model carries its target's runtime settings.
 pub const RUNTIME_META_PREFIX: &str = "onnx_safeify.runtime.";
 /// The driver, run with the venv's Python.
-const DRIVER: &str = include_str!("../../tools/ort_ep/run.py");
+const DRIVER: &str = include_str!("../../../tools/ort_ep/run.py");
 
 /// How a run on the provider failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -21,10 +21,10 @@ use super::ort_ep::{run_ort_ep, FailureClass, OrtEpRequest};
 
 use super::discover;
 use super::error::{one_line, VerifyError};
+use super::log::{parse_placement, PlacedNode, Placement, CPU_PROVIDER};
 use super::model::{read_model_proto, ModelInfo, LAYER_ANN_KEY};
 use super::npz::{npy_bytes, read_npy};
-use super::placement::{parse_placement, PlacedNode, Placement, CPU_PROVIDER};
-use super::runtime::{layer_assignment_setting, OptLevel, LAYER_ASSIGNMENT_KEY};
+use super::ort::{layer_assignment_setting, OptLevel, LAYER_ASSIGNMENT_KEY};
 use super::tensor::HostTensor;
 
 /// The script that installs what `--runtime webgpu|openvino` needs.
@@ -40,7 +40,7 @@ const TAG_ENV: &str = "ONNX_SAFEIFY_HELPER_TAG";
 pub const FORCE_CPU_OPTION: &str = "webgpu.forceCpuNodeNames";
 
 /// The OpenVINO helper, run with the venv's Python.
-const OPENVINO_SCRIPT: &str = include_str!("../../tools/openvino/run.py");
+const OPENVINO_SCRIPT: &str = include_str!("../../../tools/openvino/run.py");
 
 /// Where the rewritten model runs. Written on the command line as `cpu`, `webgpu`,
 /// `openvino` or `ort-ep:NAME` (see [`RuntimeKind::parse`]).

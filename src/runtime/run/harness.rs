@@ -21,16 +21,16 @@ pub const HARNESS_ENV: &str = "ONNX_SAFEIFY_WEBGPU_HARNESS";
 /// The harness's files, as in `tools/webgpu`: the scripts Node.js and the page run, and the
 /// npm manifest and lock file `npm ci` installs from.
 pub const FILES: &[(&str, &str)] = &[
-    ("run.mjs", include_str!("../../tools/webgpu/run.mjs")),
-    ("page.html", include_str!("../../tools/webgpu/page.html")),
-    ("page.mjs", include_str!("../../tools/webgpu/page.mjs")),
+    ("run.mjs", include_str!("../../../tools/webgpu/run.mjs")),
+    ("page.html", include_str!("../../../tools/webgpu/page.html")),
+    ("page.mjs", include_str!("../../../tools/webgpu/page.mjs")),
     (
         "package.json",
-        include_str!("../../tools/webgpu/package.json"),
+        include_str!("../../../tools/webgpu/package.json"),
     ),
     (
         "package-lock.json",
-        include_str!("../../tools/webgpu/package-lock.json"),
+        include_str!("../../../tools/webgpu/package-lock.json"),
     ),
 ];
 

@@ -1,5 +1,6 @@
-//! Errors of `verify`: each renders as one line that names the file and, where there is
-//! one, the input or output concerned. All of them mean exit code 2.
+//! Errors of running a model (reported by `verify`, `probe` and `bisect`): each renders as one
+//! line that names the file and, where there is one, the input or output concerned. All of
+//! them mean exit code 2.
 
 use std::path::{Path, PathBuf};
 

@@ -1,4 +1,4 @@
-//! What the verifier needs to know about a model, read straight from the ModelProto:
+//! What running a model needs to know about it, read straight from the ModelProto:
 //! graph inputs and outputs with their types and shapes, the `layer_ann` annotations,
 //! and which integer inputs end up as indices (so random values stay in bounds).
 
