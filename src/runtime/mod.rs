@@ -294,8 +294,12 @@ impl PlacementReport {
             ));
         }
         s.push('\n');
-        for n in self.nodes.iter().filter(|n| n.side == "cpu") {
-            s.push_str(&format!("  cpu  {} ({}): {}", n.name, n.op, n.why));
+        for n in self
+            .nodes
+            .iter()
+            .filter(|n| n.side == "cpu" || n.why == "no provider")
+        {
+            s.push_str(&format!("  {:<4} {} ({}): {}", n.side, n.name, n.op, n.why));
             if let Some(d) = &n.detail {
                 s.push_str(&format!(": {d}"));
             }

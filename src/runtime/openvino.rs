@@ -309,15 +309,17 @@ impl Ctx<'_> {
     }
 }
 
+/// The claimed nodes, why each other node is not claimed, and the claimed nodes whose cluster
+/// cannot be fused (the model will not load).
+pub type Claims = (
+    HashSet<NodeId>,
+    Vec<(NodeId, String)>,
+    Vec<(NodeId, String)>,
+);
+
 /// Which nodes of `g` the OpenVINO provider claims (`device`: `CPU` or `GPU`), with the reason
 /// for each node it does not claim. `nodes` excludes Constants.
-pub fn claims(
-    g: &Graph,
-    facts: &Facts,
-    table: &OvTable,
-    device: &str,
-    nodes: &[NodeId],
-) -> (HashSet<NodeId>, Vec<(NodeId, String)>) {
+pub fn claims(g: &Graph, facts: &Facts, table: &OvTable, device: &str, nodes: &[NodeId]) -> Claims {
     let bound = petgraph::visit::NodeIndexable::node_bound(&g.nodes);
     let member: HashSet<NodeId> = nodes.iter().copied().collect();
     // Producer and consumer nodes within `nodes` (ONNX Runtime's node edges, implicit inputs
@@ -364,7 +366,7 @@ pub fn claims(
                 "the graph has no inputs (capability.cc leaves it to constant folding)",
                 &mut why_not,
             );
-            return (claimed, why_not);
+            return (claimed, why_not, Vec::new());
         }
         if let Some(&first) = topo.first() {
             let only = table.names("only_in_model");
@@ -373,18 +375,18 @@ pub fn claims(
                     "a graph of at most 3 nodes starting with an op of ops_supported_only_in_model (capability.cc)",
                     &mut why_not,
                 );
-                return (claimed, why_not);
+                return (claimed, why_not, Vec::new());
             }
             if topo.len() == 1 && size_one_special(&cx, first) {
                 drop_all(
                     "a lone node of SpecialConditionForClusterSizeOne (capability.cc)",
                     &mut why_not,
                 );
-                return (claimed, why_not);
+                return (claimed, why_not, Vec::new());
             }
         }
         claimed.extend(topo.iter().copied());
-        return (claimed, why_not);
+        return (claimed, why_not, Vec::new());
     }
     let split = table.names("split");
     let cut: HashSet<NodeId> = topo
@@ -440,6 +442,7 @@ pub fn claims(
     }
     flush(&mut run, &mut in_run, &mut clusters);
     let total = clusters.len();
+    let mut kept: Vec<Vec<NodeId>> = Vec::new();
     let connected = |a: NodeId, part: &[NodeId]| {
         part.iter()
             .any(|&x| producers[x.index()].contains(&a) || consumers[x.index()].contains(&a))
@@ -495,10 +498,41 @@ pub fn claims(
         }
         match omit {
             Some(w) => why_not.extend(this.iter().map(|&x| (x, w.clone()))),
-            None => claimed.extend(this.iter().copied()),
+            None => {
+                claimed.extend(this.iter().copied());
+                kept.push(this);
+            }
         }
     }
-    (claimed, why_not)
+    // A kept cluster that a path leaves and re-enters cannot be fused: ONNX Runtime's graph
+    // then has a cycle and session creation fails ("the graph is not acyclic"). A one-node
+    // cluster joined to a later cluster it feeds makes one when it also feeds that cluster
+    // through an unsupported node.
+    let mut cyclic = Vec::new();
+    for part in &kept {
+        let inside: HashSet<NodeId> = part.iter().copied().collect();
+        let mut seen: HashSet<NodeId> = HashSet::new();
+        let mut stack: Vec<NodeId> = part
+            .iter()
+            .flat_map(|x| consumers[x.index()].iter().copied())
+            .filter(|c| !inside.contains(c))
+            .collect();
+        let mut cycle = false;
+        while let Some(x) = stack.pop() {
+            if inside.contains(&x) {
+                cycle = true;
+                break;
+            }
+            if seen.insert(x) {
+                stack.extend(consumers[x.index()].iter().copied());
+            }
+        }
+        if cycle {
+            let w = "OpenVINO's cluster of this node is left and re-entered by a path through other nodes: fusing it makes a cycle and session creation fails (\"the graph is not acyclic\")";
+            cyclic.extend(part.iter().map(|&x| (x, w.to_string())));
+        }
+    }
+    (claimed, why_not, cyclic)
 }
 
 fn size_one_special(cx: &Ctx<'_>, n: NodeId) -> bool {
@@ -528,9 +562,12 @@ pub fn predict(
     nodes: &[NodeId],
     out: &mut GraphPlacement,
 ) -> HashSet<NodeId> {
-    let (claimed, why_not) = claims(g, facts, table, device, nodes);
+    let (claimed, why_not, cyclic) = claims(g, facts, table, device, nodes);
     for &n in &claimed {
         out.set(n, Side::Gpu, Why::Kernel);
+    }
+    for (n, w) in cyclic {
+        out.set(n, Side::Gpu, Why::NoProvider(w));
     }
     let mut seen = HashSet::new();
     for (n, w) in why_not {
