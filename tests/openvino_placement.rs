@@ -144,7 +144,7 @@ fn clusters_are_claimed_as_the_provider_source_says() {
         name: Some("k".into()),
         dims: vec![1, 4],
         data_type: Some(12),
-        raw_data: Some(vec![1u8, 0, 0, 0].repeat(4).into()),
+        raw_data: Some([1u8, 0, 0, 0].repeat(4).into()),
         ..Default::default()
     }];
     let mut bs = node("BitShift", "bs", &["x", "k"], &["y"]);
