@@ -221,6 +221,9 @@ fn every_file_is_well_formed_and_names_its_provider_runtime_and_source() {
         .filter_map(|n| n.strip_suffix(".tsv").map(str::to_string))
         // The overrides file is the generator's input (runtime-measured corrections), not a table.
         .filter(|n| !n.ends_with("-overrides"))
+        // The OpenVINO and MIGraphX providers have no kernel registry: lists of their own, in
+        // another format (pinned below).
+        .filter(|n| n != "openvino" && n != "migraphx")
         .collect();
     stems.sort();
     for s in STEMS {
@@ -571,4 +574,155 @@ fn the_generator_passes_its_self_test() {
         "generate.py --self-test failed:\n{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// `runtimes/capability/{openvino,migraphx}.tsv` (`tools/capability/openvino_ep.py`): rows of
+/// `kind, name, since, devices` read from the providers' own lists.
+fn provider_list(stem: &str) -> (Vec<String>, Vec<[String; 4]>) {
+    let path = root()
+        .join("runtimes/capability")
+        .join(format!("{stem}.tsv"));
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e} (regenerate: runtimes/README.md)", path.display()));
+    let mut header = Vec::new();
+    let mut rows = Vec::new();
+    let mut columns = false;
+    for (i, line) in text.lines().enumerate() {
+        if let Some(h) = line.strip_prefix("# ") {
+            header.push(h.to_string());
+            continue;
+        }
+        if line == "kind\tname\tsince\tdevices" {
+            columns = true;
+            continue;
+        }
+        let f: Vec<&str> = line.split('\t').collect();
+        assert_eq!(f.len(), 4, "{stem}.tsv:{}: {line:?}", i + 1);
+        rows.push([f[0], f[1], f[2], f[3]].map(str::to_string));
+    }
+    assert!(columns, "{stem}.tsv has no column line");
+    (header, rows)
+}
+
+fn has(rows: &[[String; 4]], kind: &str, name: &str, since: &str, devices: &str) -> bool {
+    rows.iter()
+        .any(|r| r[0] == kind && r[1] == name && r[2] == since && r[3] == devices)
+}
+
+/// Facts read in intel/onnxruntime rel-1.24.1 (b5963e82c80ee66f88fa52e32d2bc08223fd96ce, the
+/// source of the onnxruntime-openvino 1.24.1 wheel, which bundles OpenVINO 2025.4.1),
+/// `onnxruntime/core/providers/openvino/ov_versions/data_ops.cc`.
+#[test]
+fn openvino_lists_are_read_from_the_provider_source() {
+    let (header, rows) = provider_list("openvino");
+    let h = header.join("\n");
+    assert!(h.contains("provider: OpenVINOExecutionProvider"), "{h}");
+    assert!(h.contains("runtime: onnxruntime-openvino 1.24.1"), "{h}");
+    assert!(
+        h.contains("source: intel/onnxruntime@b5963e82c80ee66f88fa52e32d2bc08223fd96ce"),
+        "{h}"
+    );
+    let ops = rows.iter().filter(|r| r[0] == "op").count();
+    assert!(ops > 170, "only {ops} op rows");
+    // Per device and version.
+    // MatMulInteger: the CPU device since 2022.1, the GPU only since 2025.2.
+    assert!(has(&rows, "op", "MatMulInteger", "2022.1", "CPU"));
+    assert!(has(&rows, "op", "MatMulInteger", "2025.2", "GPU"));
+    assert!(has(&rows, "op", "GroupQueryAttention", "2025.1", "GPU"));
+    assert!(has(&rows, "op", "HardSwish", "2025.0", "CPU,GPU"));
+    assert!(has(&rows, "op", "Acos", "2020.4", "CPU"));
+    assert!(has(&rows, "op", "Acos", "2022.1", "GPU"));
+    // The list spells Hardmax `HardMax`; QLinearMatMul's row is commented out at this commit.
+    assert!(has(&rows, "op", "HardMax", "2023.1", "CPU,GPU"));
+    assert!(!rows
+        .iter()
+        .any(|r| r[1] == "Hardmax" || r[1] == "QLinearMatMul"));
+    assert!(!rows
+        .iter()
+        .any(|r| r[0] == "op" && r[1].starts_with("QLinear")));
+    // Element types per device: the CPU has no double or bfloat16; the GPU no uint32.
+    assert!(has(&rows, "type", "float16", "2022.2", "CPU"));
+    assert!(has(&rows, "type", "uint32", "2020.4", "CPU"));
+    assert!(has(&rows, "type", "bool", "2022.1", "GPU"));
+    for (t, dev) in [
+        ("double", "CPU"),
+        ("bfloat16", "CPU"),
+        ("uint32", "GPU"),
+        ("double", "GPU"),
+    ] {
+        assert!(
+            !rows
+                .iter()
+                .any(|r| r[0] == "type" && r[1] == t && r[3] == dev),
+            "{t} on {dev}"
+        );
+    }
+    assert!(has(&rows, "scalar_ok", "Shape", "2023.0", "CPU"));
+    assert!(has(&rows, "scalar_ok", "Unsqueeze", "2020.4", "All"));
+    // The coded conditions are those the prediction codes.
+    let mut cond: Vec<&str> = rows
+        .iter()
+        .filter(|r| r[0] == "condition")
+        .map(|r| r[1].as_str())
+        .collect();
+    cond.sort_unstable();
+    let mut coded = onnx_safeify::runtime::openvino::CODED_CONDITIONS.to_vec();
+    coded.sort_unstable();
+    assert_eq!(cond, coded);
+    assert!(rows
+        .iter()
+        .filter(|r| r[0] == "condition")
+        .all(|r| r[2].split(',').any(|v| v == "2025.4")));
+    let split: Vec<&str> = rows
+        .iter()
+        .filter(|r| r[0] == "split")
+        .map(|r| r[1].as_str())
+        .collect();
+    assert_eq!(split, ["TopK", "NonZero"]);
+    assert!(has(&rows, "only_in_model", "Slice", "-", "-"));
+}
+
+/// Facts read in the same commit's `onnxruntime/core/providers/migraphx/migraphx_execution_provider.cc`.
+#[test]
+fn migraphx_lists_are_read_from_the_provider_source() {
+    let (header, rows) = provider_list("migraphx");
+    let h = header.join("\n");
+    assert!(h.contains("provider: MIGraphXExecutionProvider"), "{h}");
+    assert!(
+        h.contains("source: intel/onnxruntime@b5963e82c80ee66f88fa52e32d2bc08223fd96ce"),
+        "{h}"
+    );
+    let ops: Vec<&str> = rows
+        .iter()
+        .filter(|r| r[0] == "op")
+        .map(|r| r[1].as_str())
+        .collect();
+    assert_eq!(ops.len(), 162);
+    for op in [
+        "QLinearMatMul",
+        "QLinearConv",
+        "MatMulNBits",
+        "GroupQueryAttention",
+        "Attention",
+    ] {
+        assert!(ops.contains(&op), "{op}");
+    }
+    for op in ["Scan", "GridSample", "RoiAlign", "Unique"] {
+        assert!(!ops.contains(&op), "{op}");
+    }
+    let types: Vec<&str> = rows
+        .iter()
+        .filter(|r| r[0] == "type")
+        .map(|r| r[1].as_str())
+        .collect();
+    assert!(types.contains(&"double") && types.contains(&"bfloat16") && types.contains(&"uint64"));
+    assert!(!types.contains(&"string"));
+    let cond: Vec<&str> = rows
+        .iter()
+        .filter(|r| r[0] == "condition")
+        .map(|r| r[1].as_str())
+        .collect();
+    for op in ["Reshape", "Slice", "Pad", "Resize", "TopK"] {
+        assert!(cond.contains(&op), "{op}");
+    }
 }

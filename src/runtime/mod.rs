@@ -7,6 +7,7 @@
 //! small shape computation, and a node that no provider takes makes the model fail to load.
 
 pub mod capability;
+pub mod openvino;
 pub mod placement;
 pub mod run;
 
@@ -33,13 +34,18 @@ pub struct Profile {
     pub evidence: &'static str,
     /// The newest ONNX IR version the runtime reads (`None`: whatever ONNX Runtime 1.32 reads).
     pub max_ir: Option<i64>,
+    /// For ONNX Runtime's OpenVINO provider: the device its lists are read for (`CPU`, `GPU`);
+    /// `table` is then `runtimes/capability/openvino.tsv`, not a kernel table.
+    pub openvino_device: Option<&'static str>,
     cap: OnceLock<Capability>,
     cpu: OnceLock<Capability>,
+    ov: OnceLock<openvino::OvTable>,
 }
 
 const CPU_TABLE: &str = include_str!("../../runtimes/capability/cpu.tsv");
+const OPENVINO_TABLE: &str = include_str!("../../runtimes/capability/openvino.tsv");
 
-static PROFILES: [Profile; 3] = [
+static PROFILES: [Profile; 5] = [
     Profile {
         name: "directml",
         provider: "DmlExecutionProvider",
@@ -49,8 +55,10 @@ static PROFILES: [Profile; 3] = [
         honours_layer_ann: true,
         evidence: "ExecutionProviderImpl::GetCapability (onnxruntime/core/providers/dml/DmlExecutionProvider/src/ExecutionProvider.cpp) looks up each node's kernel, then removes GetCpuPreferredNodes",
         max_ir: None,
+        openvino_device: None,
         cap: OnceLock::new(),
         cpu: OnceLock::new(),
+        ov: OnceLock::new(),
     },
     Profile {
         name: "webgpu",
@@ -63,8 +71,10 @@ static PROFILES: [Profile; 3] = [
         // onnxruntime-web 1.30.0 refuses an IR 14 model at session creation (model.cc); IR 13
         // loads (measured in Chromium, tests/runtime_placement.rs).
         max_ir: Some(13),
+        openvino_device: None,
         cap: OnceLock::new(),
         cpu: OnceLock::new(),
+        ov: OnceLock::new(),
     },
     Profile {
         name: "cuda",
@@ -75,8 +85,39 @@ static PROFILES: [Profile; 3] = [
         honours_layer_ann: true,
         evidence: "CUDAExecutionProvider::GetCapability (onnxruntime/core/providers/cuda/cuda_execution_provider.cc) looks up kernels, then removes GetCpuPreferredNodes",
         max_ir: None,
+        openvino_device: None,
         cap: OnceLock::new(),
         cpu: OnceLock::new(),
+        ov: OnceLock::new(),
+    },
+    Profile {
+        name: "openvino",
+        provider: "OpenVINOExecutionProvider",
+        table: OPENVINO_TABLE,
+        cpu_table: CPU_TABLE,
+        cpu_preferred: false,
+        honours_layer_ann: false,
+        evidence: "openvino_ep::GetCapability::Execute (onnxruntime/core/providers/openvino/ov_versions/capability.cc) claims clusters of the nodes DataOps::node_is_supported accepts (data_ops.cc); no GetCpuPreferredNodes",
+        max_ir: None,
+        openvino_device: Some("GPU"),
+        cap: OnceLock::new(),
+        cpu: OnceLock::new(),
+        ov: OnceLock::new(),
+    },
+    // The same provider on its CPU device: what runs here (tests/openvino_placement.rs).
+    Profile {
+        name: "openvino-cpu",
+        provider: "OpenVINOExecutionProvider",
+        table: OPENVINO_TABLE,
+        cpu_table: CPU_TABLE,
+        cpu_preferred: false,
+        honours_layer_ann: false,
+        evidence: "openvino_ep::GetCapability::Execute (onnxruntime/core/providers/openvino/ov_versions/capability.cc), device_type CPU",
+        max_ir: None,
+        openvino_device: Some("CPU"),
+        cap: OnceLock::new(),
+        cpu: OnceLock::new(),
+        ov: OnceLock::new(),
     },
 ];
 
@@ -86,7 +127,7 @@ impl Profile {
         &PROFILES
     }
 
-    /// The profile named `name` (`directml`, `webgpu`, `cuda`).
+    /// The profile named `name` (`directml`, `webgpu`, `cuda`, `openvino`, `openvino-cpu`).
     pub fn named(name: &str) -> Option<&'static Profile> {
         PROFILES.iter().find(|p| p.name == name)
     }
@@ -94,9 +135,30 @@ impl Profile {
     /// The provider's kernel table.
     pub fn capability(&self) -> &Capability {
         self.cap.get_or_init(|| {
+            if self.openvino_device.is_some() {
+                // Not a kernel table: only its header (provider, runtime, source) is read.
+                let header: String = self
+                    .table
+                    .lines()
+                    .filter(|l| l.starts_with('#'))
+                    .map(|l| format!("{l}\n"))
+                    .collect();
+                return Capability::parse(&header)
+                    .unwrap_or_else(|e| panic!("built-in table {}: {e}", self.name));
+            }
             Capability::parse(self.table)
                 .unwrap_or_else(|e| panic!("built-in table {}: {e}", self.name))
         })
+    }
+
+    /// For the OpenVINO provider: its lists and the device they are read for.
+    pub fn openvino(&self) -> Option<(&openvino::OvTable, &'static str)> {
+        let device = self.openvino_device?;
+        let t = self.ov.get_or_init(|| {
+            openvino::OvTable::parse(self.table)
+                .unwrap_or_else(|e| panic!("built-in table {}: {e}", self.name))
+        });
+        Some((t, device))
     }
 
     /// The CPU provider's kernel table (the CPU side of this runtime).
@@ -233,8 +295,12 @@ impl PlacementReport {
             ));
         }
         s.push('\n');
-        for n in self.nodes.iter().filter(|n| n.side == "cpu") {
-            s.push_str(&format!("  cpu  {} ({}): {}", n.name, n.op, n.why));
+        for n in self
+            .nodes
+            .iter()
+            .filter(|n| n.side == "cpu" || n.why == "no provider")
+        {
+            s.push_str(&format!("  {:<4} {} ({}): {}", n.side, n.name, n.op, n.why));
             if let Some(d) = &n.detail {
                 s.push_str(&format!(": {d}"));
             }

@@ -116,7 +116,7 @@ impl GraphPlacement {
             .and_then(|p| p.as_ref())
             .map(|p| &p.1)
     }
-    fn set(&mut self, n: NodeId, s: Side, w: Why) {
+    pub(super) fn set(&mut self, n: NodeId, s: Side, w: Why) {
         if self.places.len() <= n.index() {
             self.places.resize(n.index() + 1, None);
         }
@@ -166,6 +166,17 @@ pub fn predict_graph(
     profile: &Profile,
     annotation: &str,
 ) -> GraphPlacement {
+    if let Some((table, device)) = profile.openvino() {
+        // The OpenVINO provider claims clusters by its own lists (super::openvino).
+        return super::openvino::predict_graph(
+            model,
+            g,
+            facts,
+            table,
+            device,
+            profile.cpu_capability(),
+        );
+    }
     let schemas = Schemas::builtin();
     let cap: &Capability = profile.capability();
     let cpu: &Capability = profile.cpu_capability();
