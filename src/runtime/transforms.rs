@@ -25,8 +25,10 @@
 //!   shape comes from a `Concat` (1, 4, 11, 13) read by it alone, every input of which is a
 //!   constant initializer, a `Shape -> Gather -> Unsqueeze(axes=0)` path of the Reshape's data
 //!   input at that position (0: copy the dim), or a one-element value (a shape known to hold one
-//!   element; -1), with at most one -1 in all: the Concat becomes an initializer and its
-//!   producer chains are removed.
+//!   element; -1) computed by nodes that each have one output edge (the comment on
+//!   `Fuse_Subgraph`: "a custom subgraph in which nodes have only one output edge"; measured:
+//!   PP-OCRv4 rec's shared `Slice` of a `Shape` is not fused by onnxruntime-web 1.30), with at
+//!   most one -1 in all: the Concat becomes an initializer and its producer chains are removed.
 //!
 //! Not modelled (they rename or merge nodes that stay on the side they were on, or do not
 //! occur in the measured corpus): the rule-based eliminations (Identity, Dropout, Slice,
@@ -425,7 +427,9 @@ fn reshape_fusion(st: &mut State<'_>) -> bool {
             if shape_gather_path(st, v, root, i) {
                 continue;
             }
-            if st.numel(v) == Some(1) || one_element_subgraph(st, v, root) {
+            if (st.numel(v) == Some(1) || one_element_subgraph(st, v, root))
+                && single_edge_subgraph(st, v)
+            {
                 minus_ones += 1;
                 continue;
             }
@@ -446,6 +450,41 @@ fn reshape_fusion(st: &mut State<'_>) -> bool {
         changed = true;
     }
     changed
+}
+
+/// The subgraph computing a one-element Concat input is fused away only when each of its nodes
+/// has one output edge ("a custom subgraph in which nodes have only one output edge", the
+/// comment on `Fuse_Subgraph`): from `v`'s producer up to the `Shape` it starts from, through
+/// non-constant inputs.
+fn single_edge_subgraph(st: &State<'_>, v: ValueId) -> bool {
+    let mut stack: Vec<NodeId> = st.producer(v).into_iter().collect();
+    let mut seen = HashSet::new();
+    while let Some(n) = stack.pop() {
+        if !seen.insert(n) || seen.len() > 32 {
+            return seen.len() <= 32;
+        }
+        let node = st.g.node(n);
+        let edges: usize = node
+            .outputs
+            .iter()
+            .flatten()
+            .map(|&o| st.readers(o).len() + usize::from(st.graph_outputs.contains(&o)))
+            .sum();
+        if edges != 1 {
+            return false;
+        }
+        if node.op_type == "Shape" {
+            continue;
+        }
+        for &i in node.inputs.iter().flatten() {
+            if !st.is_const(i) {
+                if let Some(p) = st.producer(i) {
+                    stack.push(p);
+                }
+            }
+        }
+    }
+    true
 }
 
 /// `v` = Unsqueeze(axes=[0]) of Gather(Shape(root'), index) with index == `position`, where
