@@ -60,6 +60,15 @@ enum Command {
         /// Size for a symbolic dimension (as for a compile), for the element types and sizes.
         #[arg(long = "dim", value_name = "NAME=VALUE")]
         dims: Vec<String>,
+        /// With --target: the graph optimisation level of the runtime's session (ONNX
+        /// Runtime's transformations at that level are applied before the placement).
+        #[arg(
+            long,
+            value_name = "disabled|basic|extended|all",
+            default_value = "all",
+            requires = "target"
+        )]
+        opt: String,
     },
     /// Prove that a rewritten model computes the same function as the original (ONNX Runtime, CPU).
     Verify(onnx_safeify::verify::VerifyArgs),
@@ -295,8 +304,9 @@ where
             format,
             target: Some(t),
             dims,
+            opt,
             ..
-        }) => inspect_placement(&model, &t, &dims, format),
+        }) => inspect_placement(&model, &t, &dims, &opt, format),
         Some(Command::Inspect {
             model,
             format: Format::Json,
@@ -1124,7 +1134,19 @@ fn doctor(a: &DoctorArgs) -> Result<u8, Error> {
     Ok(0)
 }
 
-fn inspect_placement(model: &Path, t: &str, dims: &[String], format: Format) -> Result<u8, Error> {
+fn inspect_placement(
+    model: &Path,
+    t: &str,
+    dims: &[String],
+    opt: &str,
+    format: Format,
+) -> Result<u8, Error> {
+    let level = onnx_safeify::runtime::transforms::Level::parse(opt).ok_or_else(|| {
+        Error::new(
+            ErrorKind::Usage,
+            format!("unknown --opt level `{opt}` (disabled, basic, extended or all)"),
+        )
+    })?;
     let target = onnx_safeify::compile::load_target(t, &[])?;
     let dims = dims
         .iter()
@@ -1153,6 +1175,7 @@ fn inspect_placement(model: &Path, t: &str, dims: &[String], format: Format) -> 
         &target.name,
         profile,
         &opts.annotation,
+        &onnx_safeify::runtime::transforms::Session::for_target(&target, level),
     );
     match format {
         Format::Text => emit(&r.text())?,

@@ -344,6 +344,10 @@ pub fn predict_for_target(
         &target.name,
         profile,
         &opts.annotation,
+        &crate::runtime::transforms::Session::for_target(
+            target,
+            crate::runtime::transforms::Level::default(),
+        ),
     ))
 }
 

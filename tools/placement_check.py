@@ -8,6 +8,14 @@ tools/webgpu) creates a session for the model at verbose log level and logs its 
 predicted side is the logged one. Nodes the runtime renamed or removed (a function it inlined)
 are counted apart, and so are CPU nodes in the log that the prediction does not name.
 
+The prediction is made at the session's optimisation level (`--opt`, passed to `inspect`): at
+"basic" and above it applies ONNX Runtime's graph transformations first, and a node it predicts
+folded or removed is checked against the log too: where the log lists its providers' nodes, a
+removed node it names is a disagreement, one it does not name is counted apart; a log that puts every node
+on one provider names none, so a removal there cannot be checked and is counted apart. Unnamed
+nodes (an empty name, which the log cannot tell apart) are matched by op type: per op, as many
+agree as the prediction and the log have on each side.
+
 Usage: tools/placement_check.py --bin target/release/onnx-safeify --target webgpu
            [--opt disabled|basic|extended|all] [--json OUT] [--compile] MODEL...
   --compile   hold the prediction for the target's output of each model too (compiled first)
@@ -29,9 +37,9 @@ ALL = re.compile(r"All nodes placed on \[(\w+)\]\. Number of nodes: (\d+)")
 NODE = re.compile(r"VerifyEachNodeIsAssignedToAnEp\]\s{2,}(\S+) \((.*)\)\s*$")
 
 
-def predict(binary, model, target):
+def predict(binary, model, target, opt="all"):
     out = subprocess.run(
-        [binary, "inspect", str(model), "--target", target, "--format", "json"],
+        [binary, "inspect", str(model), "--target", target, "--format", "json", "--opt", opt],
         capture_output=True, text=True,
     )
     if out.returncode != 0:
@@ -40,6 +48,11 @@ def predict(binary, model, target):
 
 
 def logged(log_lines):
+    counts, where, complete, _ = logged_full(log_lines)
+    return counts, where, complete
+
+
+def logged_full(log_lines):
     """{provider: count}, {node name: provider}, complete from one session's log lines.
 
     `complete` is False when the log lost lines (the browser's console capture drops some
@@ -47,6 +60,7 @@ def logged(log_lines):
     single "Node(s) placed on" section stands alone (the other provider's header was lost)."""
     counts, where, current = {}, {}, None
     listed, whole = {}, False
+    unnamed = {}  # (op, provider) -> count of nodes logged with an empty name
     for line in log_lines:
         m = ALL.search(line)
         if m:
@@ -61,10 +75,14 @@ def logged(log_lines):
             continue
         m = NODE.search(line)
         if m and current:
-            where[m.group(2)] = current
+            if m.group(2) == "":
+                key = (m.group(1), current)
+                unnamed[key] = unnamed.get(key, 0) + 1
+            else:
+                where[m.group(2)] = current
             listed[current] = listed.get(current, 0) + 1
     complete = whole or (len(listed) >= 2 and all(listed[p] == counts.get(p) for p in listed))
-    return counts, where, complete
+    return counts, where, complete, unnamed
 
 
 def run_jobs(models, opt, timeout_ms=300000):
@@ -94,7 +112,7 @@ def run_jobs(models, opt, timeout_ms=300000):
 
 
 def compare(pred, job, lines):
-    counts, where, complete = logged(lines)
+    counts, where, complete, unnamed_log = logged_full(lines)
     provider = pred["provider"]
     if not counts:
         return {"loaded": False, "error": (job or {}).get("error", "no placement logged")}
@@ -103,12 +121,31 @@ def compare(pred, job, lines):
                 "incomplete": True}
     names = {n["name"] for n in pred["nodes"]}
     agree = disagree = absent = 0
+    removed_ok = removed_unchecked = 0
     misses = []
+    unnamed_pred = {}  # (op, side) -> count
     for n in pred["nodes"]:
+        if n["side"] == "none" and n["why"] in ("folded", "removed"):
+            if not where:
+                removed_unchecked += 1
+            elif n["name"] and n["name"] in where:
+                disagree += 1
+                misses.append({"node": n["name"], "op": n["op"], "predicted": "removed",
+                               "why": n["why"], "detail": n.get("detail"),
+                               "logged": where[n["name"]]})
+            else:
+                # Absent as predicted: counted apart, not as agreement (a node renamed by a
+                # fusion the prediction does not model is absent too).
+                removed_ok += 1
+            continue
         if n["side"] == "none":
             continue
         if n["why"] == "inlined":
             absent += 1
+            continue
+        if where and not n["name"]:
+            key = (n["op"], n["side"])
+            unnamed_pred[key] = unnamed_pred.get(key, 0) + 1
             continue
         if where:
             got = where.get(n["name"])
@@ -129,8 +166,28 @@ def compare(pred, job, lines):
             disagree += 1
             misses.append({"node": n["name"], "op": n["op"], "predicted": n["side"],
                            "why": n["why"], "detail": n.get("detail"), "logged": got})
+    # Unnamed nodes, per op: as many agree as both sides hold; the rest of the prediction's
+    # differ (or were removed when the log holds fewer of that op in all).
+    for op in sorted({k[0] for k in unnamed_pred}):
+        for side in ("gpu", "cpu"):
+            p = unnamed_pred.get((op, side), 0)
+            if not p:
+                continue
+            provs = [pv for (o, pv) in unnamed_log if o == op
+                     and (pv == "CPUExecutionProvider") == (side == "cpu")]
+            lg = sum(unnamed_log[(op, pv)] for pv in provs)
+            other = sum(c for (o, pv), c in unnamed_log.items() if o == op) - lg
+            ok = min(p, lg)
+            agree += ok
+            bad = min(p - ok, other)
+            disagree += bad
+            absent += p - ok - bad
+            for _ in range(bad):
+                misses.append({"node": "(unnamed)", "op": op, "predicted": side, "why": "",
+                               "detail": None, "logged": "the other side"})
     extra_cpu = [nm for nm, p in where.items() if p == "CPUExecutionProvider" and nm not in names]
     return {"loaded": True, "agree": agree, "disagree": disagree, "absent": absent,
+            "removed_confirmed": removed_ok, "removed_unchecked": removed_unchecked,
             "runtime_cpu_unnamed": len(extra_cpu), "counts": counts, "misses": misses,
             "provider": provider}
 
@@ -160,7 +217,7 @@ def main():
     preds = {}
     for m in models:
         try:
-            preds[m] = predict(a.bin, m, a.target)
+            preds[m] = predict(a.bin, m, a.target, a.opt)
         except Exception as e:  # noqa: BLE001 - reported per model
             print(f"{m.name}: {e}", file=sys.stderr)
     todo = [m for m in models if m in preds]
@@ -187,7 +244,10 @@ def main():
     n = tot_a + tot_d
     share = 100.0 * tot_a / n if n else 0.0
     lost = sum(1 for m in todo if results[m].get("incomplete"))
+    rem_ok = sum(results[m].get("removed_confirmed", 0) for m in todo if results[m].get("loaded"))
+    rem_un = sum(results[m].get("removed_unchecked", 0) for m in todo if results[m].get("loaded"))
     print(f"agreement: {tot_a} of {n} placed nodes ({share:.2f} %); {tot_abs} renamed or inlined by the runtime;"
+          f" predicted removed: {rem_ok} absent from the log as predicted, {rem_un} in one-provider logs (unchecked);"
           f" {lost} session log(s) incomplete, not compared")
     if a.json:
         Path(a.json).write_text(json.dumps(

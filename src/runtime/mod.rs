@@ -10,6 +10,7 @@ pub mod capability;
 pub mod openvino;
 pub mod placement;
 pub mod run;
+pub mod transforms;
 
 use std::sync::OnceLock;
 
@@ -204,9 +205,11 @@ pub struct PlacementReport {
     pub runtime: String,
     /// Main-graph nodes in graph order.
     pub nodes: Vec<PlacedNode>,
-    /// Nodes on the provider / on the CPU / constants.
+    /// Nodes on the provider / on the CPU.
     pub gpu: usize,
     pub cpu: usize,
+    /// Nodes ONNX Runtime's graph transformations fold or remove before placement.
+    pub removed: usize,
     /// Nodes no provider of the runtime takes (the model will not load).
     pub cannot_load: usize,
 }
@@ -220,7 +223,7 @@ pub struct PlacedNode {
     /// `gpu`, `cpu` or `none` (a Constant).
     pub side: &'static str,
     /// `kernel`, `pinned`, `no kernel`, `cpu preferred`, `deficient kernel`, `no provider`,
-    /// `constant`.
+    /// `constant`, `inlined`, `folded`, `removed`.
     pub why: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
@@ -233,11 +236,12 @@ pub fn placement_report(
     target: &str,
     profile: &Profile,
     annotation: &str,
+    session: &transforms::Session,
 ) -> PlacementReport {
     let g = &model.graph;
-    let p = placement::predict_graph(model, g, facts, profile, annotation);
+    let p = placement::predict_graph_in(model, g, facts, profile, annotation, session);
     let mut nodes = Vec::new();
-    let (mut gpu, mut cpu, mut cannot_load) = (0, 0, 0);
+    let (mut gpu, mut cpu, mut cannot_load, mut removed) = (0, 0, 0, 0);
     for &n in &g.order {
         let node = g.node(n);
         let side = p.side(n);
@@ -247,6 +251,9 @@ pub fn placement_report(
             placement::Side::Cpu => cpu += 1,
             placement::Side::None => {}
         }
+        if matches!(why, placement::Why::Folded | placement::Why::Removed(_)) {
+            removed += 1;
+        }
         if matches!(why, placement::Why::NoProvider(_)) {
             cannot_load += 1;
         }
@@ -255,6 +262,7 @@ pub fn placement_report(
             | placement::Why::Deficient(d)
             | placement::Why::NoProvider(d)
             | placement::Why::Inlined(d) => Some(d.clone()),
+            placement::Why::Removed(by) => Some(format!("by {by}")),
             _ => None,
         };
         nodes.push(PlacedNode {
@@ -277,6 +285,7 @@ pub fn placement_report(
         nodes,
         gpu,
         cpu,
+        removed,
         cannot_load,
     }
 }
@@ -288,6 +297,12 @@ impl PlacementReport {
             "placement on {} ({}), predicted from its kernels:\n  {} nodes on {}, {} on the CPU",
             self.target, self.runtime, self.gpu, self.provider, self.cpu
         );
+        if self.removed > 0 {
+            s.push_str(&format!(
+                ", {} folded or removed by ONNX Runtime's graph transformations",
+                self.removed
+            ));
+        }
         if self.cannot_load > 0 {
             s.push_str(&format!(
                 ", {} that no provider takes (the model will not load)",

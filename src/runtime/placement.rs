@@ -19,8 +19,13 @@
 //! 5. every other node goes to the CPU provider, which must register a kernel for it:
 //!    otherwise the session cannot be created (the model does not load).
 //!
-//! What this does not model, and says so: graph transformations (constant folding, ONNX
-//! Runtime's fusions, which rename and merge nodes), a provider's per-node support checks
+//! Before all this, the graph transformations ONNX Runtime applies ahead of placement at the
+//! session's optimisation level ([`super::transforms`]: constant folding, ReshapeFusion): a
+//! node they remove runs nowhere ("folded", "removed"), and a value they make an initializer
+//! counts as one for the CPU preference.
+//!
+//! What this does not model, and says so: ONNX Runtime's fusions that rename and merge nodes
+//! without moving them between providers, a provider's per-node support checks
 //! beyond kernel registration (DirectML's `supportQuery`, the device's data types), and
 //! bodies of control-flow nodes on the provider's side (a body is predicted as a graph of its
 //! own).
@@ -29,6 +34,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashSet};
 
 use super::capability::{range_text, Capability, Function, Lookup, Schemas};
+use super::transforms::{self, Fate, Level, Session, Transformed};
 use super::Profile;
 use crate::infer::Facts;
 use crate::ir::{Graph, Model, NodeId, Origin, ValueId};
@@ -64,6 +70,11 @@ pub enum Why {
     /// No provider registers the op, but its schema has a function body: ONNX Runtime inlines
     /// it and places the body's nodes (the side is where they go).
     Inlined(String),
+    /// ONNX Runtime computes it at load and replaces it by initializers (ConstantFolding): it
+    /// runs nowhere.
+    Folded,
+    /// A graph transformation of ONNX Runtime (named) removes it before placement.
+    Removed(&'static str),
 }
 
 impl Why {
@@ -78,6 +89,8 @@ impl Why {
             Why::CpuPreferred => "cpu preferred",
             Why::NoProvider(_) => "no provider",
             Why::Inlined(_) => "inlined",
+            Why::Folded => "folded",
+            Why::Removed(_) => "removed",
         }
     }
 
@@ -92,6 +105,8 @@ impl Why {
             Why::CpuPreferred => "ONNX Runtime prefers the CPU for it (a small computation fed by CPU values, GetCpuPreferredNodes)".into(),
             Why::NoProvider(d) => format!("no provider of the runtime has a kernel for it ({d}): the model will not load"),
             Why::Inlined(d) => format!("no provider registers it; ONNX Runtime inlines its function body ({d})"),
+            Why::Folded => "folded into a constant by ONNX Runtime at load (ConstantFolding): runs nowhere".into(),
+            Why::Removed(by) => format!("removed by ONNX Runtime's {by} before placement: runs nowhere"),
         }
     }
 }
@@ -157,14 +172,29 @@ fn lookup_text(op: &str, since: i64, l: &Lookup<'_>) -> String {
     }
 }
 
-/// Predicts the placement of `g` (a graph of `model`) under `profile`. `facts` gives element
-/// types (unknown types are accepted by every kernel).
+/// Predicts the placement of `g` (a graph of `model`) under `profile` in a session at ONNX
+/// Runtime's default optimisation level ("all", what onnxruntime-web and desktop ONNX Runtime
+/// run). `facts` gives element types (unknown types are accepted by every kernel).
 pub fn predict_graph(
     model: &Model,
     g: &Graph,
     facts: &Facts,
     profile: &Profile,
     annotation: &str,
+) -> GraphPlacement {
+    predict_graph_in(model, g, facts, profile, annotation, &Session::default())
+}
+
+/// [`predict_graph`] in a session at `session`'s level, without the transformers it disables:
+/// first the graph transformations ONNX Runtime applies before placement
+/// ([`super::transforms`]; shapes as the file alone gives them), then the placement.
+pub fn predict_graph_in(
+    model: &Model,
+    g: &Graph,
+    facts: &Facts,
+    profile: &Profile,
+    annotation: &str,
+    session: &Session,
 ) -> GraphPlacement {
     if let Some((table, device)) = profile.openvino() {
         // The OpenVINO provider claims clusters by its own lists (super::openvino).
@@ -180,6 +210,12 @@ pub fn predict_graph(
     let schemas = Schemas::builtin();
     let cap: &Capability = profile.capability();
     let cpu: &Capability = profile.cpu_capability();
+    let transformed = if session.level > Level::Disabled {
+        let declared = crate::infer::infer_graph(model, g, &crate::infer::InferOptions::default());
+        transforms::apply(model, g, &declared, cpu, session)
+    } else {
+        Transformed::default()
+    };
     let mut out = GraphPlacement::default();
     let order: Vec<NodeId> = g.order.clone();
     let bound = petgraph::visit::NodeIndexable::node_bound(&g.nodes);
@@ -205,6 +241,17 @@ pub fn predict_graph(
         if node.op_type == "Constant" && domain.is_empty() {
             out.set(n, Side::None, Why::Constant);
             continue;
+        }
+        match transformed.fate(n) {
+            Some(Fate::Folded) => {
+                out.set(n, Side::None, Why::Folded);
+                continue;
+            }
+            Some(Fate::Removed(by)) => {
+                out.set(n, Side::None, Why::Removed(by));
+                continue;
+            }
+            None => {}
         }
         if node.metadata(LAYER_ANN_KEY) == Some(annotation) && profile.honours_layer_ann {
             out.set(n, Side::Cpu, Why::Pinned);
@@ -293,7 +340,7 @@ pub fn predict_graph(
         }
     }
     if profile.cpu_preferred {
-        cpu_preferred(g, facts, &order, &pos, &tentative, &mut out);
+        cpu_preferred(g, facts, &transformed, &order, &pos, &tentative, &mut out);
     }
     out
 }
@@ -302,6 +349,7 @@ pub fn predict_graph(
 fn cpu_preferred(
     g: &Graph,
     facts: &Facts,
+    transformed: &Transformed,
     order: &[NodeId],
     pos: &[usize],
     tentative: &[Option<(Vec<usize>, Vec<usize>)>],
@@ -340,7 +388,12 @@ fn cpu_preferred(
         .filter(|(_, v)| v.origin == Origin::Input)
         .map(|(i, _)| ValueId(i as u32))
         .collect();
+    // An initializer of at most 100 elements, one a transformation made included (its count
+    // unknown: not small).
     let small_initializer = |v: ValueId| -> bool {
+        if let Some(count) = transformed.new_initializer(v) {
+            return count.is_some_and(|c| c <= 100);
+        }
         g.initializer(v)
             .map(|t| t.dims.iter().product::<i64>() <= 100)
             .unwrap_or(false)
