@@ -429,13 +429,27 @@ pub fn summary_text(report: &Report, target: &Target) -> String {
         s.push_str(&timing_text(t));
     }
     if !report.pieces.is_empty() {
-        let max = report.pieces.iter().map(|p| p.work).max().unwrap_or(0);
-        let _ = writeln!(
-            s,
-            "GPU pieces between CPU barriers: {} (largest estimated work {:.3e})",
-            report.pieces.len(),
-            max as f64
-        );
+        let longest = report
+            .pieces
+            .iter()
+            .filter_map(|p| p.seconds)
+            .max_by(|a, b| a.total_cmp(b));
+        if let Some(t) = longest {
+            let _ = writeln!(
+                s,
+                "GPU submissions between CPU barriers: {} (longest estimated {})",
+                report.pieces.len(),
+                crate::timing::ms_text(t)
+            );
+        } else {
+            let max = report.pieces.iter().map(|p| p.work).max().unwrap_or(0);
+            let _ = writeln!(
+                s,
+                "GPU pieces between CPU barriers: {} (largest estimated work {:.3e})",
+                report.pieces.len(),
+                max as f64
+            );
+        }
     }
     for n in &report.notes {
         let _ = writeln!(s, "note: {n}");

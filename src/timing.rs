@@ -740,7 +740,8 @@ fn times_with(
 }
 
 /// The estimated time of graph `g` (its facts at the assumed sizes), GPU nodes on `gpu`, the
-/// others on `host`; where each node runs is `on_gpu`'s answer.
+/// others on `host`; where each node runs is `on_gpu`'s answer. A submission is a connected
+/// region of GPU nodes.
 pub fn of_graph(
     g: &Graph,
     facts: &Facts,
@@ -748,6 +749,35 @@ pub fn of_graph(
     host: &DeviceModel,
     on_gpu: &dyn Fn(NodeId) -> bool,
 ) -> Timing {
+    of_graph_grouped(g, facts, gpu, host, on_gpu, false)
+}
+
+/// [`of_graph`] with DirectML's submissions ([`crate::runtime::submission`]): a CPU node that
+/// reads a GPU value ends the command list recorded so far, whatever else stays on the GPU
+/// (falls back to connected regions where the graph has a cycle).
+pub fn of_graph_fused(
+    g: &Graph,
+    facts: &Facts,
+    gpu: &DeviceModel,
+    host: &DeviceModel,
+    on_gpu: &dyn Fn(NodeId) -> bool,
+) -> Timing {
+    of_graph_grouped(g, facts, gpu, host, on_gpu, true)
+}
+
+fn of_graph_grouped(
+    g: &Graph,
+    facts: &Facts,
+    gpu: &DeviceModel,
+    host: &DeviceModel,
+    on_gpu: &dyn Fn(NodeId) -> bool,
+    fused: bool,
+) -> Timing {
+    let submissions = if fused {
+        crate::rewrite::barrier::submissions_of(g, facts, on_gpu).ok()
+    } else {
+        None
+    };
     let bound = petgraph::visit::NodeIndexable::node_bound(&g.nodes);
     // Per node index: 0 none (Constant), 1 CPU, 2 GPU.
     let mut side = vec![0u8; bound];
@@ -814,7 +844,10 @@ pub fn of_graph(
         if side_of(n) != 2 {
             continue;
         }
-        let r = root(&mut parent, n.index());
+        let r = match &submissions {
+            Some(p) => p.get(n.index()).copied().flatten().unwrap_or(n.index()),
+            None => root(&mut parent, n.index()),
+        };
         let s = piece.entry(r).or_insert_with(|| Submission {
             first: g.node(n).name().to_string(),
             nodes: 0,
@@ -873,7 +906,11 @@ pub fn of_model(
                 annotation,
             );
             let on_gpu = |n: NodeId| placed.side(n) != crate::runtime::placement::Side::Cpu;
-            of_graph(&model.graph, &facts, &gpu, &DeviceModel::host(), &on_gpu)
+            if p.name == "directml" {
+                of_graph_fused(&model.graph, &facts, &gpu, &DeviceModel::host(), &on_gpu)
+            } else {
+                of_graph(&model.graph, &facts, &gpu, &DeviceModel::host(), &on_gpu)
+            }
         }
         None => {
             let on_gpu = on_gpu_by_pins(&model.graph, annotation);

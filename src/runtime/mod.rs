@@ -8,6 +8,7 @@
 
 pub mod capability;
 pub mod placement;
+pub mod submission;
 
 use std::sync::OnceLock;
 
