@@ -520,9 +520,16 @@ pub fn compile_json(report: &Report, target: &Target, input: &str, outputs: &[St
             "node": f.node, "op": f.op, "rule": f.rule, "action": f.action, "cause": f.cause,
             "reason": f.reason, "to": f.to,
         })).collect::<Vec<_>>(),
-        "pieces": report.pieces.iter().map(|p| serde_json::json!({
-            "first": p.first, "nodes": p.nodes, "work": p.work,
-        })).collect::<Vec<_>>(),
+        "pieces": report.pieces.iter().map(|p| {
+            let mut o = serde_json::json!({
+                "first": p.first, "nodes": p.nodes, "work": p.work,
+            });
+            // A barrier by time gives each piece its estimated milliseconds.
+            if let (Some(s), Some(m)) = (p.seconds, o.as_object_mut()) {
+                m.insert("ms".into(), serde_json::json!((s * 1e6).round() / 1e3));
+            }
+            o
+        }).collect::<Vec<_>>(),
         "cost": report.cost.map(|c| serde_json::json!({
             "input": c.before.to_json(), "output": c.after.to_json(),
         })),

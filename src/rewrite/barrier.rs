@@ -687,10 +687,12 @@ pub fn time_budget(
     let limit_s = match (limit_ms, device.timeout_s) {
         (Some(l), _) => l / 1e3,
         (None, Some(t)) => t,
-        (None, None) => return Err(format!(
+        (None, None) => {
+            return Err(format!(
             "target '{}': its device has no `timeout_ms` and the barrier rule gives no `limit_ms`",
             target.name
-        )),
+        ))
+        }
     };
     Ok(TimeBudget {
         limit_s,
@@ -1045,8 +1047,89 @@ fn time_note(cx: &Cx, b: &TimeBudget) -> String {
         s.push_str(&format!(
             "; at the assumed sizes {open} (--dim NAME=VALUE sets them)"
         ));
+        if let Some((k, sizes)) = largest_fitting(cx, b) {
+            if k >= LARGEST_FACTOR {
+                s.push_str(&format!(
+                    "; at {LARGEST_FACTOR}x those sizes ({}) every submission still fits",
+                    sizes.assumed_text()
+                ));
+            } else {
+                s.push_str(&format!(
+                    "; every submission fits with these cuts up to {k:.2}x those sizes ({}), no further",
+                    sizes.assumed_text()
+                ));
+            }
+        }
     }
     s
+}
+
+/// The largest factor [`largest_fitting`] tries.
+const LARGEST_FACTOR: f64 = 8.0;
+
+/// The assumed sizes above 1 (a batch of 1 stays 1) scaled by `k`.
+fn scaled(sizes: &crate::analysis::Sizes, k: f64) -> crate::analysis::Sizes {
+    let f = |v: i64| {
+        if v > 1 {
+            ((v as f64 * k).round() as i64).max(1)
+        } else {
+            v
+        }
+    };
+    crate::analysis::Sizes {
+        named: sizes
+            .named
+            .iter()
+            .map(|(n, v)| (n.clone(), f(*v)))
+            .collect(),
+        positional: sizes
+            .positional
+            .iter()
+            .map(|&(i, a, v)| (i, a, f(v)))
+            .collect(),
+    }
+}
+
+/// How far the assumed sizes (those above 1) can grow with every submission of the main graph,
+/// as it stands, still within the budget: the largest factor found by halving between 1 and
+/// [`LARGEST_FACTOR`] (to 1/64), with its sizes; `None` in a body, without sizes to scale, or
+/// when the graph does not fit at the assumed sizes.
+fn largest_fitting(cx: &Cx, b: &TimeBudget) -> Option<(f64, crate::analysis::Sizes)> {
+    if !std::ptr::eq(cx.graph(), &cx.model.graph) {
+        return None;
+    }
+    let fits = |k: f64| -> Option<bool> {
+        let facts = scaled(cx.sizes, k).infer(cx.model);
+        let t = time_layout(
+            cx.model,
+            &cx.model.graph,
+            &facts,
+            cx.target,
+            cx.annotation,
+            &b.device,
+        )
+        .ok()?;
+        match walk(&cx.model.graph, &t, &[], b.nodes_s(), b.device.launch_s) {
+            Walk::Fits(_) => Some(true),
+            Walk::Over { .. } => Some(false),
+        }
+    };
+    if scaled(cx.sizes, 2.0) == *cx.sizes || !fits(1.0)? {
+        return None;
+    }
+    if fits(LARGEST_FACTOR)? {
+        return Some((LARGEST_FACTOR, scaled(cx.sizes, LARGEST_FACTOR)));
+    }
+    let (mut lo, mut hi) = (1.0f64, LARGEST_FACTOR);
+    while hi - lo > 1.0 / 64.0 {
+        let mid = (lo + hi) / 2.0;
+        if fits(mid)? {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    Some((lo, scaled(cx.sizes, lo)))
 }
 
 /// The barrier rule a pass follows: a time rule when there is one (the smallest time budget),
