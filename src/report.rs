@@ -123,21 +123,32 @@ fn bounded_text(n: usize) -> String {
     )
 }
 
+/// A share of a limit as people read it: `25%`, `3.5%`.
+fn share_text(share: f64) -> String {
+    let p = 100.0 * share;
+    if (p - p.round()).abs() < 1e-9 {
+        format!("{p:.0}%")
+    } else {
+        format!("{p:.1}%")
+    }
+}
+
 /// `check`'s time line: the checked model's estimate, and whether its longest submission
-/// holds the device's limit with margin ([`crate::timing::MARGIN`]).
+/// holds the device's limit with margin (the share [`Timing::share`]: one over the target's
+/// barrier margin, else [`crate::timing::MARGIN`]).
 pub fn check_timing_text(model: &str, t: &Timing) -> String {
     let verdict = match t.longest_share() {
         None => "the runtime has no per-submission limit".to_string(),
         Some(_) if t.bounded_nodes > 0 => {
             "whether it holds the limit is not known at these sizes".to_string()
         }
-        Some(x) if x <= crate::timing::MARGIN => format!(
-            "it meets the limit with margin (under {:.0}% of it)",
-            100.0 * crate::timing::MARGIN
+        Some(x) if x <= t.share => format!(
+            "it meets the limit with margin (under {} of it)",
+            share_text(t.share)
         ),
         Some(x) if x <= 1.0 => format!(
-            "under the limit, but not by the {:.0}% margin",
-            100.0 * crate::timing::MARGIN
+            "under the limit, but not by the {} margin",
+            share_text(t.share)
         ),
         Some(_) => "over the limit".to_string(),
     };

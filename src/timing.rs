@@ -618,6 +618,9 @@ pub struct Timing {
     pub limit_s: Option<f64>,
     /// Nodes whose estimate rests on a size bounded from the neighbours.
     pub bounded_nodes: usize,
+    /// The share of the limit a submission may take "with margin": [`MARGIN`], or one over the
+    /// margin of the target's barrier by time ([`share_of`]).
+    pub share: f64,
 }
 
 /// The share of the limit a submission may take and still be said to hold it "with margin":
@@ -644,7 +647,7 @@ impl Timing {
         if self.bounded_nodes > 0 {
             return None;
         }
-        self.longest_share().map(|s| s <= MARGIN)
+        self.longest_share().map(|s| s <= self.share)
     }
     /// The figures as JSON.
     pub fn to_json(&self) -> serde_json::Value {
@@ -660,7 +663,7 @@ impl Timing {
             "limit_ms": self.limit_s.map(ms),
             "longest_share_of_limit": self.longest_share().map(round4),
             "meets_limit_with_margin": self.meets_limit_with_margin(),
-            "margin": MARGIN,
+            "margin": round4(self.share),
             "bounded_nodes": self.bounded_nodes,
         })
     }
@@ -791,6 +794,7 @@ fn of_graph_grouped(
         longest: None,
         limit_s: gpu.timeout_s,
         bounded_nodes: 0,
+        share: MARGIN,
     };
     let consumers = g.consumers();
     let est = Estimates::with_consumers(g, facts, &g.order, &consumers);
@@ -917,7 +921,32 @@ pub fn of_model(
             of_graph(&model.graph, &facts, &gpu, &DeviceModel::host(), &on_gpu)
         }
     };
-    Some(timing)
+    Some(Timing {
+        share: share_of(target),
+        ..timing
+    })
+}
+
+/// The share of the limit a submission may take with margin on `target`: one over the margin
+/// of its barrier by time (the smallest share, where there are several; a rule's own
+/// `limit_ms` is not the device's limit and leaves it), else [`MARGIN`].
+pub fn share_of(target: &crate::rules::schema::Target) -> f64 {
+    target
+        .rules
+        .iter()
+        .filter_map(|r| match &r.action {
+            crate::rules::schema::Action::Barrier {
+                limit:
+                    crate::rules::schema::BarrierLimit::Time {
+                        margin,
+                        limit_ms: None,
+                    },
+                ..
+            } => Some(1.0 / margin),
+            _ => None,
+        })
+        .min_by(|a, b| a.total_cmp(b))
+        .unwrap_or(MARGIN)
 }
 
 /// [`of_model`] at the sizes `check` assumes for `target` (`--dim`, then the target's
