@@ -1,26 +1,34 @@
-//! `barrier`: cut a runtime's fused GPU partition into pieces whose estimated work stays under a
-//! budget. DirectML records every node it claims into one command list
-//! (microsoft/onnxruntime#19724: a list that runs past ~2 s on a weak GPU is a TDR), so smaller
-//! ops alone do not shorten it; a node the GPU provider does not take breaks the partition.
+//! `barrier`: cut the GPU work into submissions short enough for the timeout a rule guards.
+//! DirectML records every GPU operator into one command list until a CPU node reads a GPU value
+//! back (microsoft/onnxruntime#19724: a list that runs past ~2 s on a weak GPU is a TDR), so
+//! smaller ops alone do not shorten it; a node on the CPU that reads the GPU ends it.
 //!
-//! A *cut* before position i of the topological order is clean when every value computed on
-//! the GPU before i and read on the GPU at or after i passes through the CPU. To make a cut
-//! clean, each such value gets a no-op node pinned to the CPU (`layer_ann`), and the GPU
-//! readers after the cut read it instead. Pieces are the GPU work between clean cuts.
+//! **By time** (`margin`, `limit_ms`: [`plan_time_cuts`]): each node's time on the target's
+//! device ([`crate::timing`]), placed as the runtime will place it; the submissions as
+//! [`crate::runtime::submission`] walks them (a read-back flushes the command list). Where a
+//! submission would pass the limit over the margin, one no-op pinned to the CPU on one value
+//! (the smallest the next node reads from the GPU node before it) ends it: whatever else is
+//! live across the cut stays on the GPU, so a cut costs that one value's two crossings.
+//!
+//! **By work** (`budget`, the older form: [`plan_cuts`]): a *cut* before position i of the
+//! topological order is clean when every value computed on the GPU before i and read on the
+//! GPU at or after i passes through the CPU; each such value gets a pinned no-op and the GPU
+//! readers after the cut read it instead. Pieces are the GPU work between clean cuts. Work is
+//! estimated at the sizes the compile assumes; the cuts are the fewest that keep every piece
+//! within the budget, placed where the values that cross hold the fewest bytes
+//! ([`cut_positions`]).
 //!
 //! The no-op is `Max(x, x)` (exactly `x` for every number, NaN and -0 included), not
 //! `Identity`: ONNX Runtime's `EliminateIdentity` optimisation removes Identity nodes before
 //! nodes are placed, annotation or not, which would silently undo the cut. Types Max does not
 //! take at the model's opset (bool, strings) fall back to Identity.
 //!
-//! Work is estimated at the sizes the compile assumes (`--dim`, then the target's defaults:
+//! Sizes are those the compile assumes (`--dim`, `--inputs`, then the target's defaults:
 //! batch, spatial, sequence, past): exact where inference knows the shapes, otherwise bounded
 //! from the sizes around the node ([`crate::rewrite::work::Estimates`]). A cut is made only
-//! because the estimated work passes the budget: a model whose work fits one budget stays one
-//! piece. The cuts are the fewest that keep every piece within the budget, placed where the
-//! values that cross hold the fewest bytes ([`cut_positions`]). Shape computations (`Shape`,
-//! `Size` and the small integer arithmetic on them) count as CPU work, as ONNX Runtime places
-//! them: a cut never crosses them.
+//! because an estimate passes the limit: a model that fits stays one piece. Shape computations
+//! (`Shape`, `Size` and the small integer arithmetic on them) count as CPU work, as ONNX
+//! Runtime places them: a cut never crosses them, and they are taken to end no submission.
 
 use crate::infer::Facts;
 use crate::ir::{Graph, NodeId, Origin, Text, ValueId};
