@@ -1140,6 +1140,9 @@ fn largest_fitting(cx: &Cx, b: &TimeBudget) -> Option<(f64, crate::analysis::Siz
     Some((lo, scaled(cx.sizes, lo)))
 }
 
+/// Says why a piece is over a barrier's limit (`None`: it is within it).
+type OverLimit = Box<dyn Fn(&Piece) -> Option<String>>;
+
 /// The barrier rule a pass follows: a time rule when there is one (the smallest time budget),
 /// else the smallest work budget; ties go to the first rule.
 enum Tightest {
@@ -1309,7 +1312,7 @@ impl Pass for BarrierPass {
         let Some(tightest) = tightest_rule(cx.target, rules) else {
             return Vec::new();
         };
-        let (ri, over): (usize, Box<dyn Fn(&Piece) -> Option<String>>) = match tightest {
+        let (ri, over): (usize, OverLimit) = match tightest {
             Tightest::Work(ri, budget) => (
                 ri,
                 Box::new(move |p: &Piece| {
