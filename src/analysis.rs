@@ -30,6 +30,17 @@ impl Sizes {
         self.named.is_empty() && self.positional.is_empty()
     }
 
+    /// The sizes as people read them: `batch=1, height=960, input 0 axis 2=960`.
+    pub fn assumed_text(&self) -> String {
+        let mut parts: Vec<String> = self.named.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        parts.extend(
+            self.positional
+                .iter()
+                .map(|(i, a, v)| format!("input {i} axis {a}={v}")),
+        );
+        parts.join(", ")
+    }
+
     /// The sizes for `model`'s open input dimensions. Each open dimension takes, in order:
     /// - `dims` (`NAME=V`, or `INPUT[AXIS]=V` for an unnamed one: the command line);
     /// - `defaults[NAME]` (a target's rule naming the dimension);

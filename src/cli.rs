@@ -117,6 +117,10 @@ struct TargetArgs {
     /// Size of a symbolic dim, for shape inference and work estimates (repeatable).
     #[arg(long = "dim", value_name = "NAME=VALUE")]
     dims: Vec<String>,
+    /// A sample input (arrays named as the model's inputs, as `verify --inputs` reads): its
+    /// arrays' shapes give the sizes of the inputs' dims (`--dim` wins over it).
+    #[arg(long = "inputs", value_name = "FILE.npz")]
+    inputs: Option<PathBuf>,
     /// The NCHWc block size of the CPU that saved the model (8 with AVX2, 16 with AVX-512);
     /// without it, it is read from the model's shapes, or, when several sizes fit, each is tried
     /// on this machine's ONNX Runtime CPU and the one that reproduces the model's outputs is
@@ -379,11 +383,13 @@ fn load_target(a: &TargetArgs) -> Result<Target, Error> {
 }
 
 fn options(a: &TargetArgs) -> Result<engine::Options, Error> {
-    let dims = a
-        .dims
-        .iter()
-        .map(|d| onnx_safeify::compile::parse_dim(d))
-        .collect::<Result<Vec<_>, Error>>()?;
+    let mut dims = match &a.inputs {
+        Some(p) => onnx_safeify::compile::dims_from_npz(p)?,
+        None => Vec::new(),
+    };
+    for d in &a.dims {
+        dims.push(onnx_safeify::compile::parse_dim(d)?);
+    }
     let mut o = onnx_safeify::compile::options(dims)?;
     o.nchwc_block = a.nchwc_block;
     o.allow_approximate = a.allow_approximate;

@@ -136,6 +136,33 @@ pub fn dim_warnings(
 }
 
 /// Engine options with these symbolic dim sizes (every size must be positive).
+/// The sizes of a sample input (`--inputs FILE.npz`, arrays named as the model's inputs): one
+/// `INPUT[AXIS]=SIZE` per axis of every array, as `--dim` would give them.
+pub fn dims_from_npz(path: &std::path::Path) -> Result<Vec<(String, i64)>> {
+    let arrays = crate::verify::npz::read_npz(path).map_err(|e| {
+        Error::new(
+            ErrorKind::Usage,
+            format!("--inputs {}: {e}", path.display()),
+        )
+    })?;
+    let mut out = Vec::new();
+    for (name, t) in arrays {
+        for (axis, &d) in t.shape.iter().enumerate() {
+            let d = i64::try_from(d).ok().filter(|d| *d > 0).ok_or_else(|| {
+                Error::new(
+                    ErrorKind::Usage,
+                    format!(
+                        "--inputs {}: array '{name}' has an empty axis {axis}: a sample input needs sizes of at least 1",
+                        path.display()
+                    ),
+                )
+            })?;
+            out.push((format!("{name}[{axis}]"), d));
+        }
+    }
+    Ok(out)
+}
+
 pub fn options(dims: impl IntoIterator<Item = (String, i64)>) -> Result<engine::Options> {
     let mut map = BTreeMap::new();
     for (k, v) in dims {

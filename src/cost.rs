@@ -12,7 +12,10 @@
 //!   products, recurrent and attention ops, and their fused and quantized forms), counted in
 //!   the main graph and in every body at any depth;
 //! - *GPU pieces*: connected regions of GPU nodes (two GPU nodes are connected when one reads a
-//!   value the other computes), in every graph; each piece is a separate run on the GPU;
+//!   value the other computes), in every graph; each piece is a separate run on the GPU. Under
+//!   DirectML, the main graph's pieces are its submissions instead
+//!   ([`crate::runtime::submission`]: a CPU node reading a GPU value ends the command list, so
+//!   one barrier makes two pieces even where other values stay on the GPU between them);
 //! - *crossings*: values computed on one side and read on the other (a GPU value read by CPU
 //!   nodes, or a CPU value read by GPU nodes), counted once per value and direction, as a
 //!   runtime copies them; graph inputs and initializers are not crossings. Their bytes per
@@ -184,7 +187,20 @@ pub fn of_graph_predicted(
     annotation: &str,
 ) -> GraphCost {
     let p = crate::runtime::placement::predict_graph(model, g, facts, profile, annotation);
-    of_graph_placed(g, &|n| p.side(n))
+    let mut c = of_graph_placed(g, &|n| p.side(n));
+    if profile.name == "directml" {
+        // DirectML's submissions, not connected regions: a CPU node reading a GPU value ends
+        // the command list, and the GPU nodes after it go into a new one even where they read
+        // values that stayed on the GPU (`crate::runtime::submission`).
+        let on_gpu = |n: NodeId| p.side(n) == Side::Gpu;
+        if let Ok(parts) = crate::rewrite::barrier::submissions_of(g, facts, &on_gpu) {
+            let mut roots: Vec<usize> = parts.iter().flatten().copied().collect();
+            roots.sort_unstable();
+            roots.dedup();
+            c.cost.pieces = roots.len();
+        }
+    }
+    c
 }
 
 /// The figures of `g` alone with nodes placed by `place`.

@@ -123,21 +123,32 @@ fn bounded_text(n: usize) -> String {
     )
 }
 
+/// A share of a limit as people read it: `25%`, `3.5%`.
+fn share_text(share: f64) -> String {
+    let p = 100.0 * share;
+    if (p - p.round()).abs() < 1e-9 {
+        format!("{p:.0}%")
+    } else {
+        format!("{p:.1}%")
+    }
+}
+
 /// `check`'s time line: the checked model's estimate, and whether its longest submission
-/// holds the device's limit with margin ([`crate::timing::MARGIN`]).
+/// holds the device's limit with margin (the share [`Timing::share`]: one over the target's
+/// barrier margin, else [`crate::timing::MARGIN`]).
 pub fn check_timing_text(model: &str, t: &Timing) -> String {
     let verdict = match t.longest_share() {
         None => "the runtime has no per-submission limit".to_string(),
         Some(_) if t.bounded_nodes > 0 => {
             "whether it holds the limit is not known at these sizes".to_string()
         }
-        Some(x) if x <= crate::timing::MARGIN => format!(
-            "it meets the limit with margin (under {:.0}% of it)",
-            100.0 * crate::timing::MARGIN
+        Some(x) if x <= t.share => format!(
+            "it meets the limit with margin (under {} of it)",
+            share_text(t.share)
         ),
         Some(x) if x <= 1.0 => format!(
-            "under the limit, but not by the {:.0}% margin",
-            100.0 * crate::timing::MARGIN
+            "under the limit, but not by the {} margin",
+            share_text(t.share)
         ),
         Some(_) => "over the limit".to_string(),
     };
@@ -429,13 +440,27 @@ pub fn summary_text(report: &Report, target: &Target) -> String {
         s.push_str(&timing_text(t));
     }
     if !report.pieces.is_empty() {
-        let max = report.pieces.iter().map(|p| p.work).max().unwrap_or(0);
-        let _ = writeln!(
-            s,
-            "GPU pieces between CPU barriers: {} (largest estimated work {:.3e})",
-            report.pieces.len(),
-            max as f64
-        );
+        let longest = report
+            .pieces
+            .iter()
+            .filter_map(|p| p.seconds)
+            .max_by(|a, b| a.total_cmp(b));
+        if let Some(t) = longest {
+            let _ = writeln!(
+                s,
+                "GPU submissions between CPU barriers: {} (longest estimated {})",
+                report.pieces.len(),
+                crate::timing::ms_text(t)
+            );
+        } else {
+            let max = report.pieces.iter().map(|p| p.work).max().unwrap_or(0);
+            let _ = writeln!(
+                s,
+                "GPU pieces between CPU barriers: {} (largest estimated work {:.3e})",
+                report.pieces.len(),
+                max as f64
+            );
+        }
     }
     for n in &report.notes {
         let _ = writeln!(s, "note: {n}");
@@ -516,9 +541,16 @@ pub fn compile_json(report: &Report, target: &Target, input: &str, outputs: &[St
             "node": f.node, "op": f.op, "rule": f.rule, "action": f.action, "cause": f.cause,
             "reason": f.reason, "to": f.to,
         })).collect::<Vec<_>>(),
-        "pieces": report.pieces.iter().map(|p| serde_json::json!({
-            "first": p.first, "nodes": p.nodes, "work": p.work,
-        })).collect::<Vec<_>>(),
+        "pieces": report.pieces.iter().map(|p| {
+            let mut o = serde_json::json!({
+                "first": p.first, "nodes": p.nodes, "work": p.work,
+            });
+            // A barrier by time gives each piece its estimated milliseconds.
+            if let (Some(s), Some(m)) = (p.seconds, o.as_object_mut()) {
+                m.insert("ms".into(), serde_json::json!((s * 1e6).round() / 1e3));
+            }
+            o
+        }).collect::<Vec<_>>(),
         "cost": report.cost.map(|c| serde_json::json!({
             "input": c.before.to_json(), "output": c.after.to_json(),
         })),

@@ -795,6 +795,9 @@ pub struct Timing {
     pub limit_s: Option<f64>,
     /// Nodes whose estimate rests on a size bounded from the neighbours.
     pub bounded_nodes: usize,
+    /// The share of the limit a submission may take "with margin": [`MARGIN`], or one over the
+    /// margin of the target's barrier by time ([`share_of`]).
+    pub share: f64,
 }
 
 /// The share of the limit a submission may take and still be said to hold it "with margin":
@@ -821,7 +824,7 @@ impl Timing {
         if self.bounded_nodes > 0 {
             return None;
         }
-        self.longest_share().map(|s| s <= MARGIN)
+        self.longest_share().map(|s| s <= self.share)
     }
     /// The figures as JSON.
     pub fn to_json(&self) -> serde_json::Value {
@@ -837,7 +840,7 @@ impl Timing {
             "limit_ms": self.limit_s.map(ms),
             "longest_share_of_limit": self.longest_share().map(round4),
             "meets_limit_with_margin": self.meets_limit_with_margin(),
-            "margin": MARGIN,
+            "margin": round4(self.share),
             "bounded_nodes": self.bounded_nodes,
         })
     }
@@ -917,7 +920,8 @@ fn times_with(
 }
 
 /// The estimated time of graph `g` (its facts at the assumed sizes), GPU nodes on `gpu`, the
-/// others on `host`; where each node runs is `on_gpu`'s answer.
+/// others on `host`; where each node runs is `on_gpu`'s answer. A submission is a connected
+/// region of GPU nodes.
 pub fn of_graph(
     g: &Graph,
     facts: &Facts,
@@ -925,6 +929,35 @@ pub fn of_graph(
     host: &DeviceModel,
     on_gpu: &dyn Fn(NodeId) -> bool,
 ) -> Timing {
+    of_graph_grouped(g, facts, gpu, host, on_gpu, false)
+}
+
+/// [`of_graph`] with DirectML's submissions ([`crate::runtime::submission`]): a CPU node that
+/// reads a GPU value ends the command list recorded so far, whatever else stays on the GPU
+/// (falls back to connected regions where the graph has a cycle).
+pub fn of_graph_fused(
+    g: &Graph,
+    facts: &Facts,
+    gpu: &DeviceModel,
+    host: &DeviceModel,
+    on_gpu: &dyn Fn(NodeId) -> bool,
+) -> Timing {
+    of_graph_grouped(g, facts, gpu, host, on_gpu, true)
+}
+
+fn of_graph_grouped(
+    g: &Graph,
+    facts: &Facts,
+    gpu: &DeviceModel,
+    host: &DeviceModel,
+    on_gpu: &dyn Fn(NodeId) -> bool,
+    fused: bool,
+) -> Timing {
+    let submissions = if fused {
+        crate::rewrite::barrier::submissions_of(g, facts, on_gpu).ok()
+    } else {
+        None
+    };
     let bound = petgraph::visit::NodeIndexable::node_bound(&g.nodes);
     // Per node index: 0 none (Constant), 1 CPU, 2 GPU.
     let mut side = vec![0u8; bound];
@@ -938,6 +971,7 @@ pub fn of_graph(
         longest: None,
         limit_s: gpu.timeout_s,
         bounded_nodes: 0,
+        share: MARGIN,
     };
     let consumers = g.consumers();
     let est = Estimates::with_consumers(g, facts, &g.order, &consumers);
@@ -991,7 +1025,10 @@ pub fn of_graph(
         if side_of(n) != 2 {
             continue;
         }
-        let r = root(&mut parent, n.index());
+        let r = match &submissions {
+            Some(p) => p.get(n.index()).copied().flatten().unwrap_or(n.index()),
+            None => root(&mut parent, n.index()),
+        };
         let s = piece.entry(r).or_insert_with(|| Submission {
             first: g.node(n).name().to_string(),
             nodes: 0,
@@ -1050,14 +1087,43 @@ pub fn of_model(
                 annotation,
             );
             let on_gpu = |n: NodeId| placed.side(n) != crate::runtime::placement::Side::Cpu;
-            of_graph(&model.graph, &facts, &gpu, &DeviceModel::host(), &on_gpu)
+            if p.name == "directml" {
+                of_graph_fused(&model.graph, &facts, &gpu, &DeviceModel::host(), &on_gpu)
+            } else {
+                of_graph(&model.graph, &facts, &gpu, &DeviceModel::host(), &on_gpu)
+            }
         }
         None => {
             let on_gpu = on_gpu_by_pins(&model.graph, annotation);
             of_graph(&model.graph, &facts, &gpu, &DeviceModel::host(), &on_gpu)
         }
     };
-    Some(timing)
+    Some(Timing {
+        share: share_of(target),
+        ..timing
+    })
+}
+
+/// The share of the limit a submission may take with margin on `target`: one over the margin
+/// of its barrier by time (the smallest share, where there are several; a rule's own
+/// `limit_ms` is not the device's limit and leaves it), else [`MARGIN`].
+pub fn share_of(target: &crate::rules::schema::Target) -> f64 {
+    target
+        .rules
+        .iter()
+        .filter_map(|r| match &r.action {
+            crate::rules::schema::Action::Barrier {
+                limit:
+                    crate::rules::schema::BarrierLimit::Time {
+                        margin,
+                        limit_ms: None,
+                    },
+                ..
+            } => Some(1.0 / margin),
+            _ => None,
+        })
+        .min_by(|a, b| a.total_cmp(b))
+        .unwrap_or(MARGIN)
 }
 
 /// [`of_model`] at the sizes `check` assumes for `target` (`--dim`, then the target's

@@ -113,8 +113,8 @@ fn example_target_inherits_as_documented() {
         }
     );
     match &t.rule("barrier-heavy-dispatch").unwrap().action {
-        Action::Barrier { budget, dims } => {
-            assert_eq!(*budget, 2.5e8);
+        Action::Barrier { limit, dims } => {
+            assert_eq!(*limit, onnx_safeify::rules::BarrierLimit::Work(2.5e8));
             assert!(dims.contains(&("spatial".to_string(), 640)));
         }
         other => panic!("{other:?}"),

@@ -77,7 +77,10 @@ fn rx580_extends_directml() {
     assert_eq!(
         t.rule("barrier-heavy-dispatch").unwrap().action,
         Action::Barrier {
-            budget: 1e9,
+            limit: onnx_safeify::rules::BarrierLimit::Time {
+                margin: 28.6,
+                limit_ms: None
+            },
             dims: vec![("batch".into(), 1), ("spatial".into(), 960)].into()
         }
     );

@@ -1,7 +1,7 @@
 //! The RX 580 scenario end to end: the PP-OCR det/rec/cls models, as shipped and as ONNX
 //! Runtime saved them at basic/extended/all levels, compile for `rx580` into models with no
 //! com.microsoft op, no depthwise convolution over 64 channels, GPU pieces under the barrier
-//! budget, a clean `check`, nothing denied, and the same outputs on ONNX Runtime.
+//! time budget, a clean `check`, nothing denied, and the same outputs on ONNX Runtime.
 
 mod common;
 
@@ -63,11 +63,15 @@ fn ppocr_models_compile_for_rx580_and_stay_equal() {
                 );
             }
         }
-        let budget = 1e9 as u64;
+        // The rule's time budget: the 2 s TDR over the margin of 28.6 (docs/hazards.md).
+        let budget_s = 2.0 / 28.6;
         for p in &report.pieces {
+            let t = p
+                .seconds
+                .expect("a barrier by time gives each piece its time");
             assert!(
-                p.work <= budget || p.nodes == 1,
-                "{name}: piece {p:?} over budget"
+                t <= budget_s || p.nodes == 1,
+                "{name}: piece {p:?} over {budget_s} s"
             );
         }
         engine::stamp_runtime(&mut doc.model, &target);
@@ -105,7 +109,13 @@ fn barriers_survive_onnxruntime_optimisation() {
     let target = onnx_safeify::rules::load_target("rx580").unwrap();
     let src = c.join("real/rapidocr_onnxruntime__ch_PP-OCRv4_det_infer.onnx");
     let mut doc = onnx_safeify::load(&src).unwrap();
-    engine::compile(&mut doc.model, &target, &Options::default());
+    // At 960 px sides the detector is one submission within rx580's time budget (no cut);
+    // at 2048 px it needs cuts.
+    let mut opts = Options::default();
+    for d in ["p2o.DynamicDimension.1", "p2o.DynamicDimension.2"] {
+        opts.dims.insert(d.to_string(), 2048);
+    }
+    engine::compile(&mut doc.model, &target, &opts);
     let g = &doc.model.graph;
     let barriers = g
         .order

@@ -1,26 +1,34 @@
-//! `barrier`: cut a runtime's fused GPU partition into pieces whose estimated work stays under a
-//! budget. DirectML records every node it claims into one command list
-//! (microsoft/onnxruntime#19724: a list that runs past ~2 s on a weak GPU is a TDR), so smaller
-//! ops alone do not shorten it; a node the GPU provider does not take breaks the partition.
+//! `barrier`: cut the GPU work into submissions short enough for the timeout a rule guards.
+//! DirectML records every GPU operator into one command list until a CPU node reads a GPU value
+//! back (microsoft/onnxruntime#19724: a list that runs past ~2 s on a weak GPU is a TDR), so
+//! smaller ops alone do not shorten it; a node on the CPU that reads the GPU ends it.
 //!
-//! A *cut* before position i of the topological order is clean when every value computed on
-//! the GPU before i and read on the GPU at or after i passes through the CPU. To make a cut
-//! clean, each such value gets a no-op node pinned to the CPU (`layer_ann`), and the GPU
-//! readers after the cut read it instead. Pieces are the GPU work between clean cuts.
+//! **By time** (`margin`, `limit_ms`: [`plan_time_cuts`]): each node's time on the target's
+//! device ([`crate::timing`]), placed as the runtime will place it; the submissions as
+//! [`crate::runtime::submission`] walks them (a read-back flushes the command list). Where a
+//! submission would pass the limit over the margin, one no-op pinned to the CPU on one value
+//! (the smallest the next node reads from the GPU node before it) ends it: whatever else is
+//! live across the cut stays on the GPU, so a cut costs that one value's two crossings.
+//!
+//! **By work** (`budget`, the older form: [`plan_cuts`]): a *cut* before position i of the
+//! topological order is clean when every value computed on the GPU before i and read on the
+//! GPU at or after i passes through the CPU; each such value gets a pinned no-op and the GPU
+//! readers after the cut read it instead. Pieces are the GPU work between clean cuts. Work is
+//! estimated at the sizes the compile assumes; the cuts are the fewest that keep every piece
+//! within the budget, placed where the values that cross hold the fewest bytes
+//! ([`cut_positions`]).
 //!
 //! The no-op is `Max(x, x)` (exactly `x` for every number, NaN and -0 included), not
 //! `Identity`: ONNX Runtime's `EliminateIdentity` optimisation removes Identity nodes before
 //! nodes are placed, annotation or not, which would silently undo the cut. Types Max does not
 //! take at the model's opset (bool, strings) fall back to Identity.
 //!
-//! Work is estimated at the sizes the compile assumes (`--dim`, then the target's defaults:
+//! Sizes are those the compile assumes (`--dim`, `--inputs`, then the target's defaults:
 //! batch, spatial, sequence, past): exact where inference knows the shapes, otherwise bounded
 //! from the sizes around the node ([`crate::rewrite::work::Estimates`]). A cut is made only
-//! because the estimated work passes the budget: a model whose work fits one budget stays one
-//! piece. The cuts are the fewest that keep every piece within the budget, placed where the
-//! values that cross hold the fewest bytes ([`cut_positions`]). Shape computations (`Shape`,
-//! `Size` and the small integer arithmetic on them) count as CPU work, as ONNX Runtime places
-//! them: a cut never crosses them.
+//! because an estimate passes the limit: a model that fits stays one piece. Shape computations
+//! (`Shape`, `Size` and the small integer arithmetic on them) count as CPU work, as ONNX
+//! Runtime places them: a cut never crosses them, and they are taken to end no submission.
 
 use crate::infer::Facts;
 use crate::ir::{Graph, NodeId, Origin, Text, ValueId};
@@ -28,10 +36,12 @@ use crate::rewrite::cpu::LAYER_ANN_KEY;
 use crate::rewrite::pass::{Cx, Leftover, Pass, Pending, Planned, Schedule, Summary};
 use crate::rewrite::work::{Estimates, NodeWork};
 use crate::rewrite::{PValue, Patch};
-use crate::rules::schema::{Action, Rule, Target};
+use crate::rules::schema::{Action, BarrierLimit, Rule, Target};
+use crate::runtime::submission::Role;
 
-/// One piece of GPU work between two clean cuts.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One piece of GPU work between two clean cuts (under a time limit: one submission, the GPU
+/// work between two read-backs).
+#[derive(Debug, Clone, PartialEq)]
 pub struct Piece {
     /// GPU nodes in the piece.
     pub nodes: usize,
@@ -42,6 +52,8 @@ pub struct Piece {
     /// Nodes whose work rests on sizes bounded from their neighbours (shapes inference did
     /// not find at the assumed sizes): estimated, not exact.
     pub bounded: usize,
+    /// Estimated seconds on the target's device (launch included), under a time limit.
+    pub seconds: Option<f64>,
 }
 
 impl Piece {
@@ -214,6 +226,9 @@ struct Layout {
     live: Vec<(usize, usize, u64)>,
     /// Per position: the node's estimated work (zero work for nodes out of the GPU's work).
     work: Vec<NodeWork>,
+    /// Per node index: a shape computation.
+    shape: Vec<bool>,
+    estimates: Estimates,
 }
 
 fn layout(g: &Graph, s: &Facts) -> Result<Layout, String> {
@@ -279,6 +294,8 @@ fn layout(g: &Graph, s: &Facts) -> Result<Layout, String> {
         gpu_live,
         live,
         work,
+        shape,
+        estimates,
     })
 }
 
@@ -322,6 +339,7 @@ impl PieceList {
             work: 0,
             first: g.node(n).name().to_string(),
             bounded: 0,
+            seconds: None,
         });
         cur.nodes += 1;
         cur.work = cur.work.saturating_add(w.work);
@@ -635,12 +653,563 @@ fn cut_before(
     p
 }
 
+// ---------------------------------------------------------------------------------------------
+// Barriers placed by time.
+
+/// A time limit resolved against a target: each submission's estimated time (launch
+/// included) stays within `limit_s / margin`.
+#[derive(Debug, Clone)]
+pub struct TimeBudget {
+    /// The limit the rule guards (the device's timeout, or the rule's `limit_ms`), seconds.
+    pub limit_s: f64,
+    pub margin: f64,
+    /// The device the estimates assume.
+    pub device: crate::timing::DeviceModel,
+}
+
+impl TimeBudget {
+    /// The most one submission may take, seconds.
+    pub fn per_submission_s(&self) -> f64 {
+        self.limit_s / self.margin
+    }
+    /// The most one submission's nodes may take (the launch overhead set aside).
+    fn nodes_s(&self) -> f64 {
+        (self.per_submission_s() - self.device.launch_s).max(0.0)
+    }
+}
+
+/// The time budget of a `margin` rule on `target`: its `limit_ms`, else the device's timeout.
+pub fn time_budget(
+    target: &Target,
+    margin: f64,
+    limit_ms: Option<f64>,
+) -> Result<TimeBudget, String> {
+    if target.device.is_empty() {
+        return Err(format!(
+            "target '{}' has no `device:` section: a barrier by time needs the device model the estimates assume",
+            target.name
+        ));
+    }
+    let device = crate::timing::DeviceModel::from_spec(&target.device)
+        .map_err(|e| format!("target '{}': {e}", target.name))?;
+    let limit_s = match (limit_ms, device.timeout_s) {
+        (Some(l), _) => l / 1e3,
+        (None, Some(t)) => t,
+        (None, None) => {
+            return Err(format!(
+            "target '{}': its device has no `timeout_ms` and the barrier rule gives no `limit_ms`",
+            target.name
+        ))
+        }
+    };
+    Ok(TimeBudget {
+        limit_s,
+        margin,
+        device,
+    })
+}
+
+/// One cut: a CPU no-op on `value`, written before the node at position `at` of the layout:
+/// its read-back of `value` ends the submission before `at`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct OneCut {
+    at: usize,
+    value: ValueId,
+}
+
+/// The layout under a time limit: per position the node's seconds on the device, and each
+/// node's role to the command lists ([`crate::runtime::submission`]).
+struct TimeLayout {
+    l: Layout,
+    seconds: Vec<f64>,
+    roles: Vec<Role>,
+    /// Per position: the producers of what the node reads.
+    producers: Vec<Vec<NodeId>>,
+    bound: usize,
+}
+
+fn time_layout(
+    model: &crate::ir::Model,
+    g: &Graph,
+    s: &Facts,
+    target: &Target,
+    annotation: &str,
+    dev: &crate::timing::DeviceModel,
+) -> Result<TimeLayout, String> {
+    let mut l = layout(g, s)?;
+    let bound = petgraph::visit::NodeIndexable::node_bound(&g.nodes);
+    // Where the runtime puts each node, where the target names its provider: a node it moves
+    // to the CPU by itself ends a submission as a pinned one does.
+    let placed = crate::cost::profile_of(target)
+        .map(|p| crate::runtime::placement::predict_graph(model, g, s, p, annotation));
+    let mut roles = vec![Role::None; bound];
+    for &n in &l.topo {
+        let shape = l.shape.get(n.index()).copied().unwrap_or(false);
+        let side = placed.as_ref().map(|p| p.side(n));
+        let role = if is_constant_node(g, n) || side == Some(crate::runtime::placement::Side::None)
+        {
+            Role::None
+        } else if shape {
+            Role::Inert
+        } else if is_cpu(g, n) || side == Some(crate::runtime::placement::Side::Cpu) {
+            Role::Cpu
+        } else {
+            Role::Gpu
+        };
+        roles[n.index()] = role;
+        if role != Role::Gpu {
+            l.kinds.cpu[n.index()] |= role == Role::Cpu;
+            l.kinds.skip[n.index()] = true;
+        }
+    }
+    let seconds = l
+        .topo
+        .iter()
+        .map(|&n| {
+            if roles[n.index()] == Role::Gpu {
+                crate::timing::node_time(g, n, s, &l.estimates, dev).seconds
+            } else {
+                0.0
+            }
+        })
+        .collect();
+    let producers = l
+        .topo
+        .iter()
+        .map(|&n| crate::runtime::submission::producers(g, n))
+        .collect();
+    Ok(TimeLayout {
+        l,
+        seconds,
+        roles,
+        producers,
+        bound,
+    })
+}
+
+/// What one walk of the command lists found.
+enum Walk {
+    /// Adding the node at position `at` made the submission that starts at position `start`
+    /// run past the budget.
+    Over { at: usize, start: usize },
+    /// Every submission fits: the pieces.
+    Fits(Vec<Piece>),
+}
+
+/// Walk the layout's order with `cuts` made (a read-back before each cut's position), stopping
+/// at the first submission that runs past `budget_s` with more than one node (no cut shortens
+/// a single node).
+fn walk(g: &Graph, t: &TimeLayout, cuts: &[OneCut], budget_s: f64, launch_s: f64) -> Walk {
+    let mut on_gpu = vec![false; t.bound];
+    let mut pieces = Vec::new();
+    let mut cur: Option<(usize, Piece)> = None;
+    let mut secs = 0f64;
+    let mut next = 0usize;
+    let end = |cur: &mut Option<(usize, Piece)>, secs: &mut f64, pieces: &mut Vec<Piece>| {
+        if let Some((_, mut p)) = cur.take() {
+            p.seconds = Some(*secs + launch_s);
+            pieces.push(p);
+        }
+        *secs = 0.0;
+    };
+    for (i, &n) in t.l.topo.iter().enumerate() {
+        let mut cut_here = false;
+        while next < cuts.len() && cuts[next].at <= i {
+            cut_here |= cuts[next].at == i;
+            next += 1;
+        }
+        if cut_here {
+            end(&mut cur, &mut secs, &mut pieces);
+        }
+        match t.roles[n.index()] {
+            Role::Gpu => {
+                on_gpu[n.index()] = true;
+                let (start, p) = cur.get_or_insert_with(|| {
+                    (
+                        i,
+                        Piece {
+                            nodes: 0,
+                            work: 0,
+                            first: g.node(n).name().to_string(),
+                            bounded: 0,
+                            seconds: None,
+                        },
+                    )
+                });
+                p.nodes += 1;
+                p.work = p.work.saturating_add(t.l.work[i].work);
+                p.bounded += usize::from(t.l.work[i].bounded);
+                secs += t.seconds[i];
+                if secs > budget_s && p.nodes > 1 {
+                    return Walk::Over {
+                        at: i,
+                        start: *start,
+                    };
+                }
+            }
+            Role::Cpu => {
+                if t.producers[i].iter().any(|q| on_gpu[q.index()]) {
+                    end(&mut cur, &mut secs, &mut pieces);
+                }
+            }
+            Role::None | Role::Inert => {}
+        }
+    }
+    end(&mut cur, &mut secs, &mut pieces);
+    Walk::Fits(pieces)
+}
+
+/// Where to cut the submission from position `start` that the node at position `at` made run
+/// past the budget: before one of its GPU nodes `j`, on the smallest value `j` reads from the
+/// GPU node just before it (so the no-op's read-back comes after everything before `j` in any
+/// order the runtime may pick for that chain), where what follows the cut up to `at` fits the
+/// budget; of those, the cut whose value holds the fewest bytes, the later one on a tie. When
+/// no cut leaves a fitting remainder (one node over the budget), the latest possible cut.
+fn choose_cut(
+    g: &Graph,
+    s: &Facts,
+    t: &TimeLayout,
+    at: usize,
+    start: usize,
+    budget_s: f64,
+) -> Option<OneCut> {
+    let gpu: Vec<usize> = (start..=at)
+        .filter(|&i| t.roles[t.l.topo[i].index()] == Role::Gpu)
+        .collect();
+    let mut suffix = 0f64;
+    let mut best: Option<(u64, OneCut)> = None;
+    let mut latest: Option<OneCut> = None;
+    for k in (1..gpu.len()).rev() {
+        let j = gpu[k];
+        suffix += t.seconds[j];
+        let before = t.l.topo[gpu[k - 1]];
+        let n = t.l.topo[j];
+        // The smallest value `n` reads from the GPU node before it.
+        let mut pick: Option<(u64, ValueId)> = None;
+        for v in g.node(n).inputs.iter().flatten() {
+            match g.values[v.index()].origin {
+                Origin::Node { node, .. } if node == before => {}
+                _ => continue,
+            }
+            let (b, _) = t.l.estimates.bytes(s, *v);
+            if pick.is_none_or(|(pb, _)| b < pb) {
+                pick = Some((b, *v));
+            }
+        }
+        let Some((bytes, value)) = pick else { continue };
+        let cut = OneCut { at: j, value };
+        latest.get_or_insert(cut);
+        if suffix > budget_s {
+            // Earlier cuts leave a longer remainder: none of them fits either.
+            break;
+        }
+        if best.is_none_or(|(b, _)| bytes < b) {
+            best = Some((bytes, cut));
+        }
+    }
+    best.map(|(_, c)| c).or(latest)
+}
+
+/// The cuts that keep every submission within the time budget, found one at a time (each walk
+/// stops at the first submission over the budget; the cut is placed in it, and the walk starts
+/// again), or the pieces when none is needed.
+#[allow(clippy::too_many_arguments)]
+pub fn plan_time_cuts(
+    model: &crate::ir::Model,
+    g: &Graph,
+    s: &Facts,
+    target: &Target,
+    budget: &TimeBudget,
+    rule: &str,
+    annotation: &str,
+    opset: i64,
+) -> Result<CutPlan, String> {
+    let t = time_layout(model, g, s, target, annotation, &budget.device)?;
+    let nodes_s = budget.nodes_s();
+    let launch = budget.device.launch_s;
+    let mut cuts: Vec<OneCut> = Vec::new();
+    // Each cut is at a new position (a repeated one is refused above): the loop ends; the
+    // bound is a guard.
+    let limit = t.l.topo.len().saturating_mul(4) + 16;
+    for _ in 0..limit {
+        match walk(g, &t, &cuts, nodes_s, launch) {
+            Walk::Fits(pieces) => {
+                if cuts.is_empty() {
+                    return Ok(CutPlan::Fits(pieces));
+                }
+                return Ok(CutPlan::Cuts(one_value_patches(
+                    g, &t.l, &cuts, rule, annotation, s, opset,
+                )));
+            }
+            Walk::Over { at, start } => {
+                let Some(c) = choose_cut(g, s, &t, at, start, nodes_s) else {
+                    return Err(format!(
+                        "no cut keeps the GPU submission at '{}' under {}: none of its nodes reads the GPU node before it",
+                        g.node(t.l.topo[start]).name(),
+                        crate::timing::ms_text(budget.per_submission_s())
+                    ));
+                };
+                if cuts.iter().any(|x| x.at == c.at) {
+                    return Err(format!(
+                        "the GPU node '{}' alone is over {}",
+                        g.node(t.l.topo[c.at]).name(),
+                        crate::timing::ms_text(budget.per_submission_s())
+                    ));
+                }
+                let i = cuts.partition_point(|x| (x.at, x.value.index()) < (c.at, c.value.index()));
+                cuts.insert(i, c);
+            }
+        }
+    }
+    Err("the barrier cuts did not settle".into())
+}
+
+/// The patches of `cuts`: per cut, one CPU no-op on its value, read by the value's GPU readers
+/// at or after the cut instead.
+fn one_value_patches(
+    g: &Graph,
+    l: &Layout,
+    cuts: &[OneCut],
+    rule: &str,
+    annotation: &str,
+    s: &Facts,
+    opset: i64,
+) -> Vec<Patch> {
+    let written = (l.topo != g.order).then(|| crate::ir::Positions::new(&g.order));
+    let mut out: Vec<Patch> = Vec::with_capacity(cuts.len());
+    for c in cuts {
+        let at = l.topo[c.at];
+        let mut p = Patch::new(rule, g.node(at).name(), Some(at));
+        let v = c.value;
+        let out_v = p.value("barrier");
+        let (op, inputs) = if max_takes(s.dtype(v), opset) {
+            (
+                "Max",
+                vec![Some(PValue::Existing(v)), Some(PValue::Existing(v))],
+            )
+        } else {
+            ("Identity", vec![Some(PValue::Existing(v))])
+        };
+        p.nodes.push(crate::rewrite::patch::NewNode {
+            op_type: op.into(),
+            domain: String::new(),
+            name_hint: "barrier".into(),
+            inputs,
+            outputs: vec![out_v],
+            attributes: Default::default(),
+            metadata: vec![(LAYER_ANN_KEY.into(), Text::copy(annotation))],
+        });
+        // Readers at or after the cut, up to the next cut on the same value.
+        let until = cuts
+            .iter()
+            .filter(|o| o.value == v && o.at > c.at)
+            .map(|o| o.at)
+            .min()
+            .unwrap_or(usize::MAX);
+        for (r, slot) in l.consumers.of(v) {
+            let q = l.pos.get(r);
+            let later = q.is_some_and(|q| q >= c.at && q < until);
+            if later && !l.kinds.cpu(*r) && *slot != crate::ir::IMPLICIT_SLOT {
+                p.repoint.push((*r, *slot as usize, out_v));
+            }
+        }
+        if let Some(w) = &written {
+            let first = std::iter::once(at)
+                .chain(p.repoint.iter().map(|(c, _, _)| *c))
+                .filter_map(|n| w.get(&n).map(|q| (q, n)))
+                .min();
+            if let Some((_, n)) = first {
+                p.anchor = Some(n);
+            }
+        }
+        out.push(p);
+    }
+    out
+}
+
+/// What a barrier by time assumed, and how its cuts would change with the size: the limit,
+/// the margin, the sizes taken for open dims, and the longest submission against the budget.
+fn time_note(cx: &Cx, b: &TimeBudget) -> String {
+    let longest = cx
+        .pieces()
+        .as_ref()
+        .ok()
+        .and_then(|p| {
+            p.iter()
+                .filter_map(|p| p.seconds)
+                .max_by(|a, b| a.total_cmp(b))
+        })
+        .unwrap_or(0.0);
+    let per = b.per_submission_s();
+    let mut s = format!(
+        "barrier by time: each GPU submission within {} (the {} limit over the margin {}) on {}; longest {} ({:.0}% of it)",
+        crate::timing::ms_text(per),
+        crate::timing::ms_text(b.limit_s),
+        b.margin,
+        b.device.name,
+        crate::timing::ms_text(longest),
+        100.0 * longest / per
+    );
+    let open = cx.sizes.assumed_text();
+    if !open.is_empty() {
+        s.push_str(&format!(
+            "; at the assumed sizes {open} (--dim NAME=VALUE sets them)"
+        ));
+        if let Some((k, sizes)) = largest_fitting(cx, b) {
+            if k >= LARGEST_FACTOR {
+                s.push_str(&format!(
+                    "; at {LARGEST_FACTOR}x those sizes ({}) every submission still fits",
+                    sizes.assumed_text()
+                ));
+            } else {
+                s.push_str(&format!(
+                    "; every submission fits with these cuts up to {k:.2}x those sizes ({}), no further",
+                    sizes.assumed_text()
+                ));
+            }
+        }
+    }
+    s
+}
+
+/// The largest factor [`largest_fitting`] tries.
+const LARGEST_FACTOR: f64 = 8.0;
+
+/// The assumed sizes above 1 (a batch of 1 stays 1) scaled by `k`.
+fn scaled(sizes: &crate::analysis::Sizes, k: f64) -> crate::analysis::Sizes {
+    let f = |v: i64| {
+        if v > 1 {
+            ((v as f64 * k).round() as i64).max(1)
+        } else {
+            v
+        }
+    };
+    crate::analysis::Sizes {
+        named: sizes
+            .named
+            .iter()
+            .map(|(n, v)| (n.clone(), f(*v)))
+            .collect(),
+        positional: sizes
+            .positional
+            .iter()
+            .map(|&(i, a, v)| (i, a, f(v)))
+            .collect(),
+    }
+}
+
+/// How far the assumed sizes (those above 1) can grow with every submission of the main graph,
+/// as it stands, still within the budget: the largest factor found by halving between 1 and
+/// [`LARGEST_FACTOR`] (to 1/64), with its sizes; `None` in a body, without sizes to scale, or
+/// when the graph does not fit at the assumed sizes.
+fn largest_fitting(cx: &Cx, b: &TimeBudget) -> Option<(f64, crate::analysis::Sizes)> {
+    if !std::ptr::eq(cx.graph(), &cx.model.graph) {
+        return None;
+    }
+    let fits = |k: f64| -> Option<bool> {
+        let facts = scaled(cx.sizes, k).infer(cx.model);
+        let t = time_layout(
+            cx.model,
+            &cx.model.graph,
+            &facts,
+            cx.target,
+            cx.annotation,
+            &b.device,
+        )
+        .ok()?;
+        match walk(&cx.model.graph, &t, &[], b.nodes_s(), b.device.launch_s) {
+            Walk::Fits(_) => Some(true),
+            Walk::Over { .. } => Some(false),
+        }
+    };
+    if scaled(cx.sizes, 2.0) == *cx.sizes || !fits(1.0)? {
+        return None;
+    }
+    if fits(LARGEST_FACTOR)? {
+        return Some((LARGEST_FACTOR, scaled(cx.sizes, LARGEST_FACTOR)));
+    }
+    let (mut lo, mut hi) = (1.0f64, LARGEST_FACTOR);
+    while hi - lo > 1.0 / 64.0 {
+        let mid = (lo + hi) / 2.0;
+        if fits(mid)? {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    Some((lo, scaled(cx.sizes, lo)))
+}
+
+/// Says why a piece is over a barrier's limit (`None`: it is within it).
+type OverLimit = Box<dyn Fn(&Piece) -> Option<String>>;
+
+/// The barrier rule a pass follows: a time rule when there is one (the smallest time budget),
+/// else the smallest work budget; ties go to the first rule.
+enum Tightest {
+    Work(usize, u64),
+    Time(usize, Result<TimeBudget, String>),
+}
+
+fn tightest_rule(target: &Target, rules: &[usize]) -> Option<Tightest> {
+    let mut time: Option<(usize, Result<TimeBudget, String>)> = None;
+    for &r in rules {
+        if let Action::Barrier {
+            limit: BarrierLimit::Time { margin, limit_ms },
+            ..
+        } = &target.rules[r].action
+        {
+            let b = time_budget(target, *margin, *limit_ms);
+            let better = match (&time, &b) {
+                (None, _) => true,
+                (Some((_, Ok(old))), Ok(new)) => new.per_submission_s() < old.per_submission_s(),
+                (Some((_, Ok(_))), Err(_)) => true,
+                _ => false,
+            };
+            if better {
+                time = Some((r, b));
+            }
+        }
+    }
+    if let Some((r, b)) = time {
+        return Some(Tightest::Time(r, b));
+    }
+    tightest(target, rules).map(|(r, b)| Tightest::Work(r, b))
+}
+
+/// The pieces of `cx`'s graph as the target's barrier rules see them: DirectML's submissions
+/// with their estimated times when the target has a barrier by time, else the pieces between
+/// clean cuts ([`pieces`]).
+pub(crate) fn pieces_in(cx: &Cx) -> Result<Vec<Piece>, String> {
+    let time = cx.target.rules.iter().find_map(|r| match &r.action {
+        Action::Barrier {
+            limit: BarrierLimit::Time { margin, limit_ms },
+            ..
+        } => Some((*margin, *limit_ms)),
+        _ => None,
+    });
+    let g = cx.graph();
+    match time {
+        None => pieces(g, cx.facts()),
+        Some((margin, limit_ms)) => {
+            let b = time_budget(cx.target, margin, limit_ms)?;
+            let t = time_layout(cx.model, g, cx.facts(), cx.target, cx.annotation, &b.device)?;
+            match walk(g, &t, &[], f64::INFINITY, b.device.launch_s) {
+                Walk::Fits(p) => Ok(p),
+                Walk::Over { .. } => Err("an unbounded walk found a piece over its bound".into()),
+            }
+        }
+    }
+}
+
 /// The smallest budget among the barrier rules in `rules`, with its rule (ties: the first).
 fn tightest(target: &Target, rules: &[usize]) -> Option<(usize, u64)> {
     rules
         .iter()
         .filter_map(|&r| match &target.rules[r].action {
-            Action::Barrier { budget, .. } => Some((r, budget.clamp(1.0, u64::MAX as f64) as u64)),
+            Action::Barrier {
+                limit: BarrierLimit::Work(budget),
+                ..
+            } => Some((r, budget.clamp(1.0, u64::MAX as f64) as u64)),
             _ => None,
         })
         .min_by_key(|&(r, b)| (b, r))
@@ -685,8 +1254,11 @@ impl Pass for BarrierPass {
     }
     fn next(&self, cx: &Cx, rules: &[usize]) -> Vec<(usize, Planned)> {
         use crate::rewrite::pass::{Cause, Covered, Planned, Refusal, Step};
-        let Some((ri, budget)) = tightest(cx.target, rules) else {
+        let Some(tightest) = tightest_rule(cx.target, rules) else {
             return Vec::new();
+        };
+        let ri = match &tightest {
+            Tightest::Work(r, _) | Tightest::Time(r, _) => *r,
         };
         let rule = &cx.target.rules[ri];
         let g = cx.graph();
@@ -700,7 +1272,23 @@ impl Pass for BarrierPass {
             report_at: 0,
             frees: Vec::new(),
         };
-        match plan_cuts(g, cx.facts(), budget, &rule.id, cx.annotation, cx.opset) {
+        let planned = match &tightest {
+            Tightest::Work(_, budget) => {
+                plan_cuts(g, cx.facts(), *budget, &rule.id, cx.annotation, cx.opset)
+            }
+            Tightest::Time(_, Ok(budget)) => plan_time_cuts(
+                cx.model,
+                g,
+                cx.facts(),
+                cx.target,
+                budget,
+                &rule.id,
+                cx.annotation,
+                cx.opset,
+            ),
+            Tightest::Time(_, Err(e)) => Err(e.clone()),
+        };
+        match planned {
             // The pieces are what the summary and the final check read: kept with the facts
             // until the graph changes (see `Cx::set_pieces`).
             Ok(CutPlan::Fits(pieces)) => {
@@ -721,20 +1309,55 @@ impl Pass for BarrierPass {
         }
     }
     fn leftovers(&self, cx: &Cx, rules: &[usize]) -> Vec<Leftover> {
-        let Some((ri, budget)) = tightest(cx.target, rules) else {
+        let Some(tightest) = tightest_rule(cx.target, rules) else {
             return Vec::new();
+        };
+        let (ri, over): (usize, OverLimit) = match tightest {
+            Tightest::Work(ri, budget) => (
+                ri,
+                Box::new(move |p: &Piece| {
+                    p.over(budget).then(|| {
+                        format!(
+                            "a GPU piece of {} nodes from here is estimated at {:.3e} work units, over the budget {:.3e}",
+                            p.nodes, p.work as f64, budget as f64
+                        )
+                    })
+                }),
+            ),
+            Tightest::Time(ri, Ok(b)) => (
+                ri,
+                Box::new(move |p: &Piece| {
+                    let t = p.seconds.unwrap_or(0.0);
+                    (t > b.per_submission_s()).then(|| {
+                        format!(
+                            "a GPU submission of {} nodes from here is estimated at {}, over {} (the limit {} over the margin {})",
+                            p.nodes,
+                            crate::timing::ms_text(t),
+                            crate::timing::ms_text(b.per_submission_s()),
+                            crate::timing::ms_text(b.limit_s),
+                            b.margin
+                        )
+                    })
+                }),
+            ),
+            Tightest::Time(ri, Err(e)) => {
+                return vec![Leftover {
+                    rule: ri,
+                    node: String::new(),
+                    reason: e,
+                }]
+            }
         };
         match cx.pieces() {
             Ok(pieces) => pieces
                 .iter()
-                .filter(|p| p.over(budget) && p.nodes > 1)
-                .map(|p| Leftover {
-                    rule: ri,
-                    node: p.first.clone(),
-                    reason: format!(
-                        "a GPU piece of {} nodes from here is estimated at {:.3e} work units, over the budget {:.3e}",
-                        p.nodes, p.work as f64, budget as f64
-                    ),
+                .filter(|p| p.nodes > 1)
+                .filter_map(|p| {
+                    over(p).map(|reason| Leftover {
+                        rule: ri,
+                        node: p.first.clone(),
+                        reason,
+                    })
                 })
                 .collect(),
             Err(e) => vec![Leftover {
@@ -745,8 +1368,11 @@ impl Pass for BarrierPass {
         }
     }
     fn summarize(&self, cx: &Cx, rules: &[usize], out: &mut Summary) {
-        if tightest(cx.target, rules).is_none() {
+        let Some(tightest) = tightest_rule(cx.target, rules) else {
             return;
+        };
+        if let Tightest::Time(_, Ok(b)) = &tightest {
+            out.notes.push(time_note(cx, b));
         }
         let g = cx.graph();
         out.pieces = cx.pieces().clone().unwrap_or_default();
@@ -772,4 +1398,33 @@ impl Pass for BarrierPass {
             ));
         }
     }
+}
+
+/// DirectML's submissions of `g` ([`crate::runtime::submission`]), the nodes placed by
+/// `on_gpu` (`Constant` nodes on neither side): per node index, its submission's number, `None`
+/// off the GPU. Shape computations on the CPU end nothing, as the barrier's planning assumes.
+pub fn submissions_of(
+    g: &Graph,
+    s: &Facts,
+    on_gpu: &dyn Fn(NodeId) -> bool,
+) -> Result<Vec<Option<usize>>, String> {
+    let topo = g
+        .topo_order()
+        .map_err(|_| "the graph has a cycle".to_string())?;
+    let consumers = g.consumers();
+    let estimates = Estimates::with_consumers(g, s, &topo, &consumers);
+    let bound = petgraph::visit::NodeIndexable::node_bound(&g.nodes);
+    let shape = shape_computations(g, s, &estimates, &topo, bound);
+    let role = |n: NodeId| {
+        if is_constant_node(g, n) {
+            Role::None
+        } else if on_gpu(n) {
+            Role::Gpu
+        } else if shape.get(n.index()).copied().unwrap_or(false) {
+            Role::Inert
+        } else {
+            Role::Cpu
+        }
+    };
+    Ok(crate::runtime::submission::submissions(g, &topo, &role))
 }

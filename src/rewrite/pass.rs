@@ -356,7 +356,7 @@ impl<'a> Cx<'a> {
     /// the summary both read them.
     pub fn pieces(&self) -> &Result<Vec<crate::rewrite::barrier::Piece>, String> {
         self.pieces
-            .get_or_init(|| crate::rewrite::barrier::pieces(self.graph, self.facts()))
+            .get_or_init(|| crate::rewrite::barrier::pieces_in(self))
     }
     /// The facts with the model's own declarations only: what rewrites may bake into the
     /// output (a size assumed for an estimate must never become part of the model).

@@ -122,7 +122,7 @@ pub use matcher::{
     check_deny, explain, find_matches, Explanation, Match, Matcher, Opsets, Outcome,
 };
 pub use pattern::{Pattern, SourceLoc};
-pub use schema::{Action, CpuSubgraphs, Rule, RuntimeSetting, SplitAxis, Target};
+pub use schema::{Action, BarrierLimit, CpuSubgraphs, Rule, RuntimeSetting, SplitAxis, Target};
 
 /// Load a target (a built-in name such as `rx580`, or a YAML file path) with every base it
 /// extends. Errors: [`crate::ErrorKind::Rules`], every problem of every file in the message.

@@ -8,7 +8,9 @@ use super::pattern::{
     AttrCheck, AttrTest, CmpOp, DimPat, Fact, Flag, Link, Lit, Num, NumTest, Pattern, Pred,
     PredKind, SourceLoc, StrTest, TensorCheck, TensorTest,
 };
-use super::schema::{Action, CpuSubgraphs, DeviceSpec, Fallback, Rule, RuntimeSetting, SplitAxis};
+use super::schema::{
+    Action, BarrierLimit, CpuSubgraphs, DeviceSpec, Fallback, Rule, RuntimeSetting, SplitAxis,
+};
 use super::yaml::{Loc, Node, Value};
 use crate::tensor::{dtype_from_name, dtype_name};
 
@@ -1035,13 +1037,65 @@ impl<'a> P<'a> {
                         Some(Action::Cast { from, to })
                     }
                     "barrier" => {
-                        let f = self.fields(params, "`barrier`", &["budget", "dims"])?;
-                        let (_, v) = self.require(params, &f, "budget", "`barrier`")?;
-                        let b = self.num(v, "`budget`")?.as_f64();
-                        if b <= 0.0 {
-                            self.err(v.loc, "`budget` must be greater than 0");
-                            return None;
-                        }
+                        let f = self.fields(
+                            params,
+                            "`barrier`",
+                            &["margin", "limit_ms", "budget", "dims"],
+                        )?;
+                        let positive = |p: &mut Self, key: &str| -> Option<Option<f64>> {
+                            let Some((_, v)) = field(&f, key) else {
+                                return Some(None);
+                            };
+                            let x = p.num(v, &format!("`{key}`"))?.as_f64();
+                            if !(x > 0.0 && x.is_finite()) {
+                                p.err(v.loc, format!("`{key}` must be greater than 0"));
+                                return None;
+                            }
+                            Some(Some(x))
+                        };
+                        let margin = positive(self, "margin")?;
+                        let limit_ms = positive(self, "limit_ms")?;
+                        let budget = positive(self, "budget")?;
+                        let limit = match (budget, margin) {
+                            (Some(_), Some(_)) | (Some(_), None) if limit_ms.is_some() => {
+                                let (_, v) = field(&f, "budget")?;
+                                self.err(
+                                    v.loc,
+                                    "`budget` (work units) and `limit_ms` (time) cannot be combined: give `margin` with an optional `limit_ms`, or `budget` alone",
+                                );
+                                return None;
+                            }
+                            (Some(_), Some(_)) => {
+                                let (_, v) = field(&f, "budget")?;
+                                self.err(
+                                    v.loc,
+                                    "`budget` (work units) and `margin` (time) cannot be combined: give one",
+                                );
+                                return None;
+                            }
+                            (Some(b), None) => BarrierLimit::Work(b),
+                            (None, Some(m)) => {
+                                if m < 1.0 {
+                                    let (_, v) = field(&f, "margin")?;
+                                    self.err(
+                                        v.loc,
+                                        "`margin` is the factor the limit is divided by: at least 1",
+                                    );
+                                    return None;
+                                }
+                                BarrierLimit::Time {
+                                    margin: m,
+                                    limit_ms,
+                                }
+                            }
+                            (None, None) => {
+                                self.err(
+                                    params.loc,
+                                    "`barrier` needs `margin` (each GPU submission's estimated time stays under the limit divided by it; the limit is `limit_ms` or the target's `device:` `timeout_ms`) or, in the older form, `budget` (work units)",
+                                );
+                                return None;
+                            }
+                        };
                         let mut dims = Vec::new();
                         if let Some((_, d)) = field(&f, "dims") {
                             let Some(m) = d.as_map() else {
@@ -1063,7 +1117,7 @@ impl<'a> P<'a> {
                             }
                         }
                         Some(Action::Barrier {
-                            budget: b,
+                            limit,
                             dims: dims.into(),
                         })
                     }

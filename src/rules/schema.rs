@@ -44,12 +44,13 @@ pub enum Action {
     /// Compute the node in another element type: cast inputs of type `from` to `to`, and the
     /// outputs back.
     Cast { from: i32, to: i32 },
-    /// Insert partition barriers so that no fused run of matched nodes exceeds `budget`
-    /// work units (estimated FLOPs, see the `work` fact).
+    /// Insert partition barriers so that no GPU submission exceeds the rule's limit: an
+    /// estimated time (the device's timeout over a margin, or an explicit limit) or, in the
+    /// older form, a budget of work units (estimated operations + bytes, see the `work` fact).
     /// `dims`: default sizes for symbolic dims when estimating work: a dim name, or `batch`
     /// (axis 0 of a graph input), `spatial` (axes 2.. of a rank-4 graph input), `default`.
     Barrier {
-        budget: f64,
+        limit: BarrierLimit,
         /// Shared: every match of the rule carries a copy of its action.
         dims: std::sync::Arc<[(String, i64)]>,
     },
@@ -87,12 +88,19 @@ impl fmt::Display for Action {
                     dtype_name(*to)
                 )
             }
-            Action::Barrier { budget, dims } => {
-                write!(
-                    f,
-                    "barrier {{budget: {}",
-                    super::pattern::Num::Float(*budget)
-                )?;
+            Action::Barrier { limit, dims } => {
+                f.write_str("barrier {")?;
+                match limit {
+                    BarrierLimit::Work(budget) => {
+                        write!(f, "budget: {}", super::pattern::Num::Float(*budget))?
+                    }
+                    BarrierLimit::Time { margin, limit_ms } => {
+                        write!(f, "margin: {}", super::pattern::Num::Float(*margin))?;
+                        if let Some(l) = limit_ms {
+                            write!(f, ", limit_ms: {}", super::pattern::Num::Float(*l))?;
+                        }
+                    }
+                }
                 if !dims.is_empty() {
                     let d: Vec<String> = dims.iter().map(|(k, v)| format!("{k}: {v}")).collect();
                     write!(f, ", dims: {{{}}}", d.join(", "))?;
@@ -102,6 +110,16 @@ impl fmt::Display for Action {
             other => f.write_str(other.name()),
         }
     }
+}
+
+/// What a `barrier` rule holds each GPU submission under.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum BarrierLimit {
+    /// The older form: `budget` work units (estimated operations + bytes moved).
+    Work(f64),
+    /// Estimated time ([`crate::timing`]): `limit_ms` (or the target's `device:`
+    /// `timeout_ms` when not given) divided by `margin`.
+    Time { margin: f64, limit_ms: Option<f64> },
 }
 
 /// What happens to a node when a rule's action cannot be applied to it.

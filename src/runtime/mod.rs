@@ -10,6 +10,7 @@ pub mod capability;
 pub mod openvino;
 pub mod placement;
 pub mod run;
+pub mod submission;
 pub mod transforms;
 
 use std::sync::OnceLock;
