@@ -29,8 +29,16 @@
 //! Each step is the kernel's own arithmetic: the cast and the subtraction are exact (integers
 //! far below 2^24), the product is the one float32 rounding the kernel makes, and for float16
 //! the float32 product of a float16 scale (11 significant bits) and an integer of at most 9 bits
-//! is exact, so the final cast is the kernel's one rounding to float16. Class `exact`
-//! (bit-identical on ONNX Runtime CPU: `tests/unfuse_blocked_dequantize.rs`).
+//! is exact, so the final cast is the kernel's one rounding to float16. Class `exact` for a
+//! float32 scale (bit-identical on ONNX Runtime CPU, alone and ahead of a MatMul:
+//! `tests/unfuse_blocked_dequantize.rs`). For a float16 scale the dequantized tensor itself is
+//! bit-identical too, but where it feeds an operator that ONNX Runtime's CPU runs in float32
+//! (it has no float16 MatMul or Mul kernel and inserts casts around them), the session drops the
+//! form's last `Cast(float32 -> float16)` together with its own `Cast(float16 -> float32)` even at
+//! `ORT_DISABLE_ALL` (seen in the optimized model it saves), so the MatMul reads the weight
+//! before its rounding to float16: measured at 0.375 (43 of 128 elements differ; the output's
+//! scale 246) on `mm_uint4_zp_b32_f16` of `tools/make_blocked_dq.py`. The patch declares
+//! `rounding` there.
 //!
 //! Every operator of the form is checked against the target's provider
 //! ([`crate::runtime::capability`]): its kernel at the schema since-version of the model's
@@ -44,7 +52,7 @@ use crate::io::external::{external_ref, is_external};
 use crate::ir::{Graph, NodeId};
 use crate::proto::TensorProto;
 use crate::rewrite::pass::{Cause, Refusal};
-use crate::rewrite::{PValue, Patch};
+use crate::rewrite::{Exactness, PValue, Patch};
 use crate::runtime::capability::{Lookup, Schemas};
 use crate::tensor::{dtype, dtype_name};
 
@@ -288,12 +296,33 @@ pub fn blocked_dequantize_linear(
         (Some(xt), true, true) => {
             // x - zp, unpacked here into int8.
             let signed = x_dt == dtype::INT4;
+            let count: usize = dims.iter().map(|&d| d as usize).product();
+            // External data is unpacked only within the bytes this batch may add to the output
+            // (its size bound), as the unpacked MatMulNBits form is.
+            if is_external(xt.rest) && rw.ctx.external.is_none() {
+                if let Some(u) = rw.ctx.unpack {
+                    let add = (count - count.div_ceil(2)) as u64;
+                    if u.spent.get().saturating_add(add) > u.limit {
+                        return Err(Refusal::new(
+                            Cause::Limit,
+                            format!(
+                                "unpacking x ({count} 4-bit elements in external data) to int8 \
+                                 would add {add} bytes, past the {} this compile may add ({} \
+                                 added already; the output's size bound, which --allow-growth \
+                                 raises)",
+                                u.limit,
+                                u.spent.get()
+                            ),
+                        ));
+                    }
+                    u.spent.set(u.spent.get() + add);
+                }
+            }
             let xb = packed_bytes(&rw, xt, "x")?;
             let zb = match &zp_const {
                 Some(zt) => Some(packed_bytes(&rw, zt, "the zero point")?),
                 None => None,
             };
-            let count: usize = dims.iter().map(|&d| d as usize).product();
             let inner: usize = dims[axis + 1..].iter().map(|&d| d as usize).product();
             let outer_k = k as usize;
             let mut out = Vec::with_capacity(count);
@@ -356,6 +385,8 @@ pub fn blocked_dequantize_linear(
     if s_dt == dtype::FLOAT16 {
         needs.add("Cast", &[f32_], &[s_dt]);
         y = rw.cast(y, s_dt);
+        // ONNX Runtime's CPU may drop this cast with one of its own (see the module's text).
+        rw.p.exactness = Exactness::Rounding;
     }
     needs.check(ctx, rw.opset)?;
     rw.finish(&[(0, y)])
