@@ -340,6 +340,7 @@ fn unfuse(doc: &mut onnx_safeify::Document, with_data: bool) -> UnfuseReport {
         nchwc_block_size: None,
         unpack: None,
         computed: None,
+        profile: None,
     };
     let mut model = std::mem::take(&mut doc.model);
     let report = unfuse::unfuse_all_with(&mut model, &opts, is_nbits);

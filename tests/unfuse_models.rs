@@ -188,6 +188,7 @@ fn unfuse_file(src: &Path, dir: &Path, block: Option<i64>) -> Outcome {
             nchwc_block_size: block,
             unpack: None,
             computed: None,
+            profile: None,
         },
         |n| unfuse::is_fused(n, opset),
     );
@@ -1275,6 +1276,7 @@ fn an_ambiguous_nchwc_block_size_leaves_the_region_whole() {
             nchwc_block_size: Some(wrong),
             unpack: None,
             computed: None,
+            profile: None,
         },
         |n| n.domain() == unfuse::NCHWC_DOMAIN,
     );

@@ -44,6 +44,8 @@ pub struct Profile {
     ov: OnceLock<openvino::OvTable>,
 }
 
+const DEFICIENT: &str = include_str!("../../runtimes/deficient.tsv");
+
 const CPU_TABLE: &str = include_str!("../../runtimes/capability/cpu.tsv");
 const OPENVINO_TABLE: &str = include_str!("../../runtimes/capability/openvino.tsv");
 
@@ -167,6 +169,20 @@ impl Profile {
     pub fn cpu_capability(&self) -> &Capability {
         self.cpu.get_or_init(|| {
             Capability::parse(self.cpu_table).unwrap_or_else(|e| panic!("built-in CPU table: {e}"))
+        })
+    }
+
+    /// Whether the provider's blocked `DequantizeLinear` (`block_size` > 0) is on the hand-kept
+    /// list of deficient kernels (`runtimes/deficient.tsv`): a rewrite then writes the blocked
+    /// dequantization in another form ([`crate::rewrite::unfuse::dequantize`]).
+    pub fn ignores_block_size(&self) -> bool {
+        DEFICIENT.lines().any(|line| {
+            let f: Vec<&str> = line.split('\t').collect();
+            !line.starts_with('#')
+                && f.len() >= 5
+                && f[0] == self.provider
+                && f[2] == "DequantizeLinear"
+                && f[4].starts_with("block_size")
         })
     }
 

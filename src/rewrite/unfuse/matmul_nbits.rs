@@ -645,6 +645,15 @@ fn packed_weight(rw: &mut Rw, ins: &Inputs) -> Result<(PValue, String), Unsuppor
     let zp_count = s.n * s.blocks;
     let zp_len = (zp_count * s.bits).div_ceil(8);
     let (zp, offset) = match &ins.zp {
+        Zp::Default if rw.ctx.profile.is_some_and(|p| p.ignores_block_size()) => {
+            // The target's provider ignores block_size: the blocked DequantizeLinear is
+            // rewritten again without it ([`super::dequantize`]), which folds a constant zero
+            // point into the unpacked codes; one made at run time would need a Cast from a
+            // 4-bit type. Stored (1/64 of the weights' size at block 32), then folded away.
+            let v = vec![s.default_zero_point(); zp_count];
+            let z = raw_tensor(&[n, blocks], code_dt, pack_flat(&v, s.bits).into());
+            (Some(rw.p.initializer("zero_points", z)), None)
+        }
         Zp::Default => {
             // 2^(bits-1) everywhere, made at run time from three scalars
             // (QuantizeLinear(Expand(2^(bits-1), [N, k_blocks]), 1, 0)) rather than stored:

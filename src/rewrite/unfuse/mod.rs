@@ -15,6 +15,7 @@ pub mod activation;
 pub mod attention;
 pub mod attention_past;
 pub mod decoder_attention;
+pub mod dequantize;
 pub mod embed_layer_norm;
 pub mod function_ops;
 pub mod fused_conv;
@@ -73,6 +74,10 @@ pub struct UnfuseCtx<'a> {
     /// The nodes of the graph from which a quantizer is reachable ([`reaching_quantizers`]),
     /// found once for the batch; `None`: found for each node that asks.
     pub reaching_quantizers: Option<&'a HashSet<NodeId>>,
+    /// The execution provider the target names (`provider:`): a decomposition that must emit
+    /// only what that provider runs checks its operators against the provider's kernels
+    /// ([`crate::runtime::capability`]). `None`: no provider named, nothing to check.
+    pub profile: Option<&'static crate::runtime::Profile>,
 }
 
 /// External data that only the unpacked MatMulNBits form reads (its weights, and the small
@@ -98,6 +103,7 @@ impl<'a> UnfuseCtx<'a> {
             unpack: None,
             computed: None,
             reaching_quantizers: None,
+            profile: None,
         }
     }
 }
@@ -328,6 +334,14 @@ pub const REGISTRY: &[(&str, &str, Decompose, Exactness)] = &[
     ("", "HardSwish", function_ops::hard_swish, ROUNDING),
     ("", "Mish", function_ops::mish, ROUNDING),
     ("", "GroupNormalization", function_ops::group_norm, ROUNDING),
+    // Blocked DequantizeLinear (opset 21) without block_size, for a provider whose kernel
+    // ignores it (DirectML); a non-blocked one is refused.
+    (
+        "",
+        "DequantizeLinear",
+        dequantize::blocked_dequantize_linear,
+        EXACT,
+    ),
 ];
 
 fn lookup(domain: &str, op: &str) -> Option<(Decompose, Exactness)> {
@@ -463,6 +477,8 @@ pub struct UnfuseOptions<'a> {
     pub unpack: Option<(&'a ExternalData, u64)>,
     /// See [`UnfuseCtx::computed`] (the `unfuse` pass gives the model's).
     pub computed: Option<&'a crate::io::computed::Scope>,
+    /// See [`UnfuseCtx::profile`] (the `unfuse` pass gives the target's).
+    pub profile: Option<&'static crate::runtime::Profile>,
 }
 
 /// Plans for the `selected` nodes of graph `g`, whose facts (before any change) are `facts`;
@@ -545,6 +561,7 @@ pub fn plan_graph(
         }),
         computed: opts.computed,
         reaching_quantizers: Some(&reaching),
+        profile: opts.profile,
     };
     // The region: every NCHWc node must decompose (in graph order, naming the first that
     // does not).
@@ -656,6 +673,7 @@ impl Pass for UnfusePass {
                 .filter(|_| cx.unpack_limit > 0)
                 .map(|d| (d, cx.unpack_limit)),
             computed: Some(&cx.model.computed),
+            profile: crate::cost::profile_of(cx.target),
         };
         let reinfer = |block: Option<i64>| {
             let io = InferOptions {
