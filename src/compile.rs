@@ -139,7 +139,7 @@ pub fn dim_warnings(
 /// The sizes of a sample input (`--inputs FILE.npz`, arrays named as the model's inputs): one
 /// `INPUT[AXIS]=SIZE` per axis of every array, as `--dim` would give them.
 pub fn dims_from_npz(path: &std::path::Path) -> Result<Vec<(String, i64)>> {
-    let arrays = crate::verify::npz::read_npz(path).map_err(|e| {
+    let arrays = crate::runtime::run::npz::read_npz(path).map_err(|e| {
         Error::new(
             ErrorKind::Usage,
             format!("--inputs {}: {e}", path.display()),
