@@ -7,6 +7,7 @@
 //! small shape computation, and a node that no provider takes makes the model fail to load.
 
 pub mod capability;
+pub mod fp16;
 pub mod placement;
 
 use std::sync::OnceLock;
