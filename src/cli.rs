@@ -972,8 +972,8 @@ fn explain(a: &ExplainArgs) -> Result<u8, Error> {
                     onnx_safeify::rules::schema::Action::Unfuse => {
                         Some(unfuse_exactness(n.domain(), &n.op_type))
                     }
-                    onnx_safeify::rules::schema::Action::Cast { from, to } => {
-                        Some(cast_exactness(*from, *to))
+                    onnx_safeify::rules::schema::Action::Cast { from, to, isolated } => {
+                        Some(cast_exactness(*from, *to, *isolated))
                     }
                     _ => None,
                 };
@@ -1015,8 +1015,12 @@ fn explain(a: &ExplainArgs) -> Result<u8, Error> {
                     hits.len()
                 ));
                 out.push_str(&format!("  why: {}\n", r.why));
-                if let onnx_safeify::rules::schema::Action::Cast { from, to } = &r.action {
-                    out.push_str(&format!("  exactness: {}\n", cast_exactness(*from, *to)));
+                if let onnx_safeify::rules::schema::Action::Cast { from, to, isolated } = &r.action
+                {
+                    out.push_str(&format!(
+                        "  exactness: {}\n",
+                        cast_exactness(*from, *to, *isolated)
+                    ));
                 }
                 for h in hits.iter().take(20) {
                     out.push_str(&format!("  - {h}\n"));
@@ -1047,13 +1051,17 @@ fn unfuse_exactness(domain: &str, op: &str) -> String {
 /// What a `cast` rule's rewrite is: a precision fence between float types (the op computed
 /// in another precision: approximate), or a narrowing of integer types (exact while the
 /// values fit, as valid indices do).
-fn cast_exactness(from: i32, to: i32) -> String {
+fn cast_exactness(from: i32, to: i32, isolated: bool) -> String {
     use onnx_safeify::rewrite::Exactness;
     use onnx_safeify::tensor::dtype::{BFLOAT16, DOUBLE, FLOAT, FLOAT16};
     use onnx_safeify::tensor::dtype_name;
     let float = |t: i32| [FLOAT, FLOAT16, BFLOAT16, DOUBLE].contains(&t);
     let (f, t) = (dtype_name(from), dtype_name(to));
-    if float(from) && float(to) {
+    if float(from) && float(to) && isolated {
+        format!(
+            "exact (only the {f} nodes ONNX Runtime's CPU provider itself computes in {t}: a node with a {f} kernel alone between nodes without one)"
+        )
+    } else if float(from) && float(to) {
         let e = Exactness::Approximate(onnx_safeify::rewrite::cast::PRECISION_FENCE_BOUND, 0.0);
         format!(
             "approximate (a precision fence, {f} computed in {t}): {}; runs only with --allow-approximate",

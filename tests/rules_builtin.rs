@@ -260,9 +260,37 @@ rules:
         t.rules[3].action,
         Action::Cast {
             from: dtype::FLOAT16,
-            to: dtype::FLOAT
+            to: dtype::FLOAT,
+            isolated: false
         }
     );
+}
+
+#[test]
+fn an_isolated_cast_is_float16_to_float_only() {
+    let t = parse_target_str(
+        "isolated.yaml",
+        "\
+target: isolated
+rules:
+  - {id: a, why: w, evidence: [], match: {}, action: {cast: {from: float16, to: float, isolated: true}}}
+",
+    )
+    .unwrap();
+    assert_eq!(
+        t.rules[0].action.to_string(),
+        "cast {from: float16, to: float, isolated: true}"
+    );
+    let e = parse_target_str(
+        "isolated.yaml",
+        "\
+target: isolated
+rules:
+  - {id: a, why: w, evidence: [], match: {}, action: {cast: {from: int64, to: int32, isolated: true}}}
+",
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("`isolated`"), "{e}");
 }
 
 #[test]

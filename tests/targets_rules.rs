@@ -729,3 +729,76 @@ fn coreml_pins_only_dynamically_shaped_matmuls() {
         assert!(report.passed(), "{}", report.to_text());
     }
 }
+
+/// A float16 chain of depthwise Convs with a Relu alone between two of them and two Relus in a
+/// row between two others: Conv -> Relu -> Conv -> Relu -> Relu -> Conv -> Tanh, 72 channels
+/// (rx580 splits each Conv).
+fn fp16_relu_chain() -> ModelProto {
+    let dw = |x: &str, w: &str, y: &str| {
+        node(
+            "Conv",
+            &[x, w],
+            &[y],
+            vec![attr_i("group", 72), attr_ints("pads", &[1, 1, 1, 1])],
+        )
+    };
+    let mut nodes = vec![
+        dw("x", "w1", "c1"),
+        node("Relu", &["c1"], &["r1"], vec![]),
+        dw("r1", "w2", "c2"),
+        node("Relu", &["c2"], &["r2"], vec![]),
+        node("Relu", &["r2"], &["r3"], vec![]),
+        dw("r3", "w3", "c3"),
+        node("Tanh", &["c3"], &["y"], vec![]),
+    ];
+    for (i, n) in nodes.iter_mut().enumerate() {
+        n.name = Some(format!("n{i}_{}", n.op_type.as_deref().unwrap_or("")));
+    }
+    let m = verify_support::model(
+        nodes,
+        vec![value_info("x", FLOAT16, Some(&[1, 72, 8, 8]))],
+        vec![value_info("y", FLOAT16, Some(&[1, 72, 8, 8]))],
+        vec![
+            f16_init("w1", &[72, 1, 3, 3], 0.6, 11),
+            f16_init("w2", &[72, 1, 3, 3], 0.6, 12),
+            f16_init("w3", &[72, 1, 3, 3], 0.6, 13),
+        ],
+    );
+    with_opset(m, 18, false)
+}
+
+/// ONNX Runtime's CPU provider runs a Relu alone between two float16 Convs in float32 (inlined
+/// as Max, which has a float16 kernel, between two nodes without one: InsertCastTransformer's
+/// isolated-node rule), and two Relus in a row in float16. `fp32-isolated` fences the first
+/// only, so that the fences (intel-gen9, rocm-migraphx) and the depthwise split (rx580) compute
+/// what the runtime computes on the original: bit for bit.
+#[test]
+fn fp32_isolated_fences_the_relu_onnx_runtime_runs_in_float32() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = write(dir.path(), "fp16_relu_chain.onnx", &fp16_relu_chain());
+    for target in ["intel-gen9", "rocm-migraphx", "rx580"] {
+        let isolated: Vec<String> = findings(&src, target)
+            .into_iter()
+            .filter(|(r, _)| r == "fp32-isolated")
+            .map(|(_, n)| n)
+            .collect();
+        assert_eq!(isolated, vec!["n1_Relu".to_string()], "{target}");
+        if !verify_support::runtime_available() {
+            eprintln!("SKIP the numerical half of this test: no ONNX Runtime to run");
+            continue;
+        }
+        let out = compile_clean(&src, target, dir.path());
+        common::onnx_check(&out);
+        let bits = VerifyOptions {
+            tolerance: Tolerance {
+                rtol: 0.0,
+                atol: 0.0,
+            },
+            tolerance_given: true,
+            runs: 3,
+            ..VerifyOptions::default()
+        };
+        let report = verify_models(&src, &out, &bits).unwrap();
+        assert!(report.passed(), "{target}:\n{}", report.to_text());
+    }
+}

@@ -21,6 +21,12 @@ pub struct CastSpec {
     pub to: i32,
     /// Only these input slots (outputs untouched); `None`: every input and output of `from`.
     pub inputs: Option<Vec<usize>>,
+    /// The ids of the target's precision fences from `from` to `to` (this rule's included): a
+    /// node fenced by any of them passes `to` on to this one without a rounding between.
+    pub fences: Vec<String>,
+    /// Only a node ONNX Runtime's CPU provider itself computes in `to` (see
+    /// [`crate::runtime::fp16`]): what it computes is the original's, so the rewrite is exact.
+    pub isolated: bool,
 }
 
 /// Build the patch, or say why it does not apply. `dtype` gives a value's element type.
@@ -125,7 +131,14 @@ pub fn cast_node(
         if back && is_fence(spec) {
             for (r, _) in &readers {
                 let rn = g.node(*r);
-                if is_fence_cast(rn, rule, spec.to) {
+                // An isolated node's neighbours compute in `to` (ONNX Runtime's condition): a
+                // cast to `to` that another rewrite wrote for one (a split's) reads `produced`
+                // too, as the runtime's pair of casts between them cancels.
+                let neighbour = spec.isolated
+                    && rn.op_type == "Cast"
+                    && rn.attr("to").and_then(|a| a.i()) == Some(i64::from(spec.to))
+                    && crate::runtime::fp16::compiler_cast(g, *r, dtype);
+                if is_fence_cast(rn, rule, spec, spec.to) || neighbour {
                     if let Some(Some(ro)) = rn.outputs.first() {
                         p.replace(*ro, produced);
                         p.remove(*r);
@@ -155,8 +168,9 @@ pub fn cast_node(
     p.remove(n);
     // A precision fence computes the node in another float type: not what ONNX Runtime's
     // kernel computes in the original type. Index narrowing (only named inputs cast, integer
-    // values that fit) is exact.
-    if spec.inputs.is_none() && is_float(spec.from) && is_float(spec.to) {
+    // values that fit) is exact, and so is a fence of a node ONNX Runtime's CPU provider itself
+    // computes in `to` (`isolated`): its casts and the runtime's cancel.
+    if spec.inputs.is_none() && is_float(spec.from) && is_float(spec.to) && !spec.isolated {
         p.exactness = crate::rewrite::Exactness::Approximate(PRECISION_FENCE_BOUND, 0.0);
     }
     Ok(p)
@@ -172,12 +186,13 @@ fn is_fence(spec: &CastSpec) -> bool {
     spec.inputs.is_none() && is_float(spec.from) && is_float(spec.to)
 }
 
-/// A `Cast` to `to` that the fence `rule` wrote.
-fn is_fence_cast(n: &crate::ir::Node, rule: &str, to: i32) -> bool {
+/// A `Cast` to `to` that one of the fences `spec.fences` (or `rule`) wrote.
+fn is_fence_cast(n: &crate::ir::Node, rule: &str, spec: &CastSpec, to: i32) -> bool {
     n.op_type == "Cast"
         && n.domain().is_empty()
         && n.attr("to").and_then(|a| a.i()) == Some(i64::from(to))
-        && n.metadata(crate::rewrite::patch::RULE_KEY) == Some(rule)
+        && n.metadata(crate::rewrite::patch::RULE_KEY)
+            .is_some_and(|r| r == rule || spec.fences.iter().any(|f| f == r))
 }
 
 /// The `to`-typed value that `v` is the fence's rounding of, when `v` is the output cast of a
@@ -211,7 +226,7 @@ fn fence_source(
         && c.domain().is_empty()
         && spec.from == crate::tensor::dtype::FLOAT16
         && c.attr("to").and_then(|a| a.i()) == Some(i64::from(spec.from));
-    if !is_fence_cast(c, rule, spec.from) && !model_cast {
+    if !is_fence_cast(c, rule, spec, spec.from) && !model_cast {
         return None;
     }
     let src = c.inputs.first().copied().flatten()?;
@@ -233,6 +248,13 @@ fn has_dtype(g: &Graph, n: NodeId, dtype: i32, facts: &crate::infer::Facts) -> b
         .any(|v| facts.dtype(*v) == Some(dtype))
 }
 
+/// Whether ONNX Runtime's CPU provider computes this float16 node in float32 although it has a
+/// float16 kernel (an `isolated: true` fence's condition, [`crate::runtime::fp16::isolated`]).
+fn runs_in_float(cx: &Cx, n: NodeId) -> bool {
+    let facts = cx.facts();
+    crate::runtime::fp16::isolated(cx.graph(), n, &|d| cx.model.opset(d), &|v| facts.dtype(v))
+}
+
 /// The `cast` pass: a precision fence around each matched node that handles the type.
 pub struct CastPass;
 
@@ -245,25 +267,40 @@ impl Pass for CastPass {
             Action::Cast { from, .. } if !has_dtype(cx.graph(), node, *from, cx.facts()) => {
                 Pending::Satisfied
             }
+            Action::Cast { isolated: true, .. } if !runs_in_float(cx, node) => Pending::Satisfied,
             _ => Pending::Fires,
         }
     }
     fn plan(&self, cx: &Cx, rule: usize, nodes: &[NodeId]) -> Vec<Planned> {
         use crate::rewrite::pass::{Cause, Planned, Refusal};
         let r = &cx.target.rules[rule];
-        let Action::Cast { from, to } = &r.action else {
+        let Action::Cast { from, to, isolated } = &r.action else {
             return Vec::new();
         };
         let g = cx.graph();
         let facts = cx.facts();
+        // Every precision fence of the target between the same types: a node one of them fenced
+        // passes `to` on to a node another fences.
+        let fences = cx
+            .target
+            .rules
+            .iter()
+            .filter(|o| {
+                matches!(o.action, Action::Cast { from: f, to: t, .. } if f == *from && t == *to)
+            })
+            .map(|o| o.id.clone())
+            .collect();
         let spec = CastSpec {
             from: *from,
             to: *to,
             inputs: None,
+            fences,
+            isolated: *isolated,
         };
         nodes
             .iter()
             .filter(|&&n| has_dtype(g, n, *from, facts))
+            .filter(|&&n| !*isolated || runs_in_float(cx, n))
             .map(|&n| {
                 let p = cast_node(g, n, &r.id, &spec, &|v| facts.dtype(v));
                 let cause = |reason: String| {

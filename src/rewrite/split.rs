@@ -292,14 +292,22 @@ pub fn split_conv_with(
     }
     let mg = m / group;
     let mut p = Patch::new(rule, node.name(), Some(n));
-    // A float16 Conv that reads a Cast of a float32 value: the pieces read that value and compute
-    // in float32, the result is rounded once (what ONNX Runtime's CPU provider does, see
-    // [`bypassed_cast`]).
+    // A float16 Conv: the pieces compute in float32 and the result is rounded once, as ONNX
+    // Runtime's CPU provider computes the Conv (no float16 kernel). They read the float32 value
+    // `float_src` is a Cast of (see [`bypassed_cast`]), or `x` cast to float32 when `float_src`
+    // is `x` itself: the runtime drops that cast together with the one it inserts after a
+    // producer it runs in float32, so the pieces read that producer's float32 value as the Conv
+    // did (float16 Slices would round it, and keep a Relu between two Convs in float16).
     let in_float = float_src.is_some() && axis != SplitAxis::Batch;
-    let xv = PValue::Existing(match float_src {
-        Some(src) if in_float => src,
-        _ => x,
-    });
+    let xv = match float_src {
+        Some(src) if in_float && src == x => p.op(
+            "Cast",
+            &[PValue::Existing(x)],
+            &[("to", AttrValue::Int(i64::from(dtype::FLOAT)))],
+        ),
+        Some(src) if in_float => PValue::Existing(src),
+        _ => PValue::Existing(x),
+    };
     let to_float = |p: &mut Patch, v: PValue| {
         if in_float {
             p.op(
@@ -406,6 +414,22 @@ pub fn split_conv_with(
     }
     let mut out = p.op("Concat", &parts, &[("axis", AttrValue::Int(concat_axis))]);
     if in_float {
+        // A Cast of the Conv's output to float32 (a fence's, or the model's) reads the float32
+        // result: ONNX Runtime drops it together with the cast it inserts after the Conv.
+        let concat = out;
+        for (r, _) in g.readers(y) {
+            let rn = g.node(r);
+            let to_float = rn.op_type == "Cast"
+                && rn.domain().is_empty()
+                && rn.attr("to").and_then(|a| a.i()) == Some(i64::from(dtype::FLOAT));
+            let Some(Some(ro)) = rn.outputs.first() else {
+                continue;
+            };
+            if to_float && !g.outputs.iter().any(|o| o.value == *ro) {
+                p.replace(*ro, concat);
+                p.remove(r);
+            }
+        }
         out = p.op(
             "Cast",
             &[out],
@@ -598,13 +622,12 @@ impl Pass for SplitPass {
                 .flatten()
                 .and_then(|w| cx.exact_dims(w));
             let facts = cx.facts();
-            let float_src = g
-                .node(n)
-                .inputs
-                .first()
-                .copied()
-                .flatten()
-                .and_then(|x| bypassed_cast(g, x, &|v| facts.dtype(v)));
+            // A float16 Conv computes in float32 (see `split_conv_with`): on the float32 value a
+            // Cast made float16, or on its float16 input cast back.
+            let float_src = g.node(n).inputs.first().copied().flatten().and_then(|x| {
+                bypassed_cast(g, x, &|v| facts.dtype(v))
+                    .or((facts.dtype(x) == Some(dtype::FLOAT16)).then_some(x))
+            });
             let half = g
                 .node(n)
                 .inputs
@@ -616,12 +639,15 @@ impl Pass for SplitPass {
             match split_conv_with(g, n, cx.opset, &r.id, axis, max, batch, w_dims, float_src) {
                 Ok(mut p) => {
                     // ONNX Runtime's CPU provider runs a float16 Conv in float32 and rounds where
-                    // its neighbours make it (a node with a float16 kernel between two without
-                    // one runs in float32 too; two such nodes in a row stay float16): the
-                    // pieces' Slices and Concat move those roundings (a Relu, inlined as Max,
-                    // that fed the Conv alone ran in float32; feeding Slices it rounds). One
-                    // float16 rounding of the Conv's input or output: rounding, not exact (a TTS
-                    // encoder declared exact was 1 ulp off in 5,785 of 25,680 outputs).
+                    // its neighbours make it (a node with a float16 kernel alone between two
+                    // without one runs in float32 too: `runtime::fp16`). The pieces compute in
+                    // float32 between one cast in and one out, which the runtime cancels against
+                    // its own where it ran the Conv's neighbours in float32; a neighbour it ran in
+                    // float32 only because the Conv did (a Relu between two Convs) keeps that
+                    // only where the target fences it (rx580's `fp32-isolated`, before the
+                    // split). Declared rounding, not exact: one float16 rounding of the Conv's
+                    // input or output where such a neighbour is not fenced (a TTS encoder
+                    // declared exact was 1 ulp off in 5,785 of 25,680 outputs).
                     if half {
                         p.exactness = crate::rewrite::Exactness::Rounding;
                     }

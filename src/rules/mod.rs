@@ -94,7 +94,7 @@
 //! | `unfuse` | — | replace a fused / contrib op by the standard ops it stands for |
 //! | `split` | `{axis: channels \| batch \| out_channels, max: N ≥ 1}` | cut into slices of at most N |
 //! | `cpu` | — | pin the node to the CPU provider |
-//! | `cast` | `{from: DTYPE, to: DTYPE}` (different) | compute in another element type |
+//! | `cast` | `{from: DTYPE, to: DTYPE, isolated: bool}` (different types) | compute in another element type; `isolated: true` (float16 to float only): only where ONNX Runtime's CPU provider does so itself ([`crate::runtime::fp16`]) |
 //! | `barrier` | `{budget: NUMBER > 0}` | break fused runs of matched nodes at `budget` work units (FLOPs) |
 //! | `deny` | — | refuse the model ([`check_deny`]) |
 //!

@@ -1013,7 +1013,7 @@ impl<'a> P<'a> {
                         })
                     }
                     "cast" => {
-                        let f = self.fields(params, "`cast`", &["from", "to"])?;
+                        let f = self.fields(params, "`cast`", &["from", "to", "isolated"])?;
                         let one = |p: &mut Self, key: &str| {
                             p.require(params, &f, key, "`cast`").and_then(|(_, v)| {
                                 let t = p.dtypes(v, &format!("`{key}`"))?;
@@ -1034,7 +1034,23 @@ impl<'a> P<'a> {
                             );
                             return None;
                         }
-                        Some(Action::Cast { from, to })
+                        let isolated = match field(&f, "isolated") {
+                            None => false,
+                            Some((_, v)) => {
+                                let b = self.boolean(v, "`isolated`")?;
+                                if b && (from != crate::tensor::dtype::FLOAT16
+                                    || to != crate::tensor::dtype::FLOAT)
+                                {
+                                    self.err(
+                                        v.loc,
+                                        "`isolated` is ONNX Runtime's float16 rule: it needs `from: float16, to: float`",
+                                    );
+                                    return None;
+                                }
+                                b
+                            }
+                        };
+                        Some(Action::Cast { from, to, isolated })
                     }
                     "barrier" => {
                         let f = self.fields(

@@ -42,8 +42,11 @@ pub enum Action {
     /// Pin the node to the CPU execution provider.
     Cpu,
     /// Compute the node in another element type: cast inputs of type `from` to `to`, and the
-    /// outputs back.
-    Cast { from: i32, to: i32 },
+    /// outputs back. `isolated`: only where ONNX Runtime's CPU provider itself computes the
+    /// node in `to` (a float16 node with a float16 kernel that sits alone between nodes without
+    /// one: its InsertCastTransformer runs it in float32), so the fenced chain passes `to` on
+    /// through it as the runtime does.
+    Cast { from: i32, to: i32, isolated: bool },
     /// Insert partition barriers so that no GPU submission exceeds the rule's limit: an
     /// estimated time (the device's timeout over a margin, or an explicit limit) or, in the
     /// older form, a budget of work units (estimated operations + bytes, see the `work` fact).
@@ -80,12 +83,13 @@ impl fmt::Display for Action {
             Action::Split { axis, max } => {
                 write!(f, "split {{axis: {}, max: {max}}}", axis.name())
             }
-            Action::Cast { from, to } => {
+            Action::Cast { from, to, isolated } => {
                 write!(
                     f,
-                    "cast {{from: {}, to: {}}}",
+                    "cast {{from: {}, to: {}{}}}",
                     dtype_name(*from),
-                    dtype_name(*to)
+                    dtype_name(*to),
+                    if *isolated { ", isolated: true" } else { "" }
                 )
             }
             Action::Barrier { limit, dims } => {
