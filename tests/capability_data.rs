@@ -726,3 +726,34 @@ fn migraphx_lists_are_read_from_the_provider_source() {
         assert!(cond.contains(&op), "{op}");
     }
 }
+
+/// `runtimes/capability/cpu-registered.tsv`: every kernel listed there loads and runs on the
+/// pinned ONNX Runtime's CPU provider at the types it lists (the runtime is the judge of a
+/// hand-kept row).
+#[test]
+fn the_hand_kept_cpu_kernels_load_on_the_runtime() {
+    let venv = std::env::var_os("ONNX_SAFEIFY_VENV")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            std::path::PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
+                .join(".cache/onnx-safeify/venv")
+        });
+    let python = venv.join("bin/python");
+    if !python.exists() {
+        eprintln!(
+            "SKIPPED the_hand_kept_cpu_kernels_load_on_the_runtime: no venv python at {} (scripts/corpus.sh makes it)",
+            python.display()
+        );
+        return;
+    }
+    let out = Command::new(&python)
+        .arg(root().join("tools/capability/cpu_registered_probe.py"))
+        .output()
+        .expect("run the probe");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.matches("loads and runs").count() >= 6,
+        "cpu_registered_probe.py:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
