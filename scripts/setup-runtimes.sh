@@ -7,7 +7,10 @@
 #   in tools/webgpu/package-lock.json (`npm ci`; Node.js 20 or later with npm must be
 #   installed);
 # - OpenVINO (openvino==2026.4.1) into the test venv ($ONNX_SAFEIFY_VENV, default
-#   $ONNX_SAFEIFY_CACHE/venv, i.e. ~/.cache/onnx-safeify/venv, which scripts/test.sh creates).
+#   $ONNX_SAFEIFY_CACHE/venv, i.e. ~/.cache/onnx-safeify/venv, which scripts/test.sh creates);
+# - ONNX Runtime's OpenVINO provider (onnxruntime-openvino==1.24.1 with numpy and onnx) in a venv
+#   of its own ($ONNX_SAFEIFY_OVEP_VENV, default $ONNX_SAFEIFY_CACHE/ovep-venv): that wheel
+#   ships its own `onnxruntime` module and cannot share the test venv.
 # The harness serves its page on 127.0.0.1 only.
 #
 # A runtime that cannot be installed here (no root or sudo for apt, no Node.js/npm, pip
@@ -20,6 +23,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CACHE="${ONNX_SAFEIFY_CACHE:-$HOME/.cache/onnx-safeify}"
 VENV="${ONNX_SAFEIFY_VENV:-$CACHE/venv}"
 OPENVINO_VERSION=2026.4.1
+OVEP_VENV="${ONNX_SAFEIFY_OVEP_VENV:-$CACHE/ovep-venv}"
+OVEP_PACKAGES=(onnxruntime-openvino==1.24.1 numpy==2.4.6 onnx==1.19.1)
 NODE_MAJOR_MIN=20
 MISSING=()
 say() { echo "setup-runtimes: $*"; }
@@ -91,6 +96,16 @@ else
   say "installing openvino==$OPENVINO_VERSION into $VENV"
   if ! "$VENV/bin/python" -m pip install -q "openvino==$OPENVINO_VERSION"; then
     missing openvino "openvino==$OPENVINO_VERSION in $VENV (pip install failed; see above)"
+  fi
+fi
+
+# 4. ONNX Runtime's OpenVINO provider (the placement check and the openvino-gpu manifests)
+if [ "$("$OVEP_VENV/bin/python" -c 'import importlib.metadata as m; print(m.version("onnxruntime-openvino"))' 2>/dev/null || true)" = "1.24.1" ]; then
+  say "onnxruntime-openvino 1.24.1 present in $OVEP_VENV"
+else
+  say "installing ${OVEP_PACKAGES[*]} into $OVEP_VENV"
+  if ! { python3 -m venv "$OVEP_VENV" && "$OVEP_VENV/bin/python" -m pip install -q "${OVEP_PACKAGES[@]}"; }; then
+    missing ort-openvino "${OVEP_PACKAGES[*]} in $OVEP_VENV (venv or pip install failed; see above)"
   fi
 fi
 

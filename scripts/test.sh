@@ -23,6 +23,7 @@ ONNX_SAFEIFY_CACHE="$CACHE" bash "$ROOT/scripts/corpus.sh"
 export ONNX_SAFEIFY_CACHE="$CACHE"
 export ONNX_SAFEIFY_CORPUS="$CACHE/corpus"
 export ONNX_SAFEIFY_VENV="$CACHE/venv"
+export ONNX_SAFEIFY_OVEP_VENV="${ONNX_SAFEIFY_OVEP_VENV:-$CACHE/ovep-venv}"
 ORT_LIB="$(ls "$CACHE"/venv/lib/python3*/site-packages/onnxruntime/capi/libonnxruntime.so.* 2>/dev/null | head -n 1 || true)"
 if [ -n "$ORT_LIB" ]; then export ORT_DYLIB_PATH="$ORT_LIB"; fi
 # Chromium, the web harness, OpenVINO (verify --runtime): exit 3 means some could not be

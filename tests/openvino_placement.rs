@@ -176,6 +176,9 @@ fn vi_int(name: &str, dims: &[i64]) -> onnx_safeify::proto::ValueInfoProto {
 fn ovep_python() -> Option<PathBuf> {
     let py = std::env::var_os("ONNX_SAFEIFY_OVEP_PYTHON")
         .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("ONNX_SAFEIFY_OVEP_VENV").map(|v| PathBuf::from(v).join("bin/python"))
+        })
         .unwrap_or_else(|| {
             let home = std::env::var_os("HOME")
                 .map(PathBuf::from)
