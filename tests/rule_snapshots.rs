@@ -21,7 +21,19 @@ fn models() -> Option<(tempfile::TempDir, PathBuf)> {
 }
 
 fn run(dir: &Path, name: &str, rule: &str) {
-    let target = onnx_safeify::rules::load_target("rx580").unwrap();
+    let mut target = onnx_safeify::rules::load_target("rx580").unwrap();
+    if rule == "barrier-heavy-dispatch" {
+        // The shipped rule by time (69.9 ms a submission on rx580) cuts nothing a test can
+        // run: the same rule held to 3 ms (each ~2.2 ms convolution fits, the two do not).
+        for r in target.rules.iter_mut().filter(|r| r.id == rule) {
+            if let onnx_safeify::rules::Action::Barrier { limit, .. } = &mut r.action {
+                *limit = onnx_safeify::rules::BarrierLimit::Time {
+                    margin: 1.0,
+                    limit_ms: Some(3.0),
+                };
+            }
+        }
+    }
     let src = dir.join(format!("{name}.onnx"));
     let mut doc = onnx_safeify::load(&src).unwrap();
     let before = onnx_safeify::ir::dump::dump_model(&doc.model);

@@ -141,6 +141,31 @@ fn partition_manifest_is_refused_for_other_runtimes() {
     assert!(o.stderr.contains("is a partition manifest"), "{}", o.stderr);
 }
 
+/// cls for rx580 with one more rule that pins its squeeze-excite pools to the CPU: at cls's
+/// size rx580's own rules pin nothing (its barrier by time cuts nothing there), and these tests
+/// are about pinned nodes on a runtime.
+fn compile_pinned(model: &std::path::Path, out: &std::path::Path, dir: &std::path::Path) {
+    let rules = dir.join("pin-pools.yaml");
+    std::fs::write(
+        &rules,
+        "rules:\n  - id: pin-pools\n    why: test\n    evidence: []\n    match: {op: GlobalAveragePool}\n    action: cpu\n",
+    )
+    .unwrap();
+    let o = run(
+        &[
+            model.to_str().unwrap(),
+            "--target",
+            "rx580",
+            "--rules",
+            rules.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(o.code, 0, "compile {}: {}", model.display(), o.stderr);
+}
+
 #[test]
 fn cls_and_its_rx580_output_on_webgpu() {
     let _g = lock();
@@ -148,11 +173,11 @@ fn cls_and_its_rx580_output_on_webgpu() {
     if !ready(RuntimeKind::Webgpu) {
         return;
     }
-    // The rx580 output (unfused, split, barriers pinned with layer_ann) on WebGPU: faithful,
+    // The rx580 output (unfused, split, and pins: see `compile_pinned`) on WebGPU: faithful,
     // and the CPU nodes are exactly the pinned ones.
     let dir = tempfile::tempdir().unwrap();
     let rx = dir.path().join("cls.rx580.onnx");
-    compile(&cls, "rx580", &rx);
+    compile_pinned(&cls, &rx, dir.path());
     let (code, report, out) = verify_json(&cls, &rx, "webgpu", &["--runs", "2"]);
     assert_eq!(code, 0, "{}{}", out.stdout, out.stderr);
     let report = report.unwrap();
@@ -160,7 +185,8 @@ fn cls_and_its_rx580_output_on_webgpu() {
     assert!(desc.contains("onnxruntime-web 1.30.0"), "{desc}");
     let (_, cpu) = placement(&report);
     assert!(!cpu.is_empty(), "{}", out.stdout);
-    // 14 barriers pinned; nothing else on the CPU (cls as published runs wholly on WebGPU).
+    // The squeeze-excite pools pinned; nothing else on the CPU (cls as published runs wholly
+    // on WebGPU).
     assert_eq!(count(&report, CPU), cpu.len() as u64, "{}", out.stdout);
     assert!(
         cpu.iter().all(|(_, _, pinned)| *pinned),
@@ -329,7 +355,7 @@ fn cls_rx580_output_on_openvino() {
     }
     let dir = tempfile::tempdir().unwrap();
     let rx = dir.path().join("cls.rx580.onnx");
-    compile(&cls, "rx580", &rx);
+    compile_pinned(&cls, &rx, dir.path());
     let (code, report, out) = verify_json(&cls, &rx, "openvino", &["--runs", "2"]);
     assert_eq!(code, 0, "{}{}", out.stdout, out.stderr);
     let report = report.unwrap();

@@ -618,6 +618,27 @@ pub fn predict_graph(
             .since(domain, &node.op_type, opset)
             .map(|s| cpu.lookup(domain, &node.op_type, s, &ins, &outs));
         if !matches!(on_cpu, Some(Lookup::Kernel(_))) {
+            // ONNX Runtime inlines a function op that no provider takes (as in
+            // `placement::predict_graph_in`); its body is placed again, taken here to run on
+            // the CPU side, which has the body's kernels.
+            let body = schemas
+                .at(domain, &node.op_type, opset)
+                .map(|s| &s.function);
+            match body {
+                Some(crate::runtime::capability::Function::Ops(ops)) => {
+                    out.set(n, Side::Cpu, Why::Inlined(ops.join(", ")));
+                    continue;
+                }
+                Some(crate::runtime::capability::Function::Dynamic) => {
+                    out.set(
+                        n,
+                        Side::Cpu,
+                        Why::Inlined("a body built for the node".into()),
+                    );
+                    continue;
+                }
+                _ => {}
+            }
             let why = match out.why(n) {
                 Some(Why::NoKernel(w)) => w.clone(),
                 _ => String::new(),
