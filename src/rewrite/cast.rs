@@ -134,7 +134,13 @@ pub fn cast_node(
                 // An isolated node's neighbours compute in `to` (ONNX Runtime's condition): a
                 // cast to `to` that another rewrite wrote for one (a split's) reads `produced`
                 // too, as the runtime's pair of casts between them cancels.
-                let neighbour = spec.isolated
+                // So does such a cast that another rule stamped (a `cpu` pin takes the casts
+                // between pinned nodes under its own stamp) behind a float16 -> float fence:
+                // the node reading it computes in float, as this one does, and ONNX Runtime
+                // passes float between two such nodes where the original has float16.
+                let f16_fence = spec.from == crate::tensor::dtype::FLOAT16
+                    && spec.to == crate::tensor::dtype::FLOAT;
+                let neighbour = (spec.isolated || f16_fence)
                     && rn.op_type == "Cast"
                     && rn.attr("to").and_then(|a| a.i()) == Some(i64::from(spec.to))
                     && crate::runtime::fp16::compiler_cast(g, *r, dtype);

@@ -1,0 +1,1 @@
+BresJ@ëAzE³òyEìzE™ôyE~)zEàðyEbzEîôyE²5zEÝçyE}zEdzE´&zE»ïyEzEðyE
