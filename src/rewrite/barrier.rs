@@ -616,24 +616,7 @@ fn cut_before(
         }
     }
     for v in crossing {
-        let out = p.value("barrier");
-        let (op, inputs) = if max_takes(s.dtype(v), opset) {
-            (
-                "Max",
-                vec![Some(PValue::Existing(v)), Some(PValue::Existing(v))],
-            )
-        } else {
-            ("Identity", vec![Some(PValue::Existing(v))])
-        };
-        p.nodes.push(crate::rewrite::patch::NewNode {
-            op_type: op.into(),
-            domain: String::new(),
-            name_hint: "barrier".into(),
-            inputs,
-            outputs: vec![out],
-            attributes: Default::default(),
-            metadata: vec![(LAYER_ANN_KEY.into(), Text::copy(annotation))],
-        });
+        let out = push_no_op(&mut p, v, s, opset, annotation);
         for (c, slot) in consumers.of(v) {
             let later = l.pos.get(c).is_some_and(|q| q >= i);
             if later && !l.kinds.cpu(*c) && *slot != crate::ir::IMPLICIT_SLOT {
@@ -981,24 +964,7 @@ fn one_value_patches(
         let at = l.topo[c.at];
         let mut p = Patch::new(rule, g.node(at).name(), Some(at));
         let v = c.value;
-        let out_v = p.value("barrier");
-        let (op, inputs) = if max_takes(s.dtype(v), opset) {
-            (
-                "Max",
-                vec![Some(PValue::Existing(v)), Some(PValue::Existing(v))],
-            )
-        } else {
-            ("Identity", vec![Some(PValue::Existing(v))])
-        };
-        p.nodes.push(crate::rewrite::patch::NewNode {
-            op_type: op.into(),
-            domain: String::new(),
-            name_hint: "barrier".into(),
-            inputs,
-            outputs: vec![out_v],
-            attributes: Default::default(),
-            metadata: vec![(LAYER_ANN_KEY.into(), Text::copy(annotation))],
-        });
+        let out_v = push_no_op(&mut p, v, s, opset, annotation);
         // Readers at or after the cut, up to the next cut on the same value.
         let until = cuts
             .iter()
@@ -1199,6 +1165,30 @@ pub(crate) fn pieces_in(cx: &Cx) -> Result<Vec<Piece>, String> {
             }
         }
     }
+}
+
+/// Adds the cut's no-op on `v` to `p`, pinned to the CPU: `Max(v, v)`, or `Identity` for a type
+/// Max does not take at `opset` (see the module doc). Returns its output.
+fn push_no_op(p: &mut Patch, v: ValueId, s: &Facts, opset: i64, annotation: &str) -> PValue {
+    let out = p.value("barrier");
+    let (op, inputs) = if max_takes(s.dtype(v), opset) {
+        (
+            "Max",
+            vec![Some(PValue::Existing(v)), Some(PValue::Existing(v))],
+        )
+    } else {
+        ("Identity", vec![Some(PValue::Existing(v))])
+    };
+    p.nodes.push(crate::rewrite::patch::NewNode {
+        op_type: op.into(),
+        domain: String::new(),
+        name_hint: "barrier".into(),
+        inputs,
+        outputs: vec![out],
+        attributes: Default::default(),
+        metadata: vec![(LAYER_ANN_KEY.into(), Text::copy(annotation))],
+    });
+    out
 }
 
 /// The smallest budget among the barrier rules in `rules`, with its rule (ties: the first).

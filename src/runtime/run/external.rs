@@ -174,7 +174,7 @@ pub fn run_external(
     let kind = kind.clone();
     let path = &model.path;
     let abs = std::fs::canonicalize(path).map_err(|e| VerifyError::model(path, e.to_string()))?;
-    let work = WorkDir::create()?;
+    let work = super::named::TempDir::with_prefix("onnx-safeify-verify")?;
 
     // Inputs of the rewritten model only, one .npy per input and run.
     let mut runs_json = Vec::with_capacity(feeds.len());
@@ -190,8 +190,8 @@ pub fn run_external(
             };
             let file = format!("r{r}_i{i}.npy");
             let bytes = npy_bytes(t).map_err(|m| VerifyError::input(path, &spec.name, m))?;
-            std::fs::write(work.path.join(&file), bytes)
-                .map_err(|e| VerifyError::data(&work.path, format!("cannot write {file}: {e}")))?;
+            std::fs::write(work.0.join(&file), bytes)
+                .map_err(|e| VerifyError::data(&work.0, format!("cannot write {file}: {e}")))?;
             inputs.push(serde_json::json!({"name": spec.name, "file": file}));
         }
         runs_json.push(serde_json::json!({ "inputs": inputs }));
@@ -257,30 +257,29 @@ pub fn run_external(
         }
         RuntimeKind::Cpu | RuntimeKind::OrtEp(_) => unreachable!("handled above"),
     };
-    std::fs::write(work.path.join("request.json"), request.to_string())
-        .map_err(|e| VerifyError::data(&work.path, format!("cannot write request.json: {e}")))?;
+    std::fs::write(work.0.join("request.json"), request.to_string())
+        .map_err(|e| VerifyError::data(&work.0, format!("cannot write request.json: {e}")))?;
 
     let mut cmd = Command::new(&helper.program);
     if kind == RuntimeKind::Openvino {
-        let script = work.path.join("run_openvino.py");
+        let script = work.0.join("run_openvino.py");
         std::fs::write(&script, OPENVINO_SCRIPT)
-            .map_err(|e| VerifyError::data(&work.path, format!("cannot write the helper: {e}")))?;
+            .map_err(|e| VerifyError::data(&work.0, format!("cannot write the helper: {e}")))?;
         cmd.arg(&script);
     } else {
         cmd.args(&helper.args);
     }
-    cmd.arg(&work.path);
+    cmd.arg(&work.0);
     for (k, v) in &helper.env {
         cmd.env(k, v);
     }
-    let status = run_bounded(cmd, &work.path, timeout, &kind)?;
+    let status = run_bounded(cmd, &work.0, timeout, &kind)?;
 
-    let result_path = work.path.join("result.json");
+    let result_path = work.0.join("result.json");
     let text = match std::fs::read_to_string(&result_path) {
         Ok(t) => t,
         Err(_) => {
-            let stderr =
-                std::fs::read_to_string(work.path.join("helper.stderr")).unwrap_or_default();
+            let stderr = std::fs::read_to_string(work.0.join("helper.stderr")).unwrap_or_default();
             let tail: Vec<&str> = stderr.lines().rev().take(6).collect();
             let tail: Vec<&str> = tail.into_iter().rev().collect();
             return Err(VerifyError::RuntimeLoad {
@@ -366,7 +365,7 @@ pub fn run_external(
                     format!("bad output file '{file}'"),
                 ));
             }
-            let t = read_npy(&work.path.join(file))
+            let t = read_npy(&work.0.join(file))
                 .map_err(|m| VerifyError::output(path, name, format!("{}: {m}", kind.name())))?;
             let _ = map.insert(name.to_string(), t);
         }
@@ -706,44 +705,6 @@ fn find_openvino() -> Result<Helper, VerifyError> {
         args: Vec::new(),
         env: Vec::new(),
     })
-}
-
-/// A fresh folder below the system temporary folder, removed on drop.
-struct WorkDir {
-    path: PathBuf,
-}
-
-impl WorkDir {
-    fn create() -> Result<WorkDir, VerifyError> {
-        let base = std::env::temp_dir();
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0);
-        for attempt in 0..100u32 {
-            let p = base.join(format!(
-                "onnx-safeify-verify-{}-{nanos:x}-{attempt}",
-                std::process::id()
-            ));
-            match std::fs::create_dir(&p) {
-                Ok(()) => return Ok(WorkDir { path: p }),
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-                Err(e) => {
-                    return Err(VerifyError::data(
-                        &base,
-                        format!("cannot create a working folder: {e}"),
-                    ))
-                }
-            }
-        }
-        Err(VerifyError::data(&base, "cannot create a working folder"))
-    }
-}
-
-impl Drop for WorkDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.path);
-    }
 }
 
 /// The helper process; dropping it kills its process group and every process tagged with

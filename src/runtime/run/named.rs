@@ -38,11 +38,18 @@ pub(crate) fn parse_runtime(spec: &str) -> Result<Runtime, VerifyError> {
     }
 }
 
-/// A fresh temporary folder, removed on drop.
+/// A fresh temporary folder, removed on drop: what probe and bisect work in, and where verify's
+/// helper processes take their requests.
 pub(crate) struct TempDir(pub PathBuf);
 
 impl TempDir {
+    /// A folder named `onnx-safeify-bisect-...`.
     pub(crate) fn create() -> Result<TempDir, VerifyError> {
+        TempDir::with_prefix("onnx-safeify-bisect")
+    }
+
+    /// A folder named `PREFIX-PID-TIME-N` below the system temporary folder.
+    pub(crate) fn with_prefix(prefix: &str) -> Result<TempDir, VerifyError> {
         let base = std::env::temp_dir();
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -50,7 +57,7 @@ impl TempDir {
             .unwrap_or(0);
         for attempt in 0..100u32 {
             let p = base.join(format!(
-                "onnx-safeify-bisect-{}-{nanos:x}-{attempt}",
+                "{prefix}-{}-{nanos:x}-{attempt}",
                 std::process::id()
             ));
             match std::fs::create_dir(&p) {

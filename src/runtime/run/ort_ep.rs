@@ -213,7 +213,7 @@ pub fn run_ort_ep(req: &OrtEpRequest<'_>) -> Result<OrtEpOutcome, VerifyError> {
         settings.retain(|(k2, _)| k2 != k);
         settings.push((k.clone(), v.clone()));
     }
-    let work = WorkDir::create()?;
+    let work = super::named::TempDir::with_prefix("onnx-safeify-ort-ep")?;
 
     let mut runs_json = Vec::with_capacity(req.feeds.len());
     for (r, feed) in req.feeds.iter().enumerate() {
@@ -221,8 +221,8 @@ pub fn run_ort_ep(req: &OrtEpRequest<'_>) -> Result<OrtEpOutcome, VerifyError> {
         for (i, (name, t)) in feed.iter().enumerate() {
             let file = format!("r{r}_i{i}.npy");
             let bytes = npy_bytes(t).map_err(|m| VerifyError::input(path, name, m))?;
-            std::fs::write(work.path.join(&file), bytes)
-                .map_err(|e| VerifyError::data(&work.path, format!("cannot write {file}: {e}")))?;
+            std::fs::write(work.0.join(&file), bytes)
+                .map_err(|e| VerifyError::data(&work.0, format!("cannot write {file}: {e}")))?;
             inputs.push(serde_json::json!({"name": name, "file": file}));
         }
         runs_json.push(serde_json::json!({ "inputs": inputs }));
@@ -239,19 +239,19 @@ pub fn run_ort_ep(req: &OrtEpRequest<'_>) -> Result<OrtEpOutcome, VerifyError> {
         "outputs": req.outputs,
         "runs": runs_json,
     });
-    std::fs::write(work.path.join("request.json"), request.to_string())
-        .map_err(|e| VerifyError::data(&work.path, format!("cannot write request.json: {e}")))?;
-    let script = work.path.join("run_ort_ep.py");
+    std::fs::write(work.0.join("request.json"), request.to_string())
+        .map_err(|e| VerifyError::data(&work.0, format!("cannot write request.json: {e}")))?;
+    let script = work.0.join("run_ort_ep.py");
     std::fs::write(&script, DRIVER)
-        .map_err(|e| VerifyError::data(&work.path, format!("cannot write the driver: {e}")))?;
+        .map_err(|e| VerifyError::data(&work.0, format!("cannot write the driver: {e}")))?;
 
     let mut cmd = Command::new(&python);
-    cmd.arg(&script).arg(&work.path);
+    cmd.arg(&script).arg(&work.0);
     let start = Instant::now();
-    let ended = run_bounded(cmd, &work.path, req.timeout)?;
+    let ended = run_bounded(cmd, &work.0, req.timeout)?;
     let wall_seconds = start.elapsed().as_secs_f64();
-    let stderr = std::fs::read_to_string(work.path.join("helper.stderr")).unwrap_or_default();
-    let stage = std::fs::read_to_string(work.path.join("stage.txt"))
+    let stderr = std::fs::read_to_string(work.0.join("helper.stderr")).unwrap_or_default();
+    let stage = std::fs::read_to_string(work.0.join("stage.txt"))
         .unwrap_or_else(|_| "start".into())
         .trim()
         .to_string();
@@ -289,7 +289,7 @@ pub fn run_ort_ep(req: &OrtEpRequest<'_>) -> Result<OrtEpOutcome, VerifyError> {
         }
         Ended::Exited(s) => s,
     };
-    let result_path = work.path.join("result.json");
+    let result_path = work.0.join("result.json");
     let result: Option<serde_json::Value> = std::fs::read_to_string(&result_path)
         .ok()
         .and_then(|t| serde_json::from_str(&t).ok());
@@ -383,7 +383,7 @@ pub fn run_ort_ep(req: &OrtEpRequest<'_>) -> Result<OrtEpOutcome, VerifyError> {
                     format!("bad output file '{file}'"),
                 ));
             }
-            let t = read_npy(&work.path.join(file))
+            let t = read_npy(&work.0.join(file))
                 .map_err(|m| VerifyError::output(path, name, format!("{}: {m}", req.provider)))?;
             let _ = map.insert(name.to_string(), t);
         }
@@ -509,44 +509,6 @@ fn run_bounded(mut cmd: Command, work: &Path, timeout: Duration) -> Result<Ended
             return Ok(Ended::TimedOut);
         }
         std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// A fresh folder below the system temporary folder, removed on drop.
-struct WorkDir {
-    path: PathBuf,
-}
-
-impl WorkDir {
-    fn create() -> Result<WorkDir, VerifyError> {
-        let base = std::env::temp_dir();
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0);
-        for attempt in 0..100u32 {
-            let p = base.join(format!(
-                "onnx-safeify-ort-ep-{}-{nanos:x}-{attempt}",
-                std::process::id()
-            ));
-            match std::fs::create_dir(&p) {
-                Ok(()) => return Ok(WorkDir { path: p }),
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-                Err(e) => {
-                    return Err(VerifyError::data(
-                        &base,
-                        format!("cannot create a working folder: {e}"),
-                    ))
-                }
-            }
-        }
-        Err(VerifyError::data(&base, "cannot create a working folder"))
-    }
-}
-
-impl Drop for WorkDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.path);
     }
 }
 
