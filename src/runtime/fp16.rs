@@ -40,6 +40,39 @@ fn cpu() -> &'static Capability {
     })
 }
 
+/// Node `n` against the CPU provider's table: the opset its domain is imported at, and whether
+/// a kernel takes its op at that schema version and these types (`None`: no opset or schema).
+fn cpu_kernel(
+    g: &Graph,
+    n: NodeId,
+    opset: &dyn Fn(&str) -> Option<i64>,
+    dtype: &dyn Fn(ValueId) -> Option<i32>,
+) -> Option<(i64, bool)> {
+    let node = g.node(n);
+    let domain = node.domain();
+    let version = opset(domain)?;
+    let since = Schemas::builtin().since(domain, &node.op_type, version)?;
+    let ins: Vec<Option<i32>> = node.inputs.iter().map(|v| v.and_then(dtype)).collect();
+    let outs: Vec<Option<i32>> = node.outputs.iter().map(|v| v.and_then(dtype)).collect();
+    let kernel = matches!(
+        cpu().lookup(domain, &node.op_type, since, &ins, &outs),
+        Lookup::Kernel(_)
+    );
+    Some((version, kernel))
+}
+
+/// The ops of the function body ONNX Runtime would inline for node `n` at `version`, if any.
+fn body(g: &Graph, n: NodeId, version: i64) -> Option<&'static [String]> {
+    let node = g.node(n);
+    match Schemas::builtin()
+        .at(node.domain(), &node.op_type, version)
+        .map(|s| &s.function)
+    {
+        Some(Function::Ops(ops)) => Some(ops),
+        _ => None,
+    }
+}
+
 /// Whether the CPU provider runs node `n` on its float16 values itself (a float16 kernel, or a
 /// function body it inlines whose work is done by an op with one, as Relu's Max): `false` for a
 /// node it runs in float32 between inserted casts.
@@ -49,28 +82,17 @@ pub fn has_f16_kernel(
     opset: &dyn Fn(&str) -> Option<i64>,
     dtype: &dyn Fn(ValueId) -> Option<i32>,
 ) -> bool {
-    let node = g.node(n);
-    let domain = node.domain();
-    let schemas = Schemas::builtin();
-    let Some(version) = opset(domain) else {
+    let Some((version, kernel)) = cpu_kernel(g, n, opset, dtype) else {
         return false;
     };
-    let Some(since) = schemas.since(domain, &node.op_type, version) else {
-        return false;
-    };
-    let ins: Vec<Option<i32>> = node.inputs.iter().map(|v| v.and_then(dtype)).collect();
-    let outs: Vec<Option<i32>> = node.outputs.iter().map(|v| v.and_then(dtype)).collect();
-    if let Lookup::Kernel(_) = cpu().lookup(domain, &node.op_type, since, &ins, &outs) {
+    if kernel {
         return true;
     }
     // No kernel for these types: ONNX Runtime inlines a function body; the body computes in
     // float16 where one of its ops (other than the constant and its cast) has a float16 kernel.
-    match schemas
-        .at(domain, &node.op_type, version)
-        .map(|s| &s.function)
-    {
-        Some(Function::Ops(ops)) => ops
-            .iter()
+    let schemas = Schemas::builtin();
+    body(g, n, version).is_some_and(|ops| {
+        ops.iter()
             .filter(|op| !matches!(op.as_str(), "Constant" | "CastLike" | "Cast"))
             .any(|op| {
                 schemas.since("", op, version).is_some_and(|s| {
@@ -79,9 +101,8 @@ pub fn has_f16_kernel(
                         Lookup::Kernel(_)
                     )
                 })
-            }),
-        _ => false,
-    }
+            })
+    })
 }
 
 /// Whether a function body stands for node `n` (ONNX Runtime inlines it: no kernel for its
@@ -92,26 +113,8 @@ fn inlined(
     opset: &dyn Fn(&str) -> Option<i64>,
     dtype: &dyn Fn(ValueId) -> Option<i32>,
 ) -> bool {
-    let node = g.node(n);
-    let domain = node.domain();
-    let schemas = Schemas::builtin();
-    let Some(version) = opset(domain) else {
-        return false;
-    };
-    let Some(since) = schemas.since(domain, &node.op_type, version) else {
-        return false;
-    };
-    let ins: Vec<Option<i32>> = node.inputs.iter().map(|v| v.and_then(dtype)).collect();
-    let outs: Vec<Option<i32>> = node.outputs.iter().map(|v| v.and_then(dtype)).collect();
-    !matches!(
-        cpu().lookup(domain, &node.op_type, since, &ins, &outs),
-        Lookup::Kernel(_)
-    ) && matches!(
-        schemas
-            .at(domain, &node.op_type, version)
-            .map(|s| &s.function),
-        Some(Function::Ops(_))
-    )
+    cpu_kernel(g, n, opset, dtype)
+        .is_some_and(|(version, kernel)| !kernel && body(g, n, version).is_some())
 }
 
 /// `NodeNeedsInputCastToFp32`: a node with a float16 input that the CPU provider runs in
