@@ -126,6 +126,19 @@ class WebGpuEpTest(unittest.TestCase):
         self.assertEqual(by_op["Pow"][0][4], "T=float,float16,int32,uint32;T1=float,float16,int32,uint32")
         self.assertEqual(unresolved, [])
 
+    def test_type_overrides(self):
+        rows = [("ai.onnx", "Reshape", 5, "12", "T=float,int32;shape=int64", "1", "-"),
+                ("ai.onnx", "Reshape", 13, "-", "T=float,int32;shape=int64", "1", "-"),
+                ("ai.onnx", "Relu", 6, "-", "T=float", "-", "-")]
+        text = "domain\top\tsince\tconstraint\ttypes\treason\nai.onnx\tReshape\t13\tT\tuint8\tseen\n"
+        out, applied = webgpu_ep.apply_type_overrides(rows, text)
+        self.assertEqual(out[0], rows[0])  # below `since`: unchanged
+        self.assertEqual(out[1][4], "T=float,int32,uint8;shape=int64")
+        self.assertEqual(out[2], rows[2])
+        self.assertEqual(len(applied), 1)
+        with self.assertRaises(SystemExit):  # an override that matches nothing is an error
+            webgpu_ep.apply_type_overrides(rows, "ai.onnx\tGone\t1\tT\tuint8\tx\n")
+
     def test_int64_mode(self):
         rows, _, _, _ = self.build(enable_int64=True)
         adds = [r for (op, _, _), r in rows.items() if op == "Add"]

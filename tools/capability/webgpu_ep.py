@@ -627,6 +627,37 @@ def build(args):
     return sorted(out_rows, key=lambda r: (r[0], r[1], r[2], r[3], r[4])), approx, unresolved, file_commits, types
 
 
+def apply_type_overrides(rows, text):
+    """Adds the element types of a type-override file (domain op since constraint add reason) to the
+    constraint of every row of that op whose since is at least `since`. Returns the rows and a
+    header note per override applied; an override that matches no row is an error."""
+    out = list(rows)
+    applied = []
+    for line in text.splitlines():
+        f = line.split("\t")
+        if line.startswith("#") or not line.strip() or f[0] == "domain":
+            continue
+        if len(f) < 5:
+            raise SystemExit("type override needs domain, op, since, constraint, types: %r" % line)
+        dom, op, since, name, add = f[0], f[1], int(f[2]), f[3], [t for t in f[4].split(",") if t]
+        hit = []
+        for i, r in enumerate(out):
+            if r[0] != dom or r[1] != op or r[2] < since:
+                continue
+            tcs = dict(c.split("=", 1) for c in r[4].split(";")) if r[4] != "*" else None
+            if tcs is None or name not in tcs:
+                continue
+            have = tcs[name].split(",")
+            tcs[name] = ",".join(sorted(set(have) | set(add)))
+            out[i] = r[:4] + (";".join("%s=%s" % (k, v) for k, v in sorted(tcs.items())),) + r[5:]
+            hit.append(r[2])
+        if not hit:
+            raise SystemExit("type override matches no registration: %r" % line)
+        applied.append("%s %s+%s at %s (%s)" % (op, name, ",".join(add), ",".join(str(h) for h in sorted(hit)),
+                                                 f[5] if len(f) > 5 else ""))
+    return out, applied
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ort-src")
@@ -639,6 +670,9 @@ def main():
     ap.add_argument("--commit", default="unknown", help="commit of the EP file read")
     ap.add_argument("--overrides", help="TSV (domain op since cpu_inputs cpu_outputs reason) of CPU-memory "
                     "declarations measured on the runtime where the stored source disagrees; listed in the header")
+    ap.add_argument("--type-overrides", help="TSV (domain op since constraint add reason) of element types the "
+                    "runtime's kernel accepts beyond the stored source's constraint, measured on the runtime; added "
+                    "to every registration of the op from `since` on and listed in the header")
     ap.add_argument("--ort-version", default=None)
     ap.add_argument("--web-version", default="1.30.0")
     args = ap.parse_args()
@@ -694,6 +728,10 @@ def main():
                 applied.append("%s-%d cpu_inputs %s->%s cpu_outputs %s->%s (%s)" % (r[1], r[2], r[5], o[0], r[6], o[1], o[2]))
         if applied:
             lines.append("# overridden from %s: %s" % (os.path.basename(args.overrides), "; ".join(applied)))
+    if args.type_overrides:
+        rows, applied = apply_type_overrides(rows, read(args.type_overrides))
+        if applied:
+            lines.append("# types added from %s: %s" % (os.path.basename(args.type_overrides), "; ".join(applied)))
     lines.append("domain\top\tsince\tuntil\tinputs\toutputs\ttypes\tcpu_inputs\tcpu_outputs")
     for dom, op, since, until, types_s, cpu_in, cpu_out in rows:
         s = schemas.at(dom, op, since)
