@@ -31,6 +31,11 @@ pub struct Profile {
     cpu_table: &'static str,
     /// Whether the provider's `GetCapability` calls ONNX Runtime's `GetCpuPreferredNodes`.
     pub cpu_preferred: bool,
+    /// Whether the provider prefers the NHWC layout. ONNX Runtime's partitioner then assigns
+    /// the nodes of the provider's first `GetCapability`, runs the layout transformation and
+    /// asks `GetCapability` a second time (`GetCapabilityForEP`, graph_partitioner.cc), in which
+    /// only the nodes left unassigned are tentative (see [`placement`]).
+    pub prefers_nhwc: bool,
     /// Whether `layer_ann` pins are honoured (`session.layer_assignment_settings`).
     pub honours_layer_ann: bool,
     /// Where the facts about the provider's own placement logic come from.
@@ -62,6 +67,7 @@ static PROFILES: [Profile; 5] = [
         table: include_str!("../../runtimes/capability/dml.tsv"),
         cpu_table: CPU_TABLE,
         cpu_preferred: true,
+        prefers_nhwc: false,
         honours_layer_ann: true,
         evidence: "ExecutionProviderImpl::GetCapability (onnxruntime/core/providers/dml/DmlExecutionProvider/src/ExecutionProvider.cpp) looks up each node's kernel, then removes GetCpuPreferredNodes",
         max_ir: None,
@@ -76,6 +82,9 @@ static PROFILES: [Profile; 5] = [
         table: include_str!("../../runtimes/capability/webgpu.tsv"),
         cpu_table: CPU_TABLE,
         cpu_preferred: true,
+        // "WebGPU EP preferred layout: 1" (NHWC) in onnxruntime-web 1.30's verbose log; every
+        // session there logs the provider's GetCapability twice.
+        prefers_nhwc: true,
         honours_layer_ann: true,
         evidence: "WebGpuExecutionProvider::GetCapability (onnxruntime/core/providers/webgpu/webgpu_execution_provider.cc) looks up kernels, then removes GetCpuPreferredNodes",
         // onnxruntime-web 1.30.0 refuses an IR 14 model at session creation (model.cc); IR 13
@@ -92,6 +101,7 @@ static PROFILES: [Profile; 5] = [
         table: include_str!("../../runtimes/capability/cuda.tsv"),
         cpu_table: CPU_TABLE,
         cpu_preferred: true,
+        prefers_nhwc: false,
         honours_layer_ann: true,
         evidence: "CUDAExecutionProvider::GetCapability (onnxruntime/core/providers/cuda/cuda_execution_provider.cc) looks up kernels, then removes GetCpuPreferredNodes",
         max_ir: None,
@@ -106,6 +116,7 @@ static PROFILES: [Profile; 5] = [
         table: OPENVINO_TABLE,
         cpu_table: CPU_TABLE,
         cpu_preferred: false,
+        prefers_nhwc: false,
         honours_layer_ann: false,
         evidence: "openvino_ep::GetCapability::Execute (onnxruntime/core/providers/openvino/ov_versions/capability.cc) claims clusters of the nodes DataOps::node_is_supported accepts (data_ops.cc); no GetCpuPreferredNodes",
         max_ir: None,
@@ -121,6 +132,7 @@ static PROFILES: [Profile; 5] = [
         table: OPENVINO_TABLE,
         cpu_table: CPU_TABLE,
         cpu_preferred: false,
+        prefers_nhwc: false,
         honours_layer_ann: false,
         evidence: "openvino_ep::GetCapability::Execute (onnxruntime/core/providers/openvino/ov_versions/capability.cc), device_type CPU",
         max_ir: None,
@@ -194,6 +206,46 @@ impl Profile {
 
     /// The reason the provider's kernel for node `n` is known to compute it wrongly (the
     /// hand-kept list `runtimes/deficient.tsv`, evidence in docs/hazards.md).
+    /// Why the provider's `GetCapability` passes over a node it has a kernel for, by its own
+    /// per-node checks (the node then goes to the CPU provider like one without a kernel, and
+    /// counts as a CPU node for `GetCpuPreferredNodes`).
+    ///
+    /// WebGPU: `WebGpuExecutionProvider::GetCapability` (webgpu_execution_provider.cc, the
+    /// stored microsoft/onnxruntime version with the per-node checks) skips a `com.microsoft`
+    /// `Attention` with a `mask_index` (input 3), `past` (input 4) or `past_sequence_length`
+    /// (input 6), a `present` output (1), or `past_present_share_buffer` set; onnxruntime-web
+    /// 1.30 places GPT-2's Attention with past on the CPU without a "kernel not found" line.
+    pub fn declines(&self, g: &Graph, n: NodeId) -> Option<String> {
+        let node = g.node(n);
+        if self.name == "webgpu" && node.op_type == "Attention" && node.domain() == "com.microsoft"
+        {
+            let has_in = |i: usize| node.inputs.get(i).copied().flatten().is_some();
+            let has_out = |i: usize| node.outputs.get(i).copied().flatten().is_some();
+            let shared = node
+                .attr("past_present_share_buffer")
+                .and_then(|a| a.i())
+                .is_some_and(|v| v != 0);
+            let what: Vec<&str> = [
+                (has_in(3), "mask_index"),
+                (has_in(4), "past"),
+                (has_in(6), "past_sequence_length"),
+                (has_out(1), "present"),
+                (shared, "past_present_share_buffer"),
+            ]
+            .iter()
+            .filter(|(on, _)| *on)
+            .map(|(_, w)| *w)
+            .collect();
+            if !what.is_empty() {
+                return Some(format!(
+                    "GetCapability passes over an Attention with {}",
+                    what.join(", ")
+                ));
+            }
+        }
+        None
+    }
+
     pub fn deficient(&self, _model: &Model, g: &Graph, facts: &Facts, n: NodeId) -> Option<String> {
         let node = g.node(n);
         if self.name == "directml" && node.op_type == "DequantizeLinear" && node.domain().is_empty()
@@ -282,6 +334,7 @@ pub fn placement_report(
         }
         let detail = match &why {
             placement::Why::NoKernel(d)
+            | placement::Why::Declined(d)
             | placement::Why::Deficient(d)
             | placement::Why::NoProvider(d)
             | placement::Why::Inlined(d) => Some(d.clone()),
@@ -350,11 +403,12 @@ impl PlacementReport {
 
 impl PlacementReport {
     /// Nodes the runtime runs on the CPU by itself because its provider has no kernel for
-    /// them (or a deficient one): neither pinned nor preferred there by ONNX Runtime.
+    /// them (or a deficient one, or passes over them): neither pinned nor preferred there by
+    /// ONNX Runtime.
     pub fn moved(&self) -> impl Iterator<Item = &PlacedNode> {
-        self.nodes
-            .iter()
-            .filter(|n| n.side == "cpu" && matches!(n.why, "no kernel" | "deficient kernel"))
+        self.nodes.iter().filter(|n| {
+            n.side == "cpu" && matches!(n.why, "no kernel" | "declined" | "deficient kernel")
+        })
     }
 
     /// Nodes no provider takes: the session cannot be created.

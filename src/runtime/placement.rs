@@ -7,8 +7,9 @@
 //!    1.32 assigns it before partitioning, when the session sets
 //!    `session.layer_assignment_settings`);
 //! 3. the provider claims a node when it registers a kernel for the node's domain, op, schema
-//!    since-version and element types ([`super::capability`]), and the kernel is not on the
-//!    known-deficient list;
+//!    since-version and element types ([`super::capability`]), its `GetCapability` does not
+//!    pass over the node by a per-node check of its own ([`Profile::declines`]: WebGPU's
+//!    Attention with past or present), and the kernel is not on the known-deficient list;
 //! 4. of the claimed nodes, those ONNX Runtime prefers on the CPU move there
 //!    (`GetCpuPreferredNodes`, `fallback_cpu_capability.cc`, which the DirectML, CUDA, JSEP and
 //!    WebGPU providers all call): starting from the consumers of values a provider kernel
@@ -16,6 +17,15 @@
 //!    small initializer (at most 100 elements), a graph input, or a CPU value the kernel does
 //!    not itself declare as a CPU input, and none is float16/bfloat16/float8; its outputs then
 //!    become CPU values in turn. Nodes already on the CPU pass their outputs on the same way;
+//!    For a provider that prefers the NHWC layout (WebGPU) the partitioner assigns the nodes
+//!    the first `GetCapability` returned, runs the layout transformation and calls
+//!    `GetCapability` again whenever the first call returned any node (`GetCapabilityForEP`,
+//!    graph_partitioner.cc). In that second call the assigned nodes are neither tentative nor
+//!    CPU nodes (`GetCpuPreferredNodes` follows only unassigned or CPU-assigned nodes), so the
+//!    only tentative nodes are those the first call preferred on the CPU, and the only seeds
+//!    are their own CPU-memory outputs: a node the first call moved because of a `Shape` the
+//!    provider kept goes back to the provider (onnxruntime-web 1.30 logs the first call's
+//!    "Force fallback" lines and then places those nodes on WebGPU);
 //! 5. every other node goes to the CPU provider, which must register a kernel for it:
 //!    otherwise the session cannot be created (the model does not load).
 //!
@@ -25,7 +35,7 @@
 //! counts as one for the CPU preference.
 //!
 //! What this does not model, and says so: ONNX Runtime's fusions that rename and merge nodes
-//! without moving them between providers, a provider's per-node support checks
+//! without moving them between providers, the other providers' per-node support checks
 //! beyond kernel registration (DirectML's `supportQuery`, the device's data types), and
 //! bodies of control-flow nodes on the provider's side (a body is predicted as a graph of its
 //! own).
@@ -60,6 +70,9 @@ pub enum Why {
     Pinned,
     /// The provider has no kernel for it (what it lacks).
     NoKernel(String),
+    /// The provider has a kernel, but its `GetCapability` passes over the node by a check of
+    /// its own (which one).
+    Declined(String),
     /// The provider's kernel is known to compute it wrongly (so it is not emitted; an input
     /// that has one is reported).
     Deficient(String),
@@ -85,6 +98,7 @@ impl Why {
             Why::Kernel => "kernel",
             Why::Pinned => "pinned",
             Why::NoKernel(_) => "no kernel",
+            Why::Declined(_) => "declined",
             Why::Deficient(_) => "deficient kernel",
             Why::CpuPreferred => "cpu preferred",
             Why::NoProvider(_) => "no provider",
@@ -101,6 +115,7 @@ impl Why {
             Why::Kernel => format!("{provider} registers a kernel for it"),
             Why::Pinned => "pinned to the CPU (layer_ann)".into(),
             Why::NoKernel(d) => format!("{provider} has no kernel for it: {d}"),
+            Why::Declined(d) => format!("{provider} has a kernel but does not take it: {d}"),
             Why::Deficient(d) => format!("{provider}'s kernel is known to compute it wrongly: {d}"),
             Why::CpuPreferred => "ONNX Runtime prefers the CPU for it (a small computation fed by CPU values, GetCpuPreferredNodes)".into(),
             Why::NoProvider(d) => format!("no provider of the runtime has a kernel for it ({d}): the model will not load"),
@@ -289,7 +304,8 @@ pub fn predict_graph_in(
             continue;
         };
         let on_provider = cap.lookup(domain, &node.op_type, since, &ins, &outs);
-        if let Lookup::Kernel(k) = on_provider {
+        let declined = profile.declines(g, n);
+        if let (Lookup::Kernel(k), None) = (&on_provider, &declined) {
             if let Some(d) = profile.deficient(model, g, facts, n) {
                 out.set(n, Side::Cpu, Why::Deficient(d));
             } else {
@@ -298,7 +314,9 @@ pub fn predict_graph_in(
             }
             continue;
         }
-        let why = lookup_text(&node.op_type, since, &on_provider);
+        let why = declined
+            .clone()
+            .unwrap_or_else(|| lookup_text(&node.op_type, since, &on_provider));
         let on_cpu = cpu.lookup(domain, &node.op_type, since, &ins, &outs);
         if !matches!(on_cpu, Lookup::Kernel(_)) {
             match schemas
@@ -327,6 +345,7 @@ pub fn predict_graph_in(
             }
         }
         match on_cpu {
+            Lookup::Kernel(_) if declined.is_some() => out.set(n, Side::Cpu, Why::Declined(why)),
             Lookup::Kernel(_) => out.set(n, Side::Cpu, Why::NoKernel(why)),
             l => out.set(
                 n,
@@ -340,12 +359,26 @@ pub fn predict_graph_in(
         }
     }
     if profile.cpu_preferred {
-        cpu_preferred(g, facts, &transformed, &order, &pos, &tentative, &mut out);
+        let moved = cpu_preferred(g, facts, &transformed, &order, &pos, &tentative, &mut out);
+        let claimed = order
+            .iter()
+            .any(|&n| tentative[n.index()].is_some() && out.side(n) == Side::Gpu);
+        if profile.prefers_nhwc && claimed && !moved.is_empty() {
+            // The second GetCapability after the layout transformation: the nodes the first
+            // call claimed are assigned; only the ones it preferred on the CPU are tentative.
+            let mut again: Vec<Option<(Vec<usize>, Vec<usize>)>> = vec![None; bound];
+            for &n in &moved {
+                again[n.index()] = tentative[n.index()].clone();
+                out.set(n, Side::Gpu, Why::Kernel);
+            }
+            cpu_preferred(g, facts, &transformed, &order, &pos, &again, &mut out);
+        }
     }
     out
 }
 
-/// ONNX Runtime's `GetCpuPreferredNodes` over the tentative provider nodes.
+/// ONNX Runtime's `GetCpuPreferredNodes` over the tentative provider nodes; returns the nodes it
+/// moved to the CPU, in the order it moved them.
 fn cpu_preferred(
     g: &Graph,
     facts: &Facts,
@@ -354,7 +387,8 @@ fn cpu_preferred(
     pos: &[usize],
     tentative: &[Option<(Vec<usize>, Vec<usize>)>],
     out: &mut GraphPlacement,
-) {
+) -> Vec<NodeId> {
+    let mut moved = Vec::new();
     let consumers = g.consumers();
     let mut heap: BinaryHeap<Reverse<(usize, u32)>> = BinaryHeap::new();
     let mut cpu_values: HashSet<ValueId> = HashSet::new();
@@ -439,10 +473,12 @@ fn cpu_preferred(
         }
         if place {
             out.set(n, Side::Cpu, Why::CpuPreferred);
+            moved.push(n);
             for v in node.outputs.iter().flatten() {
                 cpu_values.insert(*v);
                 push_consumers(*v, &mut heap);
             }
         }
     }
+    moved
 }
