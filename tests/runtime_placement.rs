@@ -539,8 +539,10 @@ fn webgpu_prediction_agrees_with_onnxruntime_web_at_the_default_level() {
         "prediction agrees on {agree} of {placed} nodes at opt all:\n{text}"
     );
     // Predicted removals the log contradicts (it names the node). One is known and open:
-    // PP-OCRv4 rec's `p2o.Shape.0`, predicted removed with a ReshapeFusion, kept by the runtime
-    // (cause not found); any other fails the test.
+    // PP-OCRv4 rec's `p2o.Shape.0`, predicted removed with a ReshapeFusion, kept by the runtime:
+    // its twin `p2o.Shape.2` (a Shape of the same value) is merged into it by ONNX Runtime's
+    // CommonSubexpressionElimination (absent from the log), so the Shape has two readers and
+    // the fusion's bottom-up removal stops there (CSE is not modelled); any other fails the test.
     let (mut wrong, mut confirmed) = (0u64, 0u64);
     for (m, r) in v["models"].as_object().unwrap() {
         confirmed += r["removed_confirmed"].as_u64().unwrap_or(0);

@@ -18,7 +18,12 @@ agree as the prediction and the log have on each side.
 
 Usage: tools/placement_check.py --bin target/release/onnx-safeify --target webgpu
            [--opt disabled|basic|extended|all] [--json OUT] [--compile] MODEL...
+       tools/placement_check.py --bin ... --target webgpu --opt LEVEL --replay SESSION_DIR...
   --compile   hold the prediction for the target's output of each model too (compiled first)
+  --replay    predict again against the logs of earlier runs instead of running the browser: each
+              SESSION_DIR is one a run left (`placement-*` in the temporary folder, with its
+              request.json and result.json); its model files must still exist. The runtime's log
+              does not depend on the prediction, so two builds can be compared on the same logs.
 Prints a table per model, the misses with their predicted reason, and the total agreement.
 Exit 0 when every model was read (whatever the agreement), 2 on a harness failure.
 """
@@ -192,6 +197,32 @@ def compare(pred, job, lines):
             "provider": provider}
 
 
+def replayed(dirs, opt):
+    """[(model path, job, log lines)] from kept session folders, in the order given, jobs of a
+    batched session split by their '=== job J' lines; a session at another level is refused."""
+    out = []
+    for d in dirs:
+        d = Path(d)
+        req = json.loads((d / "request.json").read_text())
+        res = json.loads((d / "result.json").read_text())
+        per_job, cur = {}, None
+        for line in res.get("log", []):
+            m = re.match(r"=== job (\d+)", line)
+            if m:
+                cur = int(m.group(1))
+                per_job[cur] = []
+            elif cur is not None:
+                per_job[cur].append(line)
+        jobs = res.get("jobs", [])
+        for i, j in enumerate(req["jobs"]):
+            level = j.get("graph_optimization_level", "disabled")
+            if level != opt:
+                raise SystemExit(f"{d}: session at level {level}, not {opt}")
+            job = jobs[i] if i < len(jobs) else {"ok": False, "error": res.get("error")}
+            out.append((Path(j["model"]), job, per_job.get(i, [])))
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", default=str(HERE.parent / "target" / "release" / "onnx-safeify"))
@@ -201,11 +232,19 @@ def main():
     ap.add_argument("--compile", action="store_true")
     ap.add_argument("--batch", type=int, default=1,
                     help="models per browser (1: a job's log lines cannot be mixed with another's)")
+    ap.add_argument("--replay", action="store_true",
+                    help="the arguments are session folders of earlier runs: predict against their logs")
     ap.add_argument("models", nargs="+")
     a = ap.parse_args()
-    models = [Path(m) for m in a.models]
+    if a.replay:
+        sessions = replayed(a.models, a.opt)
+        models = list(dict.fromkeys(m for m, _, _ in sessions))
+        logs = {m: (job, lines) for m, job, lines in sessions}
+    else:
+        models = [Path(m) for m in a.models]
+        logs = None
     work = Path(tempfile.mkdtemp(prefix="placement-out-"))
-    if a.compile:
+    if a.compile and not a.replay:
         outs = []
         for m in models:
             o = work / (m.stem + f".{a.target}.onnx")
@@ -222,7 +261,10 @@ def main():
             print(f"{m.name}: {e}", file=sys.stderr)
     todo = [m for m in models if m in preds]
     results = {}
-    for i in range(0, len(todo), a.batch):
+    if logs is not None:
+        for m in todo:
+            results[m] = compare(preds[m], *logs[m])
+    for i in range(0, len(todo) if logs is None else 0, a.batch):
         batch = todo[i:i + a.batch]
         for m, (job, lines) in zip(batch, run_jobs(batch, a.opt)):
             results[m] = compare(preds[m], job, lines)

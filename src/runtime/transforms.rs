@@ -32,7 +32,9 @@
 //!
 //! Not modelled (they rename or merge nodes that stay on the side they were on, or do not
 //! occur in the measured corpus): the rule-based eliminations (Identity, Dropout, Slice,
-//! Unsqueeze, Cast, Expand, no-op), CSE, LayerNorm/Gelu/MatMulAdd fusions, QDQ propagation,
+//! Unsqueeze, Cast, Expand, no-op), CSE (which merges identical nodes: PP-OCRv4 rec's two
+//! `Shape`s of one value become one with two readers, so ReshapeFusion's removal keeps it where
+//! the prediction removes it), LayerNorm/Gelu/MatMulAdd fusions, QDQ propagation,
 //! the transpose optimizer, and every level-2/3 fusion. A node they remove may still be
 //! predicted; `tools/placement_check.py` counts a predicted node that the runtime's log does
 //! not name as renamed or removed, not as agreement.
