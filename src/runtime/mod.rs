@@ -194,7 +194,7 @@ impl Profile {
 
     /// The reason the provider's kernel for node `n` is known to compute it wrongly (the
     /// hand-kept list `runtimes/deficient.tsv`, evidence in docs/hazards.md).
-    pub fn deficient(&self, _model: &Model, g: &Graph, facts: &Facts, n: NodeId) -> Option<String> {
+    pub fn deficient(&self, g: &Graph, facts: &Facts, n: NodeId) -> Option<String> {
         let node = g.node(n);
         if self.name == "directml" && node.op_type == "DequantizeLinear" && node.domain().is_empty()
         {
