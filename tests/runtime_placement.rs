@@ -497,8 +497,8 @@ fn webgpu_outputs_are_written_at_an_ir_version_onnxruntime_web_reads() {
     }
 }
 
-/// Every `rx580` and `directml` output of the corpus (the sample, the real, transformer, extra
-/// and contrib models) and of the blocked-DequantizeLinear cases (`tools/make_blocked_dq.py`,
+/// Every `rx580` and `directml` output of the corpus (the sample, the real, transformer, extra,
+/// contrib, quantized, synthetic and ONNX Runtime-optimised models) and of the blocked-DequantizeLinear cases (`tools/make_blocked_dq.py`,
 /// int4 models included), predicted under DirectML: no unpinned node DirectML lacks at its
 /// since-version and types, none on the deficient list (issue 46: `missing-kernel-on-cpu` pins
 /// them, rx580's `unfuse-missing-kernel` decomposes ONNX Gelu-20 first); none is taken by no
@@ -522,7 +522,15 @@ fn directml_outputs_hold_only_what_directml_registers() {
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let mut models = vec![sample()];
-    for sub in ["real", "transformers", "extra", "contrib"] {
+    for sub in [
+        "real",
+        "transformers",
+        "extra",
+        "contrib",
+        "quantized",
+        "synthetic",
+        "ort_optimized",
+    ] {
         models.extend(onnx_files(&corpus.join(sub)));
     }
     models.extend(onnx_files(&cases));
