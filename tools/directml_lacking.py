@@ -1,7 +1,8 @@
 """Counts, over corpus models, what DirectML would run on the CPU unannounced in each `rx580` and
 `directml` output: per output, the nodes `inspect OUT --target directml` predicts, those pinned,
 those DirectML has no kernel for and that no pin moved ("no kernel"), those on the deficient list,
-those no provider takes, and the GPU pieces `check OUT --target T --format json` counts.
+those no provider takes, and the GPU pieces and CPU<->GPU crossings `check OUT --target T
+--format json` counts.
 
 Usage: python tools/directml_lacking.py BINARY OUTDIR [SUBDIR ...] [--extra DIR]
   BINARY   an onnx-safeify binary (an older one gives the "before" figures)
@@ -57,9 +58,10 @@ def main(argv):
             nodes = json.loads(r.stdout)["nodes"]
             count = lambda why: sum(1 for n in nodes if n["why"] == why)
             ck = subprocess.run([binary, "check", str(o), "--target", t, "--format", "json"], capture_output=True)
-            pieces = json.loads(ck.stdout)["cost"]["gpu_pieces"]
+            cost = json.loads(ck.stdout)["cost"]
             row = {"outputs": 1, "nodes": len(nodes), "pinned": count("pinned"), "no_kernel": count("no kernel"),
-                   "deficient": count("deficient kernel"), "no_provider": count("no provider"), "pieces": pieces}
+                   "deficient": count("deficient kernel"), "no_provider": count("no provider"), "pieces": cost["gpu_pieces"],
+                   "crossings": cost["crossings"]}
             for k, v in row.items():
                 totals.setdefault(t, {}).setdefault(k, 0)
                 totals[t][k] += v
