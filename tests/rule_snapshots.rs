@@ -84,6 +84,8 @@ fn each_shipped_rule_before_and_after() {
         ("nonzero", "nonzero-on-cpu"),
         ("control_flow", "control-flow-on-cpu"),
         ("float64", "float64-on-cpu"),
+        ("missing_kernel_gelu", "unfuse-missing-kernel"),
+        ("missing_kernel_det", "missing-kernel-on-cpu"),
         ("barrier", "barrier-heavy-dispatch"),
     ] {
         run(&dir, name, rule);

@@ -305,3 +305,61 @@ fn load_failure_is_a_rules_error() {
     let err = onnx_safeify::rules::load_target("/nonexistent/dir/target.yaml").unwrap_err();
     assert_eq!(err.kind, ErrorKind::Rules);
 }
+
+/// `provider_kernel`: an unknown state is an error at its place (with a suggestion), and a rule
+/// that asks the provider in a target naming none is one too (it would never fire).
+#[test]
+fn provider_kernel_errors() {
+    let e = errors(
+        "pk_state.yaml",
+        "\
+target: t
+extends: directml
+rules:
+  - id: r1
+    why: w
+    evidence: []
+    match: {provider_kernel: [missing, misisng]}
+    action: cpu
+",
+    );
+    assert_eq!(e.len(), 1, "{e}");
+    let d = &e.diagnostics[0];
+    assert_eq!((d.line, d.col), (7, 40), "{e}");
+    assert!(
+        d.message
+            .contains("unknown `provider_kernel` state `misisng`"),
+        "{e}"
+    );
+    assert!(d.label.contains("did you mean `missing`?"), "{e}");
+    let e = errors(
+        "pk_none.yaml",
+        "\
+target: t
+extends: none
+rules:
+  - id: r1
+    why: w
+    evidence: []
+    match:
+      op: Gelu
+      any: [{provider_kernel: deficient}, {not: {provider_kernel: registered}}]
+    action: cpu
+",
+    );
+    assert_eq!(e.len(), 2, "{e}");
+    for d in &e.diagnostics {
+        assert_eq!(d.line, 9, "{e}");
+        assert!(
+            d.message
+                .contains("rule `r1` matches on `provider_kernel`, but the target names no execution provider"),
+            "{e}"
+        );
+    }
+    // With a provider it loads.
+    parse_target_str(
+        "pk_ok.yaml",
+        "target: t\nextends: none\nprovider: directml\nrules:\n  - {id: r1, why: w, evidence: [], match: {provider_kernel: [missing, deficient]}, action: cpu}\n",
+    )
+    .unwrap();
+}

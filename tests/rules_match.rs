@@ -426,3 +426,71 @@ fn corpus_every_target_every_model() {
         }
     }
 }
+
+/// `provider_kernel` asks the target's provider (DirectML's generated table): ONNX Gelu-20 and
+/// com.microsoft FusedConv have no DirectML kernel ("missing"), the sample's Conv has one
+/// ("registered"); `directml` pins what is missing, `rx580` decomposes the Gelu first (priority
+/// 15 over 10) and leaves FusedConv to `unfuse-contrib`; a target without a provider cannot
+/// ask.
+#[test]
+fn provider_kernel_matches() {
+    let (Some(gelu), Some(fused)) = (
+        corpus("contrib/Gelu_onnx20.onnx"),
+        corpus("contrib/FusedConv_Relu.onnx"),
+    ) else {
+        return;
+    };
+    let directml = load_target("directml").unwrap();
+    let rx580 = load_target("rx580").unwrap();
+    let gelu = Loaded::new(&gelu);
+    let g0 = gelu.graph().order[0];
+    assert_eq!(gelu.graph().node(g0).op_type, "Gelu");
+    let c = counts(&gelu.matches(&directml));
+    assert_eq!(c.get("missing-kernel-on-cpu"), Some(&1), "{c:?}");
+    let ms = gelu.matches(&rx580);
+    assert_eq!(
+        ms[0].rule_id,
+        "unfuse-missing-kernel",
+        "{}",
+        gelu.listing(&ms)
+    );
+    let why = gelu.explain(&directml, g0);
+    assert!(
+        why.contains("missing-kernel-on-cpu (cpu): matches"),
+        "{why}"
+    );
+    let fused = Loaded::new(&fused);
+    let ms = fused.matches(&rx580);
+    assert_eq!(ms[0].rule_id, "unfuse-contrib", "{}", fused.listing(&ms));
+    // unfuse-missing-kernel asks for the default domain: FusedConv is not its.
+    assert!(!ms.iter().any(|m| m.rule_id == "unfuse-missing-kernel"));
+    assert!(ms.iter().any(|m| m.rule_id == "missing-kernel-on-cpu"));
+    // A registered kernel: no match, and the reason names the state and the provider.
+    let sample = Loaded::new(&sample());
+    let conv = sample
+        .graph()
+        .order
+        .iter()
+        .copied()
+        .find(|&n| sample.graph().node(n).op_type == "Conv")
+        .unwrap();
+    let why = sample.explain(&directml, conv);
+    assert!(
+        why.contains(
+            "missing-kernel-on-cpu (cpu): no match: provider_kernel is registered under \
+             DmlExecutionProvider, needs one of missing, deficient"
+        ),
+        "{why}"
+    );
+    // Against another provider's table the same node can differ: CUDA registers Gelu-20.
+    for (provider, want) in [("cuda", 0), ("directml", 1)] {
+        let t = parse_target_str(
+            "pk.yaml",
+            &format!(
+                "target: pk\nextends: none\nprovider: {provider}\nrules:\n  - {{id: m, why: w, evidence: [], match: {{provider_kernel: missing}}, action: cpu}}\n"
+            ),
+        )
+        .unwrap();
+        assert_eq!(gelu.matches(&t).len(), want, "{provider}");
+    }
+}

@@ -32,6 +32,13 @@ impl Sources {
         self.files.push(SourceFile { name, text });
         (self.files.len() - 1) as u32
     }
+    /// The index of the file named `name` (as [`Sources::name`] gives it).
+    pub fn find(&self, name: &str) -> Option<u32> {
+        self.files
+            .iter()
+            .position(|f| f.name == name)
+            .map(|i| i as u32)
+    }
     pub fn name(&self, file: u32) -> &str {
         self.files
             .get(file as usize)

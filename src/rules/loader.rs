@@ -20,6 +20,7 @@ use super::builtin::{builtin, builtin_display, builtin_names};
 use super::diag::{Diagnostic, RuleErrors, Sources};
 use super::ops::suggest;
 use super::parse::{parse_file, FileDoc, Mode};
+use super::pattern::SourceLoc;
 use super::schema::{Rule, RuntimeSetting, Target};
 use super::yaml::{self, Loc};
 
@@ -189,6 +190,42 @@ impl<'f> Loader<'f> {
                 let ok = acc.ok;
                 self.apply(&mut acc, &loaded.doc, ok);
                 acc.chain.push(display);
+            }
+        }
+        if acc.provider.is_none() {
+            // `provider_kernel` asks the target's execution provider: a chain without one would
+            // never fire the rule, silently.
+            for rule in &acc.rules {
+                let mut at = Vec::new();
+                provider_kernel_preds(&rule.pattern, &mut at);
+                for loc in at {
+                    let msg = format!(
+                        "rule `{}` matches on `provider_kernel`, but the target names no execution provider",
+                        rule.id
+                    );
+                    let d = match self.sources.find(&loc.file) {
+                        Some(file) => Diagnostic::at(
+                            &self.sources,
+                            Loc {
+                                file,
+                                line: loc.line,
+                                col: loc.col,
+                                len: "provider_kernel".len() as u32,
+                                byte: None,
+                            },
+                            msg,
+                        ),
+                        None => Diagnostic::whole_file(loc.file.clone(), msg),
+                    };
+                    let names: Vec<&str> = crate::runtime::Profile::all()
+                        .iter()
+                        .map(|p| p.name)
+                        .collect();
+                    self.errs.push(d.note(format!(
+                        "set `provider:` in the target or a base it extends ({})",
+                        names.join(", ")
+                    )));
+                }
             }
         }
         if !self.errs.is_empty() {
@@ -438,5 +475,25 @@ fn replace_or_push<T>(list: &mut Vec<T>, item: T, same: impl Fn(&T, &T) -> bool)
     match list.iter().position(|x| same(x, &item)) {
         Some(p) => list[p] = item,
         None => list.push(item),
+    }
+}
+
+/// The places of every `provider_kernel` predicate in `p`, nested patterns included.
+fn provider_kernel_preds(p: &crate::rules::pattern::Pattern, out: &mut Vec<SourceLoc>) {
+    use crate::rules::pattern::PredKind;
+    for pred in &p.preds {
+        match &pred.kind {
+            PredKind::ProviderKernel(_) => out.push(pred.at.clone()),
+            PredKind::Not(inner) => provider_kernel_preds(inner, out),
+            PredKind::Any(ps) | PredKind::All(ps) => {
+                for q in ps {
+                    provider_kernel_preds(q, out);
+                }
+            }
+            PredKind::FollowedBy(l) | PredKind::PrecededBy(l) => {
+                provider_kernel_preds(&l.pattern, out)
+            }
+            _ => {}
+        }
     }
 }

@@ -6,7 +6,7 @@
 //! unknown is unknown, so a missing fact never makes a rule fire. Matches come in a fixed
 //! order: higher `priority` first, then the target's rule order, then graph order.
 
-use std::cell::{OnceCell, RefCell};
+use std::cell::{Cell, OnceCell, RefCell};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 
@@ -16,12 +16,14 @@ use crate::tensor::dtype_name;
 
 use super::derive::{attr_default, attr_value, show_dims, AttrVal, Derived, Shapes};
 use super::pattern::{
-    AttrCheck, AttrTest, DimPat, Link, Lit, Num, Pattern, Pred, PredKind, SourceLoc, StrTest,
-    TensorCheck, TensorTest,
+    AttrCheck, AttrTest, DimPat, KernelState, Link, Lit, Num, Pattern, Pred, PredKind, SourceLoc,
+    StrTest, TensorCheck, TensorTest,
 };
 use super::schema::{Action, Target};
 use super::FactDim;
 use crate::infer::Facts;
+use crate::runtime::placement::{kernel_verdict, Verdict};
+use crate::runtime::Profile;
 
 /// The operator set versions a model imports, by domain (`""` for the default domain).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -156,6 +158,9 @@ pub struct Matcher<'a> {
     /// the graph, exponential in the nesting depth. Cleared for every rule (the addresses are
     /// only meaningful while that rule is borrowed).
     linked: RefCell<LinkMemo>,
+    /// The execution provider of the target being matched (`provider:`), for
+    /// `provider_kernel`; set by [`Matcher::find`] and [`Matcher::explain`].
+    profile: Cell<Option<&'static Profile>>,
 }
 
 type LinkMemo = HashMap<(usize, NodeId, bool), (V, Vec<(String, NodeId)>)>;
@@ -254,6 +259,7 @@ impl<'a> Matcher<'a> {
             opsets,
             users: OnceCell::new(),
             linked: RefCell::new(HashMap::new()),
+            profile: Cell::new(None),
         }
     }
 
@@ -272,6 +278,8 @@ impl<'a> Matcher<'a> {
 
     /// Every (rule, node) pair that matches, in the engine's fixed order.
     pub fn find(&self, target: &Target) -> Vec<Match> {
+        self.profile
+            .set(target.provider.as_deref().and_then(Profile::named));
         let mut out = Vec::new();
         // The nodes of each op type the rules name, in write order: a rule whose pattern names
         // its ops (an `op:` predicate at the top, which must hold for the pattern to) tries
@@ -363,6 +371,8 @@ impl<'a> Matcher<'a> {
 
     /// For each rule (in matching order), whether it matches `node` and why not.
     pub fn explain(&self, target: &Target, node: NodeId) -> Vec<Explanation> {
+        self.profile
+            .set(target.provider.as_deref().and_then(Profile::named));
         let mut order: Vec<usize> = (0..target.rules.len()).collect();
         order.sort_by_key(|&i| std::cmp::Reverse(target.rules[i].priority));
         order
@@ -530,6 +540,49 @@ impl<'a> Matcher<'a> {
                     verdict(Tri::U, &|| format!("{} is unknown: {why}", fact.key()))
                 }
             },
+            PredKind::ProviderKernel(states) => {
+                let need = || {
+                    let words: Vec<String> = states.iter().map(|s| s.key().to_string()).collect();
+                    one_of(&words)
+                };
+                match self.profile.get() {
+                    None => verdict(Tri::U, &|| {
+                        format!(
+                            "provider_kernel is unknown: the target names no execution provider (`provider:`), needs {}",
+                            need()
+                        )
+                    }),
+                    Some(profile) if profile.openvino().is_some() => verdict(Tri::U, &|| {
+                        format!(
+                            "provider_kernel is unknown: {} claims clusters of nodes, not kernels, needs {}",
+                            profile.provider,
+                            need()
+                        )
+                    }),
+                    Some(profile) => {
+                        let opset = self.opsets.get(node.domain()).unwrap_or(1);
+                        let v = kernel_verdict(profile, self.graph, self.facts(), n, opset);
+                        let (state, detail) = match &v {
+                            Verdict::Kernel(_) => (KernelState::Registered, None),
+                            Verdict::Deficient(d) => (KernelState::Deficient, Some(d)),
+                            Verdict::NoKernel(d) | Verdict::Declined(d) => {
+                                (KernelState::Missing, Some(d))
+                            }
+                            Verdict::NoProvider(d) => (KernelState::Unloadable, Some(d)),
+                            Verdict::Inlined(_, d) => (KernelState::Inlined, Some(d)),
+                        };
+                        verdict(bool_t(states.contains(&state)), &|| {
+                            format!(
+                                "provider_kernel is {}{} under {}, needs {}",
+                                state.key(),
+                                detail.map(|d| format!(" ({d})")).unwrap_or_default(),
+                                profile.provider,
+                                need()
+                            )
+                        })
+                    }
+                }
+            }
             PredKind::FollowedBy(link) => self.followed_by(node, link, want, caps, &p.at),
             PredKind::PrecededBy(link) => self.preceded_by(node, link, want, caps, &p.at),
             PredKind::Not(inner) => {

@@ -59,6 +59,7 @@
 //! | `work` | NUM | estimated FLOPs of one dispatch (conv: 2·N·M·out_spatial·C/group·kernel; MatMul/Gemm: 2·M·N·K·batch; pools: outputs·kernel; other ops: elements of the larger of input 0 / output 0) |
 //! | `bytes` | NUM | bytes read and written: every present input and output |
 //! | `metadata` | `{KEY: STRING-TEST}` | node `metadata_props` |
+//! | `provider_kernel` | `missing`, `deficient`, `registered`, `inlined`, `unloadable` or a list | what the target's execution provider (`provider:`) registers for the node at its schema since-version and types ([`crate::runtime::placement::kernel_verdict`]); an error in a target without a provider |
 //! | `followed_by` | PATTERN + `via: SLOT`, `sole: bool` | some consumer of an output (of output `via`) matches; `sole`: that value has one consumer |
 //! | `preceded_by` | PATTERN + `via: SLOT`, `sole: bool` | the producer of some input (of input `via`) matches |
 //! | `not` | PATTERN | the pattern is false |

@@ -5,8 +5,8 @@
 use super::diag::{Diagnostic, RuleErrors, Sources};
 use super::ops;
 use super::pattern::{
-    AttrCheck, AttrTest, CmpOp, DimPat, Fact, Flag, Link, Lit, Num, NumTest, Pattern, Pred,
-    PredKind, SourceLoc, StrTest, TensorCheck, TensorTest,
+    AttrCheck, AttrTest, CmpOp, DimPat, Fact, Flag, KernelState, Link, Lit, Num, NumTest, Pattern,
+    Pred, PredKind, SourceLoc, StrTest, TensorCheck, TensorTest,
 };
 use super::schema::{
     Action, BarrierLimit, CpuSubgraphs, DeviceSpec, Fallback, Rule, RuntimeSetting, SplitAxis,
@@ -89,6 +89,7 @@ pub(crate) const PRED_KEYS: &[&str] = &[
     "work",
     "bytes",
     "metadata",
+    "provider_kernel",
     "followed_by",
     "preceded_by",
     "not",
@@ -768,6 +769,33 @@ impl<'a> P<'a> {
                         _ => Fact::Bytes,
                     };
                     self.num_test(v, &w).map(|t| PredKind::Fact(fact, t))
+                }
+                "provider_kernel" => {
+                    let Some(words) = self.strings(v, &w) else {
+                        continue;
+                    };
+                    let mut states = Vec::with_capacity(words.len());
+                    for (word, loc) in words {
+                        match KernelState::from_key(&word) {
+                            Some(st) => states.push(st),
+                            None => {
+                                let keys = KernelState::ALL.map(KernelState::key);
+                                let mut d = self
+                                    .diag(loc, format!("unknown `provider_kernel` state `{word}`"));
+                                if let Some(h) = ops::suggest(&word, keys.iter().copied()) {
+                                    d = d.label(format!("did you mean `{h}`?"));
+                                }
+                                self.error(d.note(format!(
+                                    "`provider_kernel` is one of (or a list of): {}",
+                                    keys.join(", ")
+                                )));
+                            }
+                        }
+                    }
+                    if states.is_empty() {
+                        continue;
+                    }
+                    Some(PredKind::ProviderKernel(states))
                 }
                 "metadata" => {
                     let Some(m) = v.as_map() else {

@@ -259,6 +259,47 @@ impl Fact {
     }
 }
 
+/// What the target's execution provider registers for a node (`provider_kernel`), as the
+/// placement prediction sees the node on its own ([`crate::runtime::placement::kernel_verdict`]:
+/// domain, op, schema since-version at the model's opset, element types, the deficient list).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KernelState {
+    /// A kernel the node can use.
+    Registered,
+    /// No kernel, but the CPU provider has one: ONNX Runtime moves the node to the CPU itself.
+    Missing,
+    /// A kernel on the known-deficient list (`runtimes/deficient.tsv`).
+    Deficient,
+    /// No provider registers the op; ONNX Runtime inlines its function body.
+    Inlined,
+    /// Neither the provider nor the CPU provider has a kernel: the model will not load.
+    Unloadable,
+}
+
+impl KernelState {
+    /// Every state, in the order the documentation lists them.
+    pub const ALL: [KernelState; 5] = [
+        KernelState::Registered,
+        KernelState::Missing,
+        KernelState::Deficient,
+        KernelState::Inlined,
+        KernelState::Unloadable,
+    ];
+    /// The word a rule file writes.
+    pub fn key(self) -> &'static str {
+        match self {
+            KernelState::Registered => "registered",
+            KernelState::Missing => "missing",
+            KernelState::Deficient => "deficient",
+            KernelState::Inlined => "inlined",
+            KernelState::Unloadable => "unloadable",
+        }
+    }
+    pub fn from_key(s: &str) -> Option<KernelState> {
+        KernelState::ALL.into_iter().find(|k| k.key() == s)
+    }
+}
+
 /// A link to a neighbouring node (`followed_by`, `preceded_by`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Link {
@@ -285,6 +326,8 @@ pub enum PredKind {
     Flag(Flag, bool),
     Fact(Fact, NumTest),
     Metadata(String, StrTest),
+    /// The target's provider's kernel for the node is in one of these states.
+    ProviderKernel(Vec<KernelState>),
     FollowedBy(Box<Link>),
     PrecededBy(Box<Link>),
     Not(Box<Pattern>),

@@ -204,8 +204,6 @@ impl Profile {
         })
     }
 
-    /// The reason the provider's kernel for node `n` is known to compute it wrongly (the
-    /// hand-kept list `runtimes/deficient.tsv`, evidence in docs/hazards.md).
     /// Why the provider's `GetCapability` passes over a node it has a kernel for, by its own
     /// per-node checks (the node then goes to the CPU provider like one without a kernel, and
     /// counts as a CPU node for `GetCpuPreferredNodes`).
@@ -246,7 +244,9 @@ impl Profile {
         None
     }
 
-    pub fn deficient(&self, _model: &Model, g: &Graph, facts: &Facts, n: NodeId) -> Option<String> {
+    /// The reason the provider's kernel for node `n` is known to compute it wrongly (the
+    /// hand-kept list `runtimes/deficient.tsv`, evidence in docs/hazards.md).
+    pub fn deficient(&self, g: &Graph, facts: &Facts, n: NodeId) -> Option<String> {
         let node = g.node(n);
         if self.name == "directml" && node.op_type == "DequantizeLinear" && node.domain().is_empty()
         {

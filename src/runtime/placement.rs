@@ -43,7 +43,7 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashSet};
 
-use super::capability::{range_text, Capability, Function, Lookup, Schemas};
+use super::capability::{range_text, Capability, Function, Kernel, Lookup, Schemas};
 use super::transforms::{self, Fate, Level, Session, Transformed};
 use super::Profile;
 use crate::infer::Facts;
@@ -222,8 +222,6 @@ pub fn predict_graph_in(
             profile.cpu_capability(),
         );
     }
-    let schemas = Schemas::builtin();
-    let cap: &Capability = profile.capability();
     let cpu: &Capability = profile.cpu_capability();
     let transformed = if session.level > Level::Disabled {
         let declared = crate::infer::infer_graph(model, g, &crate::infer::InferOptions::default());
@@ -288,74 +286,16 @@ pub fn predict_graph_in(
                 }
             })
             .unwrap_or(1);
-        let since = schemas.since(domain, &node.op_type, opset);
-        let (ins, outs) = input_dtypes(g, facts, n);
-        let Some(since) = since else {
-            let d = format!(
-                "{} has no schema {}at opset {opset}",
-                node.op_type,
-                if domain.is_empty() {
-                    String::new()
-                } else {
-                    format!("in {domain} ")
-                }
-            );
-            out.set(n, Side::Cpu, Why::NoProvider(d));
-            continue;
-        };
-        let on_provider = cap.lookup(domain, &node.op_type, since, &ins, &outs);
-        let declined = profile.declines(g, n);
-        if let (Lookup::Kernel(k), None) = (&on_provider, &declined) {
-            if let Some(d) = profile.deficient(model, g, facts, n) {
-                out.set(n, Side::Cpu, Why::Deficient(d));
-            } else {
+        match kernel_verdict(profile, g, facts, n, opset) {
+            Verdict::Kernel(k) => {
                 tentative[n.index()] = Some((k.cpu_inputs.clone(), k.cpu_outputs.clone()));
                 out.set(n, Side::Gpu, Why::Kernel);
             }
-            continue;
-        }
-        let why = declined
-            .clone()
-            .unwrap_or_else(|| lookup_text(&node.op_type, since, &on_provider));
-        let on_cpu = cpu.lookup(domain, &node.op_type, since, &ins, &outs);
-        if !matches!(on_cpu, Lookup::Kernel(_)) {
-            match schemas
-                .at(domain, &node.op_type, opset)
-                .map(|s| &s.function)
-            {
-                Some(Function::Ops(ops)) => {
-                    let on_gpu = ops.iter().all(|op| {
-                        schemas
-                            .since("", op, opset)
-                            .is_some_and(|v| cap.kernels("", op).iter().any(|k| k.serves(v)))
-                    });
-                    let side = if on_gpu { Side::Gpu } else { Side::Cpu };
-                    out.set(n, side, Why::Inlined(ops.join(", ")));
-                    continue;
-                }
-                Some(Function::Dynamic) => {
-                    out.set(
-                        n,
-                        Side::Gpu,
-                        Why::Inlined("a body built for the node; assumed on the provider".into()),
-                    );
-                    continue;
-                }
-                _ => {}
-            }
-        }
-        match on_cpu {
-            Lookup::Kernel(_) if declined.is_some() => out.set(n, Side::Cpu, Why::Declined(why)),
-            Lookup::Kernel(_) => out.set(n, Side::Cpu, Why::NoKernel(why)),
-            l => out.set(
-                n,
-                Side::Cpu,
-                Why::NoProvider(format!(
-                    "{}; on the CPU side: {}",
-                    why,
-                    lookup_text(&node.op_type, since, &l)
-                )),
-            ),
+            Verdict::Deficient(d) => out.set(n, Side::Cpu, Why::Deficient(d)),
+            Verdict::NoKernel(d) => out.set(n, Side::Cpu, Why::NoKernel(d)),
+            Verdict::Declined(d) => out.set(n, Side::Cpu, Why::Declined(d)),
+            Verdict::NoProvider(d) => out.set(n, Side::Cpu, Why::NoProvider(d)),
+            Verdict::Inlined(side, d) => out.set(n, side, Why::Inlined(d)),
         }
     }
     if profile.cpu_preferred {
@@ -375,6 +315,102 @@ pub fn predict_graph_in(
         }
     }
     out
+}
+
+/// What a provider's kernel registry says of one node, on its own: the step of the placement
+/// that looks at the node alone (no pin, no graph transformation, no CPU preference), shared by
+/// [`predict_graph_in`] and the rules' `provider_kernel` match key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict<'a> {
+    /// The provider registers a kernel for the node's domain, op, since-version and types.
+    Kernel(&'a Kernel),
+    /// It registers one, but the kernel is on the known-deficient list (why).
+    Deficient(String),
+    /// It has none (what it lacks); the CPU provider has one: ONNX Runtime moves the node to
+    /// the CPU by itself.
+    NoKernel(String),
+    /// It has one, but its `GetCapability` passes over the node by its own per-node checks
+    /// ([`Profile::declines`]; why); the CPU provider has one: the node goes to the CPU.
+    Declined(String),
+    /// Neither it nor the CPU provider has one: the session cannot be created.
+    NoProvider(String),
+    /// No provider registers the op, but its schema has a function body: ONNX Runtime inlines
+    /// it (the side the body's nodes go to; the body).
+    Inlined(Side, String),
+}
+
+/// The [`Verdict`] of `profile`'s kernel registry on node `n` of `g`, where the model imports
+/// `opset` for the node's domain; element types from `facts` (an unknown type is accepted by
+/// every kernel). A kernel table only: for the OpenVINO provider (which claims clusters, not
+/// kernels) the answer is its empty kernel table's.
+pub fn kernel_verdict<'p>(
+    profile: &'p Profile,
+    g: &Graph,
+    facts: &Facts,
+    n: NodeId,
+    opset: i64,
+) -> Verdict<'p> {
+    let schemas = Schemas::builtin();
+    let cap: &Capability = profile.capability();
+    let cpu: &Capability = profile.cpu_capability();
+    let node = g.node(n);
+    let domain = node.domain();
+    let Some(since) = schemas.since(domain, &node.op_type, opset) else {
+        return Verdict::NoProvider(format!(
+            "{} has no schema {}at opset {opset}",
+            node.op_type,
+            if domain.is_empty() {
+                String::new()
+            } else {
+                format!("in {domain} ")
+            }
+        ));
+    };
+    let (ins, outs) = input_dtypes(g, facts, n);
+    let on_provider = cap.lookup(domain, &node.op_type, since, &ins, &outs);
+    let declined = profile.declines(g, n);
+    if let (Lookup::Kernel(k), None) = (&on_provider, &declined) {
+        return match profile.deficient(g, facts, n) {
+            Some(d) => Verdict::Deficient(d),
+            None => Verdict::Kernel(k),
+        };
+    }
+    let why = declined
+        .clone()
+        .unwrap_or_else(|| lookup_text(&node.op_type, since, &on_provider));
+    let on_cpu = cpu.lookup(domain, &node.op_type, since, &ins, &outs);
+    if !matches!(on_cpu, Lookup::Kernel(_)) {
+        match schemas
+            .at(domain, &node.op_type, opset)
+            .map(|s| &s.function)
+        {
+            Some(Function::Ops(ops)) => {
+                let on_gpu = ops.iter().all(|op| {
+                    schemas
+                        .since("", op, opset)
+                        .is_some_and(|v| cap.kernels("", op).iter().any(|k| k.serves(v)))
+                });
+                let side = if on_gpu { Side::Gpu } else { Side::Cpu };
+                return Verdict::Inlined(side, ops.join(", "));
+            }
+            Some(Function::Dynamic) => {
+                return Verdict::Inlined(
+                    Side::Gpu,
+                    "a body built for the node; assumed on the provider".into(),
+                );
+            }
+            _ => {}
+        }
+    }
+    match on_cpu {
+        Lookup::Kernel(_) if declined.is_some() => Verdict::Declined(why),
+        Lookup::Kernel(_) => Verdict::NoKernel(why),
+        l => Verdict::NoProvider(format!(
+            "{}; on the CPU side: {}",
+            why,
+            lookup_text(&node.op_type, since, &l)
+        )),
+    }
 }
 
 /// ONNX Runtime's `GetCpuPreferredNodes` over the tentative provider nodes; returns the nodes it

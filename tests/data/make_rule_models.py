@@ -11,11 +11,11 @@ out = sys.argv[1]
 rng = np.random.default_rng(7)
 
 
-def save(name, nodes, inputs, outputs, inits=(), opset=17, extra_opsets=()):
+def save(name, nodes, inputs, outputs, inits=(), opset=17, extra_opsets=(), ir=8):
     g = h.make_graph(nodes, name, inputs, outputs, initializer=list(inits))
     m = h.make_model(g, opset_imports=[h.make_opsetid("", opset), *extra_opsets],
                      producer_name="onnx-safeify tests")
-    m.ir_version = 8
+    m.ir_version = ir
     onnx.checker.check_model(m, full_check=True)
     onnx.save(m, f"{out}/{name}.onnx")
 
@@ -85,3 +85,17 @@ save("barrier",
       h.make_node("Relu", ["a"], ["r"], name="relu"),
       h.make_node("Conv", ["r", "w2"], ["y"], name="conv2", kernel_shape=[3, 3], pads=[1, 1, 1, 1])],
      [f("x", 1, 64, 256, 256)], [f("y", 1, 64, 256, 256)], [w("w1", 64, 64, 3, 3), w("w2", 64, 64, 3, 3)])
+
+# unfuse-missing-kernel: an ONNX Gelu-20 (DirectML has no Gelu kernel), between two Adds so
+# that the decomposition sits inside a graph.
+save("missing_kernel_gelu",
+     [h.make_node("Add", ["x", "x"], ["a"], name="pre"),
+      h.make_node("Gelu", ["a"], ["g"], name="gelu"),
+      h.make_node("Add", ["g", "x"], ["y"], name="post")],
+     [f("x", 2, 8)], [f("y", 2, 8)], opset=20, ir=9)
+
+# missing-kernel-on-cpu: Det (DirectML registers none; the CPU provider has Det-11).
+save("missing_kernel_det",
+     [h.make_node("Add", ["x", "x"], ["a"], name="pre"),
+      h.make_node("Det", ["a"], ["y"], name="det")],
+     [f("x", 2, 3, 3)], [f("y", 2)])
