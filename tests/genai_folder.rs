@@ -249,6 +249,6 @@ fn a_folder_compile_shows_final_paths_and_keeps_the_config_text() {
         .unwrap();
     assert_eq!(
         added,
-        format!(",\n                \"config_entries\": {{\n                    \"ep.dml.disable_graph_fusion\": \"1\",\n                    \"session.layer_assignment_settings\": \"cpu(safeify_cpu)\",\n                    \"optimization.disable_specified_optimizers\": \"{list}\"\n                }}")
+        format!(",\n                \"config_entries\": {{\n                    \"ep.dml.disable_graph_fusion\": \"1\",\n                    \"optimization.disable_specified_optimizers\": \"{list}\",\n                    \"session.layer_assignment_settings\": \"cpu(safeify_cpu)\"\n                }}")
     );
 }
