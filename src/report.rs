@@ -544,7 +544,7 @@ pub fn refusion_note(report: &Report, target: &Target) -> Option<String> {
         .map(|(t, b)| format!("{t} ({})", b.join(", ")))
         .collect();
     Some(format!(
-        "warning: ONNX Runtime would fuse back what this compile decomposed, at its default level \"all\" on {}: {}; list them in the session option {} (';'-separated) or run at a lower level",
+        "warning: ONNX Runtime would fuse back what this compile decomposed, at its default level \"all\" on {}: {}; list them in the session option {} (';'-separated; level \"basic\" still runs the level-1 ones)",
         profile.provider,
         list.join("; "),
         crate::runtime::transforms::DISABLE_OPTIMIZERS_KEY
