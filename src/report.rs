@@ -505,6 +505,9 @@ pub fn summary_text(report: &Report, target: &Target) -> String {
             report.annotation
         );
     }
+    if let Some(note) = refusion_note(report, target) {
+        let _ = writeln!(s, "{note}");
+    }
     if !target.runtime.is_empty() {
         let _ = writeln!(
             s,
@@ -517,6 +520,35 @@ pub fn summary_text(report: &Report, target: &Target) -> String {
         s.push_str(&runtime_code(&target.runtime));
     }
     s
+}
+
+/// Whether ONNX Runtime, at its default level "all" with the target's runtime settings, would
+/// still run a fusion on the target's provider that rebuilds an op this compile decomposed
+/// (`runtime::transforms::REBUILDS`, providers from `runtimes/capability/transformers.tsv`).
+pub fn refusion_note(report: &Report, target: &Target) -> Option<String> {
+    use crate::runtime::transforms::{Level, Session};
+    let profile = crate::runtime::Profile::named(target.provider.as_deref()?)?;
+    let ops: std::collections::BTreeSet<&str> = report
+        .applied
+        .iter()
+        .filter(|a| a.action == "unfuse")
+        .map(|a| a.op.as_str())
+        .collect();
+    let ops: Vec<&str> = ops.into_iter().collect();
+    let left = Session::for_target(target, Level::All).rebuilders_left(profile.provider, &ops);
+    if left.is_empty() {
+        return None;
+    }
+    let list: Vec<String> = left
+        .iter()
+        .map(|(t, b)| format!("{t} ({})", b.join(", ")))
+        .collect();
+    Some(format!(
+        "warning: ONNX Runtime would fuse back what this compile decomposed, at its default level \"all\" on {}: {}; list them in the session option {} (';'-separated; level \"basic\" still runs the level-1 ones)",
+        profile.provider,
+        list.join("; "),
+        crate::runtime::transforms::DISABLE_OPTIMIZERS_KEY
+    ))
 }
 
 /// `--report FILE.json`.

@@ -243,8 +243,12 @@ fn a_folder_compile_shows_final_paths_and_keeps_the_config_text() {
         "the config was rewritten beyond the new entry:\n{after}"
     );
     let added = &after[head.len()..after.len() - tail.len()];
+    let rx580 = onnx_safeify::rules::load_target("rx580").unwrap();
+    let list = rx580
+        .runtime_value("optimization.disable_specified_optimizers")
+        .unwrap();
     assert_eq!(
         added,
-        ",\n                \"config_entries\": {\n                    \"ep.dml.disable_graph_fusion\": \"1\",\n                    \"session.layer_assignment_settings\": \"cpu(safeify_cpu)\"\n                }"
+        format!(",\n                \"config_entries\": {{\n                    \"ep.dml.disable_graph_fusion\": \"1\",\n                    \"optimization.disable_specified_optimizers\": \"{list}\",\n                    \"session.layer_assignment_settings\": \"cpu(safeify_cpu)\"\n                }}")
     );
 }

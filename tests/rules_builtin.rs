@@ -65,7 +65,16 @@ fn rx580_extends_directml() {
     for r in &base.rules {
         assert_eq!(t.rule(&r.id), Some(r), "rx580 keeps {}", r.id);
     }
-    assert_eq!(t.runtime, base.runtime);
+    // rx580 keeps directml's settings, in order, and adds the transformers its unfusions need
+    // disabled (tests/refusion.rs).
+    assert_eq!(t.runtime[..base.runtime.len()], base.runtime[..]);
+    assert_eq!(
+        t.runtime[base.runtime.len()..]
+            .iter()
+            .map(|r| r.key.as_str())
+            .collect::<Vec<_>>(),
+        ["optimization.disable_specified_optimizers"]
+    );
     assert_eq!(t.runtime_value("ep.dml.disable_graph_fusion"), Some("1"));
     assert_eq!(
         t.rule("split-depthwise").unwrap().action,

@@ -135,10 +135,24 @@ fn runtime_settings_are_spelled_for_their_runtime() {
             } else {
                 // Session config entries: ONNX Runtime's key namespaces.
                 assert!(
-                    s.key.starts_with("session.") || s.key.starts_with("ep."),
+                    s.key.starts_with("session.")
+                        || s.key.starts_with("ep.")
+                        || s.key.starts_with("optimization."),
                     "{name}: {}",
                     s.key
                 );
+            }
+            // Transformer names separated by ';' (inference_session.cc splits on ';' only and
+            // compares whole names), each one ONNX Runtime has.
+            if s.key == onnx_safeify::runtime::transforms::DISABLE_OPTIMIZERS_KEY {
+                for n in s.value.split(';') {
+                    assert!(
+                        onnx_safeify::runtime::transforms::transformers()
+                            .iter()
+                            .any(|t| t.name == n),
+                        "{name}: {n:?} is not a transformer of runtimes/capability/transformers.tsv"
+                    );
+                }
             }
             // DirectML parses its boolean provider options strictly (True/true/False/false).
             if s.key.starts_with("provider.DmlExecutionProvider.") {
