@@ -709,6 +709,13 @@ struct TimeLayout {
     /// Per position: the producers of what the node reads.
     producers: Vec<Vec<NodeId>>,
     bound: usize,
+    /// Values ONNX Runtime keeps on the CPU by its own choice (a `Shape`/`Size` output and the
+    /// arithmetic its fallback walk puts beside it: [`crate::rewrite::cpu::runtime_cpu_values`]),
+    /// and every int64 value.
+    /// No cut sits on one: a no-op there reads no GPU value, so it ends no submission, and
+    /// onnxruntime-web 1.30 cannot create a session where a `layer_ann` pin reads such a value
+    /// (`std::bad_alloc`, docs/hazards.md "layer_ann pins reading Shape values").
+    runtime_cpu: crate::ir::hash::FastSet<ValueId>,
 }
 
 fn time_layout(
@@ -721,6 +728,17 @@ fn time_layout(
 ) -> Result<TimeLayout, String> {
     let mut l = layout(g, s)?;
     let bound = petgraph::visit::NodeIndexable::node_bound(&g.nodes);
+    let pinned: crate::ir::hash::FastSet<NodeId> =
+        l.topo.iter().copied().filter(|&n| is_cpu(g, n)).collect();
+    let mut runtime_cpu = crate::rewrite::cpu::runtime_cpu_values(g, &pinned);
+    // int64 values are shapes, indices and positions: onnxruntime-web has no WebGPU kernel
+    // for most int64 arithmetic (a Concat of shape parts runs on its CPU), and a pin reading
+    // one fails there too; the values are a few integers, no cut worth making.
+    runtime_cpu.extend(
+        (0..g.values.len())
+            .map(|i| ValueId(i as u32))
+            .filter(|&v| s.dtype(v) == Some(crate::tensor::dtype::INT64)),
+    );
     // Where the runtime puts each node, where the target names its provider: a node it moves
     // to the CPU by itself ends a submission as a pinned one does.
     let placed = crate::cost::profile_of(target)
@@ -767,6 +785,7 @@ fn time_layout(
         roles,
         producers,
         bound,
+        runtime_cpu,
     })
 }
 
@@ -873,6 +892,9 @@ fn choose_cut(
             match g.values[v.index()].origin {
                 Origin::Node { node, .. } if node == before => {}
                 _ => continue,
+            }
+            if t.runtime_cpu.contains(v) {
+                continue;
             }
             let (b, _) = t.l.estimates.bytes(s, *v);
             if pick.is_none_or(|(pb, _)| b < pb) {
