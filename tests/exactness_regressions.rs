@@ -163,9 +163,11 @@ fn ill_conditioned_sums_pass_only_within_their_allowance() {
     assert!(off.is_empty(), "{off:#?}");
     let conditioned = rows.iter().filter(|v| status(v) == "conditioned").count();
     // 33 on the Xeon (AVX-512) that kept them, 32 on an AMD EPYC (AVX2): where the kernel's
-    // own sums land depends on the CPU's code path. Most of them still need it.
+    // own sums land depends on the CPU's code path. Since the layer norms take their mean about
+    // the row's first element, as ONNX Runtime's Welford update starts (issue 48), five
+    // LayerNormGroup cases meet the plain bound: 28 where 33 did before. Most still need it.
     assert!(
-        conditioned >= 30,
+        conditioned >= 26,
         "only {conditioned} kept cases needed the allowance"
     );
     let o = Command::new(&py)

@@ -52,6 +52,21 @@ fn norm_axes(rw: &Rw, axis: i64) -> Result<Vec<i64>, Unsupported> {
 /// `InvStdDev = Reciprocal(Sqrt(Var + epsilon))`, `Normalized = D * InvStdDev` (cast back).
 /// RMS variant (`simplified`, ONNX Runtime SimplifiedLayerNormalization:
 /// `y = x / sqrt(mean(x^2) + epsilon) * scale`): no mean is subtracted.
+///
+/// Two changes of order follow ONNX Runtime 1.32's CPU kernels (`layer_norm_impl.cc`,
+/// `skip_layer_norm.cc`; checked bit for bit against a NumPy replay of their arithmetic), with
+/// the same value in exact arithmetic:
+/// - the mean is taken about the row's first element, `X0 + ReduceMean(Xs - X0)`, as Welford's
+///   update starts from it (`mean = x0`, then `mean += (x - mean) / k`): on a residual stream
+///   near 4e3 with a deviation near 1 the differences are exact and small, so the mean rounds
+///   once at the stream's magnitude instead of through a sum four times it (the plain
+///   ReduceMean was 1.2e-5 and 2.2e-4 of the output's scale off a float64 evaluation in fuzz
+///   cases TransformerChain_ffeff2855449 and _a107b1703d0a, the kernel 6.4e-6 and 6.3e-5; this
+///   order 4.0e-6 and 7.1e-5). Welford's sequence itself is not written: it is one step an
+///   element, a `Scan` on every provider's CPU.
+/// - the output divides by the deviation, `D / Sqrt(Var + epsilon)`, as the kernels do, rather
+///   than multiplying by its rounded reciprocal (which the InvStdDev output still is: the
+///   kernels write `1 / deviation` there).
 fn normalize(
     rw: &mut Rw,
     x: PValue,
@@ -66,7 +81,12 @@ fn normalize(
     let (centered, mean) = if simplified {
         (xs, None)
     } else {
-        let mean = rw.reduce("ReduceMean", xs, axes, true);
+        let zeros = vec![0; axes.len()];
+        let ones = vec![1; axes.len()];
+        let first = rw.slice(xs, &zeros, &ones, axes);
+        let shifted = rw.op("Sub", &[xs, first], &[]);
+        let rest = rw.reduce("ReduceMean", shifted, axes, true);
+        let mean = rw.op("Add", &[first, rest], &[]);
         (rw.op("Sub", &[xs, mean], &[]), Some(mean))
     };
     let sq = rw.op("Mul", &[centered, centered], &[]);
@@ -75,7 +95,7 @@ fn normalize(
     let ve = rw.op("Add", &[var, e], &[]);
     let sd = rw.op("Sqrt", &[ve], &[]);
     let inv_std = rw.op("Reciprocal", &[sd], &[]);
-    let n = rw.op("Mul", &[centered, inv_std], &[]);
+    let n = rw.op("Div", &[centered, sd], &[]);
     let normalized = if cast { rw.cast(n, dt) } else { n };
     Ok(Normed {
         normalized,
@@ -157,11 +177,12 @@ fn layer_norm_common(
 ///
 /// Class rounding, with a limit no decomposition passes: ONNX Runtime 1.32's kernel takes the
 /// mean and variance by Welford's update (`mean += (x - mean) / k`, one element at a time
-/// below 8 elements, 8 lanes merged above), this one by ReduceMean. Both are accurate, but
-/// their means differ by an ulp, and `x - mean` turns an ulp of the mean into `|mean| / std`
-/// ulps of the output: past 1e-5 of the scale where a row's mean is some 200 times its
-/// standard deviation, or a row is constant to a few ulps with a tiny epsilon (fuzz cases
-/// LayerNormGroup_1cc47a1d41de, LayerNormGroup_2ac466fe4208; kept open).
+/// below 8 elements, 8 lanes merged above), this one by a ReduceMean about the row's first
+/// element (`normalize`). Both are accurate, but their means can differ by an ulp, and
+/// `x - mean` turns an ulp of the mean into `|mean| / std` ulps of the output: past 1e-5 of the
+/// scale where a row's mean is some 200 times its standard deviation, or a row is constant to a
+/// few ulps with a tiny epsilon (fuzz cases LayerNormGroup_1cc47a1d41de,
+/// LayerNormGroup_2ac466fe4208; judged against a float64 evaluation).
 pub fn layer_norm(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch, Unsupported> {
     layer_norm_common(ctx, g, n, false)
 }
@@ -183,12 +204,13 @@ pub fn simplified_layer_norm(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Pa
 /// `(s - mean) / sqrt(M2 / H + epsilon) * gamma + beta`; not the one-pass `E[s^2] - E[s]^2` of
 /// releases before it (which went negative on a residual stream near 4e3: NaN). Welford's
 /// sequential update cannot be written with ONNX reductions (a `Scan` would, one element per
-/// step, on the CPU of every GPU provider), so the mean here is a ReduceMean: both are within
-/// rounding of the true mean, but where a row's mean is ~1000 times its deviation (a Whisper
-/// encoder's residual stream near 4e3) `s - mean` turns that ulp of the mean into
-/// `|mean| / std` ulps of the output: 6.3e-4 of the scale apart, the kernel 1.3e-4 off a float64
-/// evaluation itself. `verify` shows such an output against a float64 evaluation of the original
-/// (`verify/wide.rs`) instead of failing it. SkipSimplifiedLayerNormalization has no mean: its
+/// step, on the CPU of every GPU provider), so the mean here is a ReduceMean about the row's
+/// first element, and the output divides by the deviation as the kernel does (`normalize`):
+/// both means are within rounding of the true mean, but where a row's mean is ~1000 times its
+/// deviation (a Whisper encoder's residual stream near 4e3) `s - mean` turns an ulp of the mean
+/// into `|mean| / std` ulps of the output, past 1e-5 of the scale, with the kernel as far off a
+/// float64 evaluation itself. `verify` shows such an output against a float64 evaluation of the
+/// original (`verify/wide.rs`) instead of failing it. SkipSimplifiedLayerNormalization has no mean: its
 /// kernel's sequential float sum of squares and this ReduceMean differ by rounding only.
 pub fn skip_layer_norm(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch, Unsupported> {
     skip_norm(ctx, g, n, false)
