@@ -1806,24 +1806,23 @@ mod tests {
         (lo..=hi).flat_map(move |a| (lo..=hi).map(move |b| (a, b)))
     }
 
-    /// Parameter sets `(dt, a, b, c)`: uint8 and int8, ratios that are and are not powers of two.
-    const SETS: [(i32, (f32, i32), (f32, i32), (f32, i32)); 6] = [
-        (dtype::UINT8, (0.0123, 128), (0.0311, 120), (0.0457, 125)),
-        (dtype::UINT8, (0.02, 130), (0.015, 110), (0.03, 120)),
-        (dtype::UINT8, (0.25, 128), (0.5, 0), (1.0, 7)),
-        (dtype::INT8, (0.0123, 3), (0.0311, -5), (0.0457, 0)),
-        (dtype::INT8, (0.05, 0), (0.1, 0), (0.2, 0)),
-        (dtype::INT8, (0.007, -10), (0.009, 12), (0.011, -3)),
-    ];
-
-    fn params((dt, a, b, c): (i32, (f32, i32), (f32, i32), (f32, i32))) -> AddParams {
+    const fn ps(dt: i32, a: (f32, i32), b: (f32, i32), c: (f32, i32)) -> AddParams {
         AddParams { a, b, c, dt }
     }
 
+    /// uint8 and int8 parameter sets, ratios that are and are not powers of two.
+    const SETS: [AddParams; 6] = [
+        ps(dtype::UINT8, (0.0123, 128), (0.0311, 120), (0.0457, 125)),
+        ps(dtype::UINT8, (0.02, 130), (0.015, 110), (0.03, 120)),
+        ps(dtype::UINT8, (0.25, 128), (0.5, 0), (1.0, 7)),
+        ps(dtype::INT8, (0.0123, 3), (0.0311, -5), (0.0457, 0)),
+        ps(dtype::INT8, (0.05, 0), (0.1, 0), (0.2, 0)),
+        ps(dtype::INT8, (0.007, -10), (0.009, 12), (0.011, -3)),
+    ];
+
     #[test]
     fn qladd_kernel_is_the_quantized_sum_within_one_step() {
-        for set in SETS {
-            let p = params(set);
+        for p in SETS {
             let (lo, hi) = range_of(p.dt);
             for swap in [false, true] {
                 for (a, b) in pairs(p.dt) {
@@ -1842,8 +1841,7 @@ mod tests {
 
     #[test]
     fn the_table_is_indexed_by_code_pairs_in_value_order() {
-        for set in SETS {
-            let p = params(set);
+        for p in SETS {
             let (lo, _) = range_of(p.dt);
             let t = qladd_table(&p, false);
             assert_eq!(t.len(), 65_536);
@@ -1858,7 +1856,7 @@ mod tests {
     fn the_float32_form_is_chosen_only_where_every_pair_matches() {
         // Exact in float32 (uint8 and int8, ratios not powers of two among them).
         for k in [0, 2, 3, 4, 5] {
-            let p = params(SETS[k]);
+            let p = SETS[k];
             for swap in [false, true] {
                 let t = qladd_table(&p, swap);
                 let f = exact_f32_form(&p, swap, &t);
@@ -1874,7 +1872,7 @@ mod tests {
         }
         // Not exact: the unfused products miss the kernel's rounding of a few hundred pairs
         // (the table it is then), and the two operand orders differ.
-        let p = params(SETS[1]);
+        let p = SETS[1];
         let t = qladd_table(&p, false);
         assert_eq!(exact_f32_form(&p, false, &t), None);
         assert_eq!(t[25 * 256 + 141], 65);
