@@ -134,3 +134,30 @@ fn qoperator_models_compile_for_rx580_without_float64_exact_and_loading_on_the_w
         }
     }
 }
+
+/// Every pair of codes, both operand roles, uint8 and int8: `tools/qladd_exhaustive.py` compiles
+/// one-node QLinearAdd models for rx580 and compares all 65,536 outputs with ONNX Runtime's
+/// kernel. Seed 5 draws parameter sets that take both forms (float32 and the table).
+#[test]
+fn qlinear_add_matches_the_kernel_on_every_pair_of_codes() {
+    let Some(py) = common::venv_python() else {
+        return;
+    };
+    let o = std::process::Command::new(py)
+        .arg(common::repo().join("tools/qladd_exhaustive.py"))
+        .arg(env!("CARGO_BIN_EXE_onnx-safeify"))
+        .args(["--sets", "6", "--seed", "5"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let last: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(last["instances"], 12, "{stdout}");
+    assert_eq!(last["mismatched"], 0, "{stdout}");
+    assert!(last["forms"]["table"].as_u64().unwrap() > 0, "{stdout}");
+    assert!(last["forms"]["float32"].as_u64().unwrap() > 0, "{stdout}");
+}
