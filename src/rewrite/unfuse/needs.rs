@@ -27,9 +27,10 @@ impl Needs {
 
     /// Refuse unless the provider the target names registers every operator at the schema
     /// since-version of `opset`, for these types; the reason reads "`form` needs OP: why". No
-    /// provider named: nothing to check.
+    /// provider named, or one without a kernel table (OpenVINO claims clusters by its own op
+    /// lists, [`crate::runtime::Profile::openvino`]): nothing to check.
     pub(super) fn check(&self, ctx: &UnfuseCtx, opset: i64, form: &str) -> Result<(), Unsupported> {
-        let Some(profile) = ctx.profile else {
+        let Some(profile) = ctx.profile.filter(|p| p.openvino().is_none()) else {
             return Ok(());
         };
         let cap = profile.capability();
