@@ -69,3 +69,45 @@ impl Needs {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::Profile;
+    use crate::tensor::dtype;
+
+    fn check_on(profile: Option<&'static str>, needs: &Needs) -> Result<(), Unsupported> {
+        let facts = crate::infer::Facts::default();
+        let mut ctx = UnfuseCtx::new(13, "test", &facts);
+        ctx.profile = profile.map(|p| Profile::named(p).unwrap());
+        needs.check(&ctx, 13, "the form")
+    }
+
+    #[test]
+    fn quantized_add_forms_against_directml() {
+        let (u8_, i32_, f, d) = (dtype::UINT8, dtype::INT32, dtype::FLOAT, dtype::DOUBLE);
+        // The table form and the float32 form: DirectML registers every op at opset 13.
+        let mut table = Needs::default();
+        table.add("Cast", &[u8_], &[i32_]);
+        table.add("Mul", &[i32_, i32_], &[i32_]);
+        table.add("Add", &[i32_, i32_], &[i32_]);
+        table.add("Gather", &[u8_, i32_], &[u8_]);
+        table.add("QuantizeLinear", &[f, f, u8_], &[u8_]);
+        assert!(check_on(Some("directml"), &table).is_ok());
+        // float64 math: none on DirectML, with the op and type named.
+        let mut f64_ = Needs::default();
+        f64_.add("Cast", &[f], &[d]);
+        f64_.add("Mul", &[d, d], &[d]);
+        let e = check_on(Some("directml"), &f64_).unwrap_err();
+        assert!(
+            e.reason.contains("the form needs Mul")
+                && e.reason.contains("DmlExecutionProvider")
+                && e.reason.contains("double"),
+            "{}",
+            e.reason
+        );
+        // No provider, or OpenVINO (no kernel table): nothing to check.
+        assert!(check_on(None, &f64_).is_ok());
+        assert!(check_on(Some("openvino"), &f64_).is_ok());
+    }
+}
