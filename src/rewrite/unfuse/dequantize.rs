@@ -53,70 +53,11 @@ use crate::ir::{Graph, NodeId};
 use crate::proto::TensorProto;
 use crate::rewrite::pass::{Cause, Refusal};
 use crate::rewrite::{Exactness, PValue, Patch};
-use crate::runtime::capability::{Lookup, Schemas};
 use crate::tensor::{dtype, dtype_name};
 
+use super::needs::Needs;
 use super::rw::{unsupported, Rw};
 use super::{UnfuseCtx, Unsupported};
-
-/// The operators the form uses, with the element types they get, to check against the target's
-/// provider before the patch is returned.
-#[derive(Default)]
-struct Needs(Vec<(&'static str, Vec<i32>, Vec<i32>)>);
-
-impl Needs {
-    fn add(&mut self, op: &'static str, ins: &[i32], outs: &[i32]) {
-        if !self
-            .0
-            .iter()
-            .any(|(o, i, x)| *o == op && i.as_slice() == ins && x.as_slice() == outs)
-        {
-            self.0.push((op, ins.to_vec(), outs.to_vec()));
-        }
-    }
-
-    /// Refuse unless the provider the target names registers every operator at the schema
-    /// since-version of `opset`, for these types. No provider named: nothing to check.
-    fn check(&self, ctx: &UnfuseCtx, opset: i64) -> Result<(), Unsupported> {
-        let Some(profile) = ctx.profile else {
-            return Ok(());
-        };
-        let cap = profile.capability();
-        for (op, ins, outs) in &self.0 {
-            let Some(since) = Schemas::builtin().since("", op, opset) else {
-                return Err(Refusal::new(
-                    Cause::Limit,
-                    format!("{op} has no schema at opset {opset}"),
-                ));
-            };
-            let ins: Vec<Option<i32>> = ins.iter().map(|&t| Some(t)).collect();
-            let outs: Vec<Option<i32>> = outs.iter().map(|&t| Some(t)).collect();
-            let why = match cap.lookup("", op, since, &ins, &outs) {
-                Lookup::Kernel(_) => continue,
-                Lookup::NoOp => format!("{} registers no {op} kernel", profile.provider),
-                Lookup::NoVersion(_) => format!(
-                    "{} registers no {op}-{since} kernel (the model's opset is {opset})",
-                    profile.provider
-                ),
-                Lookup::NoType {
-                    output,
-                    index,
-                    dtype,
-                } => format!(
-                    "{}'s {op}-{since} kernel does not take {} {} {index}",
-                    profile.provider,
-                    dtype_name(dtype),
-                    if output { "as output" } else { "as input" }
-                ),
-            };
-            return Err(Refusal::new(
-                Cause::Unsupported,
-                format!("the form without block_size needs {op}: {why}"),
-            ));
-        }
-        Ok(())
-    }
-}
 
 /// The payload of a constant 4-bit tensor: `raw_data`, the packed bytes in `int32_data`, or
 /// external data read through the batch's resolver.
@@ -388,7 +329,7 @@ pub fn blocked_dequantize_linear(
         // ONNX Runtime's CPU may drop this cast with one of its own (see the module's text).
         rw.p.exactness = Exactness::Rounding;
     }
-    needs.check(ctx, rw.opset)?;
+    needs.check(ctx, rw.opset, "the form without block_size")?;
     rw.finish(&[(0, y)])
 }
 

@@ -28,6 +28,7 @@ pub mod group_norm;
 pub mod layer_norm;
 pub mod matmul_nbits;
 pub mod nchwc;
+mod needs;
 pub mod packed;
 pub mod qattention;
 pub mod quant;

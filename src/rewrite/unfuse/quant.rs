@@ -45,6 +45,7 @@ use crate::rewrite::{AttrValue, PValue, Patch};
 use crate::tensor::dtype;
 
 use super::fused_conv::CONV_ATTRS;
+use super::needs::Needs;
 use super::rw::{unsupported, Rw};
 use super::{UnfuseCtx, Unsupported};
 use crate::rewrite::pass::{Cause, Refusal};
@@ -407,13 +408,228 @@ fn round_saturate(rw: &mut Rw, t: PValue, dt: i32) -> PValue {
     rw.op("QuantizeLinear", &[t, one, zero], &[])
 }
 
+/// The constant per-tensor parameters of a QLinearAdd: `(scale, zero point)` of A, B and C, and
+/// the 8-bit element type.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AddParams {
+    pub a: (f32, i32),
+    pub b: (f32, i32),
+    pub c: (f32, i32),
+    pub dt: i32,
+}
+
+impl AddParams {
+    /// `(r_v, r_s, F)` of the kernel with A the vector (`swap` false) or B: the two scale
+    /// ratios and the fixed part `zp_c - fma(r_v, zp_v, r_s * zp_s)`.
+    fn kernel_constants(&self, swap: bool) -> (f32, f32, f32) {
+        let ((sv, zv), (so, zo)) = if swap {
+            (self.b, self.a)
+        } else {
+            (self.a, self.b)
+        };
+        let (sc, zc) = self.c;
+        let rv = sv / sc;
+        let ro = so / sc;
+        let fixed = zc as f32 - rv.mul_add(zv as f32, ro * zo as f32);
+        (rv, ro, fixed)
+    }
+}
+
+/// ONNX Runtime's x86-64 QLinearAdd (`qladd_avx2.cpp`) of one pair of codes `(a, b)`, with A the
+/// vector (`swap` false) or B: `C = round(fma(v, r_v, fma(s, r_s, F)))` in float32, rounded half
+/// to even by `cvtps2dq` (whose out-of-range result, 0x80000000, the saturating packs take to the
+/// type's minimum) and saturated to the type's range.
+pub fn qladd_kernel(p: &AddParams, swap: bool, a: i32, b: i32) -> i32 {
+    let (rv, ro, fixed) = p.kernel_constants(swap);
+    let (v, o) = if swap { (b, a) } else { (a, b) };
+    let t = (v as f32).mul_add(rv, (o as f32).mul_add(ro, fixed));
+    let (lo, hi) = range_of(p.dt);
+    let r = t.round_ties_even();
+    let i = if (-2_147_483_648.0..2_147_483_648.0).contains(&r) {
+        r as i32
+    } else {
+        i32::MIN
+    };
+    i.clamp(lo, hi)
+}
+
+/// The kernel's output for every pair of codes: entry `(a - min) * 256 + (b - min)` is the code
+/// of `C` for the codes `a`, `b` (value order, as [`lookup_table`]).
+pub fn qladd_table(p: &AddParams, swap: bool) -> Vec<i32> {
+    let (lo, hi) = range_of(p.dt);
+    let mut t = Vec::with_capacity(65_536);
+    for a in lo..=hi {
+        for b in lo..=hi {
+            t.push(qladd_kernel(p, swap, a, b));
+        }
+    }
+    t
+}
+
+/// A float32 form of QLinearAdd (each operator rounding once, as ONNX's Mul and Add do), the
+/// codes cast to float: [`AddF32::OtherFirst`] is the kernel's order without its fusions,
+/// `(s * r_s + F) + v * r_v`; [`AddF32::ProductsFirst`] is `(v * r_v + s * r_s) + F`. Both end
+/// with `QuantizeLinear` of scale 1 (round half to even, saturate).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AddF32 {
+    OtherFirst,
+    ProductsFirst,
+}
+
+/// The result of the float32 form `f` for the codes `(a, b)`.
+pub fn qladd_f32(p: &AddParams, swap: bool, f: AddF32, a: i32, b: i32) -> i32 {
+    let (rv, ro, fixed) = p.kernel_constants(swap);
+    let (v, o) = if swap { (b, a) } else { (a, b) };
+    let (pv, po) = (v as f32 * rv, o as f32 * ro);
+    let t = match f {
+        AddF32::OtherFirst => (po + fixed) + pv,
+        AddF32::ProductsFirst => (pv + po) + fixed,
+    };
+    mlas_quantize(t, 1.0, 0, p.dt)
+}
+
+/// The first float32 form that gives the kernel's code for all 65,536 pairs (`table`, from
+/// [`qladd_table`]), if one does.
+pub fn exact_f32_form(p: &AddParams, swap: bool, table: &[i32]) -> Option<AddF32> {
+    let (lo, hi) = range_of(p.dt);
+    [AddF32::OtherFirst, AddF32::ProductsFirst]
+        .into_iter()
+        .find(|&f| {
+            (lo..=hi)
+                .flat_map(|a| (lo..=hi).map(move |b| (a, b)))
+                .zip(table)
+                .all(|((a, b), &c)| qladd_f32(p, swap, f, a, b) == c)
+        })
+}
+
+/// How one operand order of a QLinearAdd is written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AddForm {
+    /// A float32 form, exact for every pair of codes.
+    Float32(AddF32),
+    /// `Gather` from the 65,536-entry table of the kernel's codes.
+    Table,
+    /// The kernel's fused multiply-adds in float64 ([`fma_8bit`]): the last resort, for a
+    /// provider that runs neither of the others (float64 then pins it to the CPU on DirectML).
+    Float64,
+}
+
+/// The operators of `form` with their element types, for the provider check.
+fn add_form_needs(form: AddForm, dt: i32) -> Needs {
+    let mut n = Needs::default();
+    let (f, i) = (dtype::FLOAT, dtype::INT32);
+    match form {
+        AddForm::Float32(_) => {
+            n.add("Cast", &[dt], &[f]);
+            n.add("Mul", &[f, f], &[f]);
+            n.add("Add", &[f, f], &[f]);
+            n.add("QuantizeLinear", &[f, f, dt], &[dt]);
+        }
+        AddForm::Table => {
+            n.add("Cast", &[dt], &[i]);
+            n.add("Mul", &[i, i], &[i]);
+            n.add("Add", &[i, i], &[i]);
+            n.add("Gather", &[dt, i], &[dt]);
+        }
+        AddForm::Float64 => {}
+    }
+    n
+}
+
+/// The form of QLinearAdd for one operand order: a float32 form where one is exact and the
+/// provider runs it, else the table where the provider runs it, else float64.
+fn choose_add_form(
+    ctx: &UnfuseCtx,
+    opset: i64,
+    p: &AddParams,
+    swap: bool,
+    table: &[i32],
+) -> AddForm {
+    let ok = |f: AddForm| {
+        add_form_needs(f, p.dt)
+            .check(ctx, opset, "QLinearAdd's form")
+            .is_ok()
+    };
+    if let Some(f) = exact_f32_form(p, swap, table) {
+        if ok(AddForm::Float32(f)) {
+            return AddForm::Float32(f);
+        }
+    }
+    if ok(AddForm::Table) {
+        return AddForm::Table;
+    }
+    AddForm::Float64
+}
+
+/// The float32 form `f` of QLinearAdd on the codes `a`, `b`, rounded and saturated to `dt`.
+fn emit_add_f32(rw: &mut Rw, p: &AddParams, swap: bool, f: AddF32, a: PValue, b: PValue) -> PValue {
+    let (rv, ro, fixed) = p.kernel_constants(swap);
+    let (v, o) = if swap { (b, a) } else { (a, b) };
+    let vf = rw.cast(v, dtype::FLOAT);
+    let rv = rw.scalar("ratio", dtype::FLOAT, rv as f64);
+    let pv = rw.op("Mul", &[vf, rv], &[]);
+    let of = rw.cast(o, dtype::FLOAT);
+    let ro = rw.scalar("ratio", dtype::FLOAT, ro as f64);
+    let po = rw.op("Mul", &[of, ro], &[]);
+    let fx = rw.scalar("fixed_part", dtype::FLOAT, fixed as f64);
+    let t = match f {
+        AddF32::OtherFirst => {
+            let t1 = rw.op("Add", &[po, fx], &[]);
+            rw.op("Add", &[t1, pv], &[])
+        }
+        AddF32::ProductsFirst => {
+            let t1 = rw.op("Add", &[pv, po], &[]);
+            rw.op("Add", &[t1, fx], &[])
+        }
+    };
+    round_saturate(rw, t, p.dt)
+}
+
+/// The table index `(a - min) * 256 + (b - min)` of the codes `a`, `b` (int32, broadcast to
+/// the output's shape).
+fn add_table_index(rw: &mut Rw, dt: i32, a: PValue, b: PValue) -> PValue {
+    let ai = rw.cast(a, dtype::INT32);
+    let bi = rw.cast(b, dtype::INT32);
+    let c256 = int32_scalar(rw, "c256", 256);
+    let hi = rw.op("Mul", &[ai, c256], &[]);
+    let idx = rw.op("Add", &[hi, bi], &[]);
+    if dt == dtype::INT8 {
+        let off = int32_scalar(rw, "offset", 128 * 257);
+        rw.op("Add", &[idx, off], &[])
+    } else {
+        idx
+    }
+}
+
+/// The float64 form: the kernel's fused multiply-adds in double, rounded and saturated.
+fn emit_add_f64(rw: &mut Rw, p: &AddParams, swap: bool, a: PValue, b: PValue) -> PValue {
+    let (rv, ro, fixed) = p.kernel_constants(swap);
+    let (v, o) = if swap { (b, a) } else { (a, b) };
+    let fd = rw.scalar("fixed_part", dtype::DOUBLE, fixed as f64);
+    let t1 = fma_8bit(rw, o, ro, fd);
+    let t1d = rw.cast(t1, dtype::DOUBLE);
+    let t = fma_8bit(rw, v, rv, t1d);
+    round_saturate(rw, t, p.dt)
+}
+
 /// QLinearAdd `(A, A_scale, A_zp, B, B_scale, B_zp, C_scale, C_zp)`, numpy broadcasting, as
 /// ONNX Runtime's x86-64 kernel computes it (`qladd_avx2.cpp`, AVX2 and FMA3): with the vector
 /// input `V` and the other `S` (A and B, swapped when A is broadcast along the innermost run,
 /// see [`a_is_scalar_in_span`]), `r_v = s_v / s_c`, `r_s = s_s / s_c`, `F = zp_c - fma(r_v,
 /// zp_v, r_s * zp_s)`, `C = round(fma(v, r_v, fma(s, r_s, F)))` saturated; the raw codes enter
-/// as floats, the zero points only through `F`. Needs constant per-tensor parameters and the
-/// dimensions that decide the roles.
+/// as floats, the zero points only through `F`. Needs constant per-tensor parameters.
+///
+/// With those, `C` is a function of the two codes alone: it is enumerated here for all 65,536
+/// pairs ([`qladd_table`]) and written in the smallest form that reproduces every pair, among
+/// those the target's provider runs ([`choose_add_form`]): a float32 form ([`exact_f32_form`];
+/// 159 of the 223 QLinearAdd nodes of the corpus's five QOperator models), else a `Gather` from
+/// the table (64 KiB), else the fused multiply-adds in float64 (exact, but float64: DirectML and
+/// onnxruntime-web's wasm CPU have no float64 Mul/Add). The float32 form is exact on ONNX
+/// Runtime CPU (each Mul and Add rounds once); a GPU compiler that contracts a Mul and an Add
+/// into one multiply-add could round differently, the table is exact everywhere. Where the
+/// dimensions that decide the operand order are unknown, both orders are written and a `Where`
+/// picks the broadcaster's choice at run time (ranks needed), unless both orders give the same
+/// table.
 pub fn qlinear_add(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch, Unsupported> {
     let mut rw = Rw::new(ctx, g, n);
     rw.only_attrs(&[])?;
@@ -423,36 +639,75 @@ pub fn qlinear_add(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch, Unsup
         return unsupported("A and B have different element types");
     }
     let (sa, za, sb, zb, sc, zc) = binary_params(&rw)?;
+    let p = AddParams {
+        a: (sa, za),
+        b: (sb, zb),
+        c: (sc, zc),
+        dt,
+    };
     let a = rw.need(0, "A")?;
     let b = rw.need(3, "B")?;
-    // The kernel's result with A the vector (`swap` false) or B the vector.
-    let formula = |rw: &mut Rw, swap: bool| {
-        let ((v, sv, zv), (o, so, zo)) = if swap {
-            ((b, sb, zb), (a, sa, za))
-        } else {
-            ((a, sa, za), (b, sb, zb))
-        };
-        let rv = sv / sc;
-        let ro = so / sc;
-        let fixed = zc as f32 - rv.mul_add(zv as f32, ro * zo as f32);
-        let fd = rw.scalar("fixed_part", dtype::DOUBLE, fixed as f64);
-        let t1 = fma_8bit(rw, o, ro, fd);
-        let t1d = rw.cast(t1, dtype::DOUBLE);
-        fma_8bit(rw, v, rv, t1d)
+    let keep_table = qladd_table(&p, false);
+    let order = match a_is_scalar_in_span(&rw) {
+        Some(swap) => Some(swap),
+        // Both orders give the same codes: no run-time choice to make.
+        None if qladd_table(&p, true) == keep_table => Some(false),
+        None => None,
     };
-    let t = match a_is_scalar_in_span(&rw) {
-        Some(swap) => formula(&mut rw, swap),
+    let opset = rw.opset;
+    let q = match order {
+        Some(swap) => {
+            let table = if swap {
+                qladd_table(&p, true)
+            } else {
+                keep_table
+            };
+            let form = choose_add_form(ctx, opset, &p, swap, &table);
+            emit_add(&mut rw, &p, swap, form, &table, a, b)
+        }
         None => {
             // The shapes decide at run time: both results, and the one the broadcaster's
             // choice picks.
+            let swapped_table = qladd_table(&p, true);
+            let fk = choose_add_form(ctx, opset, &p, false, &keep_table);
+            let fs = choose_add_form(ctx, opset, &p, true, &swapped_table);
             let swap = runtime_a_scalar(&mut rw, a, b)?;
-            let keep = formula(&mut rw, false);
-            let swapped = formula(&mut rw, true);
-            rw.op("Where", &[swap, swapped, keep], &[])
+            if (fk, fs) == (AddForm::Table, AddForm::Table) {
+                // One index, one Gather from the table the order picks.
+                let tk = bytes_const(&mut rw, "qlinear_add_table", dt, &keep_table);
+                let ts = bytes_const(&mut rw, "qlinear_add_table", dt, &swapped_table);
+                let t = rw.op("Where", &[swap, ts, tk], &[]);
+                let idx = add_table_index(&mut rw, dt, a, b);
+                rw.op("Gather", &[t, idx], &[("axis", AttrValue::Int(0))])
+            } else {
+                let keep = emit_add(&mut rw, &p, false, fk, &keep_table, a, b);
+                let swapped = emit_add(&mut rw, &p, true, fs, &swapped_table, a, b);
+                rw.op("Where", &[swap, swapped, keep], &[])
+            }
         }
     };
-    let q = round_saturate(&mut rw, t, dt);
     rw.finish(&[(0, q)])
+}
+
+/// QLinearAdd's codes for one operand order in `form` (`table`: the kernel's, for that order).
+fn emit_add(
+    rw: &mut Rw,
+    p: &AddParams,
+    swap: bool,
+    form: AddForm,
+    table: &[i32],
+    a: PValue,
+    b: PValue,
+) -> PValue {
+    match form {
+        AddForm::Float32(f) => emit_add_f32(rw, p, swap, f, a, b),
+        AddForm::Table => {
+            let t = bytes_const(rw, "qlinear_add_table", p.dt, table);
+            let idx = add_table_index(rw, p.dt, a, b);
+            rw.op("Gather", &[t, idx], &[("axis", AttrValue::Int(0))])
+        }
+        AddForm::Float64 => emit_add_f64(rw, p, swap, a, b),
+    }
 }
 
 /// [`a_is_scalar_in_span`] at run time, for known ranks: both shapes padded with leading ones
@@ -649,6 +904,21 @@ pub fn qlinear_softmax(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch, U
             format!("Y_scale {ys} is below 2^-31: the kernel's int32 conversion overflows"),
         ));
     }
+    // The quotient is float64; a provider without float64 math (DirectML) would leave it to
+    // the CPU in pieces, and onnxruntime-web's wasm CPU has no float64 Mul/Div: the node stays
+    // whole instead (the rule's fallback).
+    let mut needs = Needs::default();
+    let (f, d) = (dtype::FLOAT, dtype::DOUBLE);
+    needs.add("Cast", &[f], &[d]);
+    needs.add("Mul", &[d, d], &[d]);
+    needs.add("Div", &[d, d], &[d]);
+    needs.add("Round", &[d], &[d]);
+    needs.add("Cast", &[d], &[f]);
+    needs.check(
+        ctx,
+        rw.opset,
+        "QLinearSoftmax's exact form (the kernel's quotient, rounded once in float64)",
+    )?;
     let x = rw.need(0, "X")?;
     let mut xi = rw.cast(x, dtype::INT32);
     let red = if sem < 13 {
@@ -1529,7 +1799,111 @@ pub fn dynamic_quantize_lstm(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Pa
 
 #[cfg(test)]
 mod tests {
-    use super::nhwc_perms;
+    use super::*;
+
+    fn pairs(dt: i32) -> impl Iterator<Item = (i32, i32)> {
+        let (lo, hi) = range_of(dt);
+        (lo..=hi).flat_map(move |a| (lo..=hi).map(move |b| (a, b)))
+    }
+
+    const fn ps(dt: i32, a: (f32, i32), b: (f32, i32), c: (f32, i32)) -> AddParams {
+        AddParams { a, b, c, dt }
+    }
+
+    /// uint8 and int8 parameter sets, ratios that are and are not powers of two.
+    const SETS: [AddParams; 6] = [
+        ps(dtype::UINT8, (0.0123, 128), (0.0311, 120), (0.0457, 125)),
+        ps(dtype::UINT8, (0.02, 130), (0.015, 110), (0.03, 120)),
+        ps(dtype::UINT8, (0.25, 128), (0.5, 0), (1.0, 7)),
+        ps(dtype::INT8, (0.0123, 3), (0.0311, -5), (0.0457, 0)),
+        ps(dtype::INT8, (0.05, 0), (0.1, 0), (0.2, 0)),
+        ps(dtype::INT8, (0.007, -10), (0.009, 12), (0.011, -3)),
+    ];
+
+    #[test]
+    fn qladd_kernel_is_the_quantized_sum_within_one_step() {
+        for p in SETS {
+            let (lo, hi) = range_of(p.dt);
+            for swap in [false, true] {
+                for (a, b) in pairs(p.dt) {
+                    let real =
+                        p.a.0 as f64 * (a - p.a.1) as f64 + p.b.0 as f64 * (b - p.b.1) as f64;
+                    let ideal = ((real / p.c.0 as f64).round() as i32 + p.c.1).clamp(lo, hi);
+                    let c = qladd_kernel(&p, swap, a, b);
+                    assert!(
+                        (c - ideal).abs() <= 1,
+                        "{p:?} swap {swap} ({a}, {b}): {c} vs {ideal}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_table_is_indexed_by_code_pairs_in_value_order() {
+        for p in SETS {
+            let (lo, _) = range_of(p.dt);
+            let t = qladd_table(&p, false);
+            assert_eq!(t.len(), 65_536);
+            for (a, b) in [(lo, lo), (lo, lo + 255), (lo + 255, lo), (lo + 7, lo + 200)] {
+                let k = ((a - lo) * 256 + (b - lo)) as usize;
+                assert_eq!(t[k], qladd_kernel(&p, false, a, b));
+            }
+        }
+    }
+
+    #[test]
+    fn the_float32_form_is_chosen_only_where_every_pair_matches() {
+        // Exact in float32 (uint8 and int8, ratios not powers of two among them).
+        for k in [0, 2, 3, 4, 5] {
+            let p = SETS[k];
+            for swap in [false, true] {
+                let t = qladd_table(&p, swap);
+                let f = exact_f32_form(&p, swap, &t);
+                assert_eq!(f, Some(AddF32::OtherFirst), "{p:?} swap {swap}");
+                assert!(pairs(p.dt).zip(&t).all(|((a, b), &c)| qladd_f32(
+                    &p,
+                    swap,
+                    AddF32::OtherFirst,
+                    a,
+                    b
+                ) == c));
+            }
+        }
+        // Not exact: the unfused products miss the kernel's rounding of a few hundred pairs
+        // (the table it is then), and the two operand orders differ.
+        let p = SETS[1];
+        let t = qladd_table(&p, false);
+        assert_eq!(exact_f32_form(&p, false, &t), None);
+        assert_eq!(t[25 * 256 + 141], 65);
+        assert_ne!(qladd_f32(&p, false, AddF32::OtherFirst, 25, 141), 65);
+        let misses = pairs(p.dt)
+            .zip(&t)
+            .filter(|&((a, b), &c)| qladd_f32(&p, false, AddF32::OtherFirst, a, b) != c)
+            .count();
+        assert_eq!(misses, 476);
+        let ts = qladd_table(&p, true);
+        assert_eq!(exact_f32_form(&p, true, &ts), None);
+        assert_ne!(t, ts);
+    }
+
+    #[test]
+    fn an_out_of_range_sum_takes_the_kernels_indefinite_integer() {
+        // A ratio of 1e10: 255 * 1e10 is past int32, cvtps2dq gives 0x80000000 and the packs
+        // saturate it to the minimum; QuantizeLinear would give the maximum, so no float32 form.
+        let p = AddParams {
+            a: (1e7, 0),
+            b: (1.0, 0),
+            c: (1e-3, 0),
+            dt: dtype::UINT8,
+        };
+        assert_eq!(qladd_kernel(&p, false, 255, 0), 0);
+        assert_eq!(qladd_kernel(&p, false, 0, 0), 0);
+        assert_eq!(qladd_kernel(&p, false, 0, 1), 255);
+        assert_eq!(qladd_f32(&p, false, AddF32::OtherFirst, 255, 0), 255);
+        let t = qladd_table(&p, false);
+        assert_eq!(exact_f32_form(&p, false, &t), None);
+    }
 
     #[test]
     fn channels_last_permutations() {
