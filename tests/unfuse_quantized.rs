@@ -252,15 +252,19 @@ fn quantized_corpus_models_decompose_and_match() {
         let err = compare(f, &o, tol, &stem);
         assert!(err <= tol, "{stem}: relative error {err} over {tol}");
         // A dynamic model saved by ONNX Runtime against the unfused model it came from (the
-        // LSTM models hold DynamicQuantizeLSTM in both, so they are not exact).
+        // LSTM models hold DynamicQuantizeLSTM in both, so they are not exact). The layer
+        // norms ONNX Runtime fused are decomposed as its kernel computes them (Welford's mean,
+        // a division), not as the primitives they were fused from, and the next
+        // DynamicQuantizeLinear turns a rounding into a quantization step: the same bound as
+        // against the saved model (rec at "all": 0.023).
         if let Some((base, _)) = stem
             .split_once(".dyn.ort_")
             .filter(|_| !stem.contains("quant_lstm"))
         {
             let unfused = dir.join(format!("{base}.dyn.onnx"));
-            let e = compare(&unfused, &o, 1e-4, &stem);
+            let e = compare(&unfused, &o, tol, &stem);
             assert!(
-                e <= 1e-4,
+                e <= tol,
                 "{stem}: relative error {e} against {base}.dyn.onnx"
             );
         }
