@@ -66,6 +66,9 @@ fn rx580_and_webgpu_outputs_run_on_onnxruntime_web_where_the_originals_run() {
     let last = stdout.lines().last().unwrap_or_default();
     let want = format!("originals that run: {n} of {n}", n = MODELS.len());
     assert!(last.contains(&want), "{stdout}");
-    let ok = stdout.lines().filter(|l| l.trim_end().ends_with(" ok")).count();
+    let ok = stdout
+        .lines()
+        .filter(|l| l.trim_end().ends_with(" ok"))
+        .count();
     assert_eq!(ok, 2 * MODELS.len(), "{stdout}");
 }
