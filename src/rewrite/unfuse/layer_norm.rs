@@ -14,7 +14,15 @@ use super::{UnfuseCtx, Unsupported};
 struct Normed {
     normalized: PValue,
     mean: Option<PValue>,
-    inv_std: PValue,
+    /// `Sqrt(Var + epsilon)`: the InvStdDev output is its Reciprocal ([`Normed::inv_std`]),
+    /// written only where that output is read.
+    sd: PValue,
+}
+
+impl Normed {
+    fn inv_std(&self, rw: &mut Rw) -> PValue {
+        rw.op("Reciprocal", &[self.sd], &[])
+    }
 }
 
 /// The reduction axes `axis..rank`: negative indices when possible (no rank needed from
@@ -94,13 +102,12 @@ fn normalize(
     let e = rw.scalar("epsilon", stash, eps as f64);
     let ve = rw.op("Add", &[var, e], &[]);
     let sd = rw.op("Sqrt", &[ve], &[]);
-    let inv_std = rw.op("Reciprocal", &[sd], &[]);
     let n = rw.op("Div", &[centered, sd], &[]);
     let normalized = if cast { rw.cast(n, dt) } else { n };
     Ok(Normed {
         normalized,
         mean,
-        inv_std,
+        sd,
     })
 }
 
@@ -159,14 +166,17 @@ fn layer_norm_common(
         y = rw.cast(y, dt);
     }
     let stat = |rw: &mut Rw, v: PValue| if stash != ct { rw.cast(v, stash) } else { v };
-    let inv_std = stat(&mut rw, nm.inv_std);
-    if simplified {
-        return rw.finish(&[(0, y), (1, inv_std)]);
+    // The statistics outputs, written only where they are read.
+    let (inv_slot, mean_slot) = if simplified { (1, None) } else { (2, Some(1)) };
+    let mut outs = vec![(0, y)];
+    if rw.used(inv_slot) {
+        let inv_std = nm.inv_std(&mut rw);
+        outs.push((inv_slot, stat(&mut rw, inv_std)));
     }
-    let mut outs = vec![(0, y), (2, inv_std)];
-    if let Some(m) = nm.mean {
-        let m = stat(&mut rw, m);
-        outs.push((1, m));
+    if let (Some(slot), Some(m)) = (mean_slot, nm.mean) {
+        if rw.used(slot) {
+            outs.push((slot, stat(&mut rw, m)));
+        }
     }
     rw.finish(&outs)
 }
@@ -275,14 +285,17 @@ fn skip_norm(
         let bf = to_f(&mut rw, b);
         y = rw.op("Add", &[y, bf], &[]);
     }
-    let (y, s) = if wide {
-        (rw.cast(y, dt), rw.cast(s, dt))
-    } else {
-        (y, s)
-    };
-    let mut outs = vec![(0, y), (2, nm.inv_std), (3, s)];
-    if let Some(m) = nm.mean {
+    let y = if wide { rw.cast(y, dt) } else { y };
+    // The other outputs, written only where they are read.
+    let mut outs = vec![(0, y)];
+    if let Some(m) = nm.mean.filter(|_| rw.used(1)) {
         outs.push((1, m));
+    }
+    if rw.used(2) {
+        outs.push((2, nm.inv_std(&mut rw)));
+    }
+    if rw.used(3) {
+        outs.push((3, if wide { rw.cast(s, dt) } else { s }));
     }
     rw.finish(&outs)
 }

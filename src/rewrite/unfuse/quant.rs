@@ -648,27 +648,23 @@ pub fn qlinear_add(ctx: &UnfuseCtx, g: &Graph, n: NodeId) -> Result<Patch, Unsup
     let a = rw.need(0, "A")?;
     let b = rw.need(3, "B")?;
     let keep_table = qladd_table(&p, false);
+    let swapped_table = qladd_table(&p, true);
     let order = match a_is_scalar_in_span(&rw) {
         Some(swap) => Some(swap),
         // Both orders give the same codes: no run-time choice to make.
-        None if qladd_table(&p, true) == keep_table => Some(false),
+        None if swapped_table == keep_table => Some(false),
         None => None,
     };
     let opset = rw.opset;
     let q = match order {
         Some(swap) => {
-            let table = if swap {
-                qladd_table(&p, true)
-            } else {
-                keep_table
-            };
-            let form = choose_add_form(ctx, opset, &p, swap, &table);
-            emit_add(&mut rw, &p, swap, form, &table, a, b)
+            let table = if swap { &swapped_table } else { &keep_table };
+            let form = choose_add_form(ctx, opset, &p, swap, table);
+            emit_add(&mut rw, &p, swap, form, table, a, b)
         }
         None => {
             // The shapes decide at run time: both results, and the one the broadcaster's
             // choice picks.
-            let swapped_table = qladd_table(&p, true);
             let fk = choose_add_form(ctx, opset, &p, false, &keep_table);
             let fs = choose_add_form(ctx, opset, &p, true, &swapped_table);
             let swap = runtime_a_scalar(&mut rw, a, b)?;
